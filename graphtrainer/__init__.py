@@ -1,0 +1,14 @@
+"""graphtrainer: multi-process, multi-GPU training of DGL graph neural networks.
+
+Subclass :class:`GraphTask`, then ``Trainer(num_procs=2).fit(task)`` (CPU, gloo) or
+``Trainer(gpus=4).fit(task)`` (nccl).
+"""
+__version__ = "0.1.0"
+
+from .callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from .launch import RankFailedError
+from .task import GraphTask
+from .trainer import Trainer
+
+__all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
+           "LearningRateMonitor", "ProgressBar", "RankFailedError", "__version__"]

@@ -1,0 +1,151 @@
+"""``ModelCheckpoint``: save at epoch ends, keep the best ``k``, optionally ``last.ckpt``."""
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .. import distributed as gdist
+from ..checkpoint import save_checkpoint
+from .base import Callback
+
+
+class ModelCheckpoint(Callback):
+    """Checkpoint the run every ``every_n_epochs`` epochs.
+
+    With ``monitor``, keep the ``save_top_k`` best files by that reduced metric
+    (``mode`` "min" or "max"); without it, keep the ``save_top_k`` most recent.
+    ``save_top_k=-1`` keeps all, ``0`` none (with ``save_last`` only ``last.ckpt``).
+    ``filename`` is formatted with ``epoch``, ``step`` and the logged metrics, each
+    written as ``name=value`` (``"{epoch}-{val_loss:.4f}"`` gives
+    ``epoch=3-val_loss=0.4120.ckpt``). ``dirpath`` defaults to ``<log_dir>/checkpoints``.
+
+    Rank 0 decides what to save and delete and broadcasts the decision, so every rank
+    agrees; saving itself is collective (rank 0 writes atomically, then a barrier).
+    After ``fit``, :attr:`best_model_path`, :attr:`best_model_score` and
+    :attr:`last_model_path` are set on the caller's side too.
+    """
+
+    monitoring = True
+
+    def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: str = "{epoch}-{step}",
+                 monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
+                 save_last: bool = False, every_n_epochs: int = 1):
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
+        if save_top_k < -1:
+            raise ValueError(f"save_top_k={save_top_k}: use -1 (all), 0 (none) or a positive count")
+        if every_n_epochs < 1:
+            raise ValueError("every_n_epochs must be at least 1")
+        self.dirpath = Path(dirpath) if dirpath is not None else None
+        self.filename = filename
+        self.monitor = monitor
+        self.mode = mode
+        self.save_top_k = save_top_k
+        self.save_last = save_last
+        self.every_n_epochs = every_n_epochs
+        self.best_k_models: Dict[str, float] = {}
+        self.best_model_path = ""
+        self.best_model_score: Optional[float] = None
+        self.last_model_path = ""
+        self._saved_order: List[str] = []
+
+    @property
+    def state_key(self) -> str:
+        return f"ModelCheckpoint{{monitor={self.monitor},mode={self.mode}}}"
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"best_k_models": dict(self.best_k_models), "best_model_path": self.best_model_path,
+                "best_model_score": self.best_model_score, "last_model_path": self.last_model_path,
+                "saved_order": list(self._saved_order),
+                "dirpath": str(self.dirpath) if self.dirpath else None}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.best_k_models = dict(state.get("best_k_models", {}))
+        self.best_model_path = state.get("best_model_path", "")
+        self.best_model_score = state.get("best_model_score")
+        self.last_model_path = state.get("last_model_path", "")
+        self._saved_order = list(state.get("saved_order", []))
+        if self.dirpath is None and state.get("dirpath"):
+            self.dirpath = Path(state["dirpath"])
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
+            return
+        metrics = trainer.callback_metrics
+        if self.monitor is not None and self.monitor not in metrics:
+            if not trainer._validated_this_epoch and trainer._has_val_loader:
+                return  # monitored metric comes from validation, which did not run this epoch
+            raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which was never logged; "
+                           f"logged metrics: {sorted(metrics)}")
+        if self.dirpath is None:
+            self.dirpath = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
+        decision = gdist.broadcast_object(self._decide(trainer) if trainer.rank == 0 else None)
+        if decision["save"]:
+            save_checkpoint(trainer, task, decision["save"])
+        if self.save_last:
+            save_checkpoint(trainer, task, decision["last"])
+        self.load_state_dict(decision["state"])
+        if trainer.rank == 0:
+            for path in decision["delete"]:
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    pass
+
+    def _decide(self, trainer: Any) -> Dict[str, Any]:
+        metrics = trainer.callback_metrics
+        score = metrics.get(self.monitor) if self.monitor else None
+        path = str(self.dirpath / (self._format(trainer) + ".ckpt"))
+        save: Optional[str] = None
+        delete: List[str] = []
+        best_k, order = dict(self.best_k_models), list(self._saved_order)
+        if self.save_top_k != 0:
+            if self.monitor is None:
+                save = path
+                order.append(path)
+                if self.save_top_k > 0:
+                    delete, order = order[:-self.save_top_k], order[-self.save_top_k:]
+                best_k = {p: float("nan") for p in order}
+            elif score is not None and not math.isnan(score):
+                if self.save_top_k < 0 or len(best_k) < self.save_top_k or self._better(score, self._worst(best_k)):
+                    save = path
+                    best_k[path] = score
+                    if 0 < self.save_top_k < len(best_k):
+                        worst = max(best_k, key=best_k.get) if self.mode == "min" else min(best_k, key=best_k.get)
+                        delete.append(worst)
+                        del best_k[worst]
+        delete = [p for p in delete if p != save]
+        state = self.state_dict()
+        state["best_k_models"] = best_k
+        state["saved_order"] = order
+        if best_k:
+            if self.monitor is None:
+                state["best_model_path"], state["best_model_score"] = order[-1], None
+            else:
+                best = min(best_k, key=best_k.get) if self.mode == "min" else max(best_k, key=best_k.get)
+                state["best_model_path"], state["best_model_score"] = best, best_k[best]
+        last = str(self.dirpath / "last.ckpt")
+        if self.save_last:
+            state["last_model_path"] = last
+        return {"save": save, "delete": delete, "state": state, "last": last}
+
+    def _better(self, score: float, than: float) -> bool:
+        return score < than if self.mode == "min" else score > than
+
+    def _worst(self, best_k: Dict[str, float]) -> float:
+        return max(best_k.values()) if self.mode == "min" else min(best_k.values())
+
+    def _format(self, trainer: Any) -> str:
+        values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+
+        def sub(match: "re.Match[str]") -> str:
+            name, spec = match.group(1), match.group(2) or ""
+            if name not in values:
+                raise KeyError(f"ModelCheckpoint filename uses {{{name}}}, which was not logged; "
+                               f"available: {sorted(values)}")
+            return f"{name}={format(values[name], spec[1:]) if spec else values[name]}"
+
+        return re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", sub, self.filename).replace("/", "_")

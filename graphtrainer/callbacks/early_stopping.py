@@ -1,0 +1,79 @@
+"""``EarlyStopping``: stop when a reduced metric stops improving, on every rank at once."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+from .. import distributed as gdist
+from .base import Callback
+
+
+class EarlyStopping(Callback):
+    """Stop after ``patience`` checks without an improvement larger than ``min_delta``.
+
+    With ``check_finite`` a NaN or infinite monitored value stops training at once, with
+    a message. Rank 0 decides and broadcasts, so all ranks stop at the same epoch.
+    """
+
+    monitoring = True
+
+    def __init__(self, monitor: str, mode: str = "min", patience: int = 3, min_delta: float = 0.0,
+                 check_finite: bool = True, verbose: bool = True):
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
+        if patience < 0:
+            raise ValueError("patience must be >= 0")
+        self.monitor, self.mode, self.patience = monitor, mode, patience
+        self.min_delta, self.check_finite, self.verbose = abs(min_delta), check_finite, verbose
+        self.wait_count = 0
+        self.best_score: Optional[float] = None
+        self.stopped_epoch: Optional[int] = None
+        self.stop_reason: Optional[str] = None
+
+    @property
+    def state_key(self) -> str:
+        return f"EarlyStopping{{monitor={self.monitor},mode={self.mode}}}"
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"wait_count": self.wait_count, "best_score": self.best_score,
+                "stopped_epoch": self.stopped_epoch, "stop_reason": self.stop_reason}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.wait_count = state.get("wait_count", 0)
+        self.best_score = state.get("best_score")
+        self.stopped_epoch = state.get("stopped_epoch")
+        self.stop_reason = state.get("stop_reason")
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        metrics = trainer.callback_metrics
+        if self.monitor not in metrics:
+            if not trainer._validated_this_epoch and trainer._has_val_loader:
+                return
+            raise KeyError(f"EarlyStopping monitors {self.monitor!r}, which was never logged; "
+                           f"logged metrics: {sorted(metrics)}")
+        decision = gdist.broadcast_object(self._decide(metrics[self.monitor], trainer.current_epoch)
+                                          if trainer.rank == 0 else None)
+        self.load_state_dict(decision)
+        if decision["stop_reason"] and decision["stopped_epoch"] == trainer.current_epoch:
+            trainer.should_stop = True
+            if self.verbose and trainer.rank == 0:
+                print(f"[graphtrainer] early stopping at epoch {trainer.current_epoch}: {decision['stop_reason']}",
+                      flush=True)
+
+    def _decide(self, value: float, epoch: int) -> Dict[str, Any]:
+        state = self.state_dict()
+        if self.check_finite and not math.isfinite(value):
+            state.update(stopped_epoch=epoch, stop_reason=f"{self.monitor} = {value} is not finite")
+            return state
+        best = state["best_score"]
+        improved = best is None or (value < best - self.min_delta if self.mode == "min"
+                                    else value > best + self.min_delta)
+        if improved:
+            state.update(best_score=value, wait_count=0)
+        else:
+            state["wait_count"] += 1
+            if state["wait_count"] >= max(1, self.patience):
+                state.update(stopped_epoch=epoch, stop_reason=(
+                    f"{self.monitor} did not improve by more than {self.min_delta} for "
+                    f"{state['wait_count']} checks (best {best:.6g})"))
+        return state

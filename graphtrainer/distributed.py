@@ -1,0 +1,212 @@
+"""Rank discovery, the process group, and the few collectives the framework uses.
+
+Every collective here "must be called on all processes" of the group, in the same
+order; each is a no-op (returning its input) when no process group is initialised,
+so single-process runs share the same code path.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import socket
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import torch
+import torch.distributed as dist
+
+#: How long a collective may wait before the group reports an error (a stuck peer).
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in the job."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    source: str = "single"  # "single", "launcher", "torchrun" or "slurm"
+
+
+def _int_env(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError as err:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+
+
+def _first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list such as ``node[03-05,09],gpu1`` (no scontrol needed)."""
+    first = nodelist.split(",")[0]
+    if "[" not in first:
+        return first
+    prefix, rest = first.split("[", 1)
+    start = rest.split(",")[0].split("-")[0].rstrip("]")
+    return prefix + start
+
+
+def detect_external_launch() -> Optional[RankInfo]:
+    """Rank layout set by torchrun or Slurm, or ``None`` when nothing started us.
+
+    torchrun sets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
+    Slurm's ``srun`` sets ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A Slurm job
+    with one task (``python train.py`` inside ``sbatch``) is not an external launch: the
+    trainer then launches its own ranks as usual.
+    """
+    rank, world = _int_env("RANK"), _int_env("WORLD_SIZE")
+    if rank is not None and world is not None:
+        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            raise RuntimeError(
+                "RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not: start the "
+                "script with torchrun, or export MASTER_ADDR and MASTER_PORT on every rank."
+            )
+        return RankInfo(
+            rank=rank,
+            local_rank=_int_env("LOCAL_RANK") or 0,
+            world_size=world,
+            master_addr=os.environ["MASTER_ADDR"],
+            master_port=int(os.environ["MASTER_PORT"]),
+            source="torchrun",
+        )
+    ntasks = _int_env("SLURM_NTASKS")
+    procid = _int_env("SLURM_PROCID")
+    if ntasks is not None and procid is not None and ntasks > 1:
+        addr = os.environ.get("MASTER_ADDR") or _first_slurm_host(
+            os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_NODELIST", "127.0.0.1")
+        )
+        port = _int_env("MASTER_PORT")
+        if port is None:
+            # Same on every task of the job, different between concurrent jobs.
+            port = 15000 + (_int_env("SLURM_JOB_ID") or 0) % 20000
+        return RankInfo(
+            rank=procid,
+            local_rank=_int_env("SLURM_LOCALID") or 0,
+            world_size=ntasks,
+            master_addr=addr,
+            master_port=port,
+            source="slurm",
+        )
+    return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
+    """Join the group described by ``info`` (no-op for a world of one)."""
+    if info.world_size <= 1 or dist.is_initialized():
+        return
+    url = f"tcp://{info.master_addr}:{info.master_port}"
+    dist.init_process_group(
+        backend=backend, init_method=url, rank=info.rank, world_size=info.world_size, timeout=timeout
+    )
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def _collective_device() -> torch.device:
+    """nccl reduces only CUDA tensors; gloo only CPU ones."""
+    if is_distributed() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def barrier() -> None:
+    """Wait for every rank. Must be called on all processes."""
+    if is_distributed():
+        if dist.get_backend() == "nccl":
+            dist.barrier(device_ids=[torch.cuda.current_device()])
+        else:
+            dist.barrier()
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """Element-wise sum over ranks, returned on the input's device. Must be called on all processes."""
+    if not is_distributed():
+        return values
+    buf = values.to(_collective_device())
+    dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+    return buf.to(values.device)
+
+
+def all_reduce_max(values: torch.Tensor) -> torch.Tensor:
+    """Element-wise max over ranks. Must be called on all processes."""
+    if not is_distributed():
+        return values
+    buf = values.to(_collective_device())
+    dist.all_reduce(buf, op=dist.ReduceOp.MAX)
+    return buf.to(values.device)
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank. Must be called on all processes."""
+    if not is_distributed():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, device=_collective_device())
+    return box[0]
+
+
+def all_gather_object(obj: Any) -> List[Any]:
+    """Every rank's ``obj``, in rank order. Must be called on all processes."""
+    if not is_distributed():
+        return [obj]
+    # gather_object on nccl needs the current device set, which the trainer does.
+    payload = pickle.dumps(obj)
+    sizes = all_gather_tensor(torch.tensor([len(payload)], dtype=torch.long))
+    data = torch.frombuffer(bytearray(payload), dtype=torch.uint8) if payload else torch.empty(0, dtype=torch.uint8)
+    gathered = all_gather_tensor(data)
+    out, offset = [], 0
+    for size in sizes.tolist():
+        out.append(pickle.loads(gathered[offset : offset + size].numpy().tobytes()))
+        offset += size
+    return out
+
+
+def all_gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` along dim 0, in rank order.
+
+    Ranks may hold different lengths along dim 0 (other dims must agree). Must be
+    called on all processes.
+    """
+    if not is_distributed():
+        return tensor
+    device = _collective_device()
+    world = dist.get_world_size()
+    local = tensor.detach().to(device).contiguous()
+    length = torch.tensor([local.shape[0]], dtype=torch.long, device=device)
+    lengths = [torch.zeros_like(length) for _ in range(world)]
+    dist.all_gather(lengths, length)
+    sizes = [int(n.item()) for n in lengths]
+    longest = max(sizes)
+    padded = torch.zeros((longest,) + tuple(local.shape[1:]), dtype=local.dtype, device=device)
+    padded[: local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(tensor.device)

@@ -1,0 +1,261 @@
+"""Start one process per rank, watch them, and bring back rank 0's result.
+
+The parent never blocks on a queue alone: it waits on every child's result pipe and
+process sentinel together, so a rank that dies without a word (SIGKILL, a C++ abort)
+is noticed at once. On the first failure the other ranks are ended (SIGTERM, then
+SIGKILL) and one :class:`RankFailedError` names the failing rank and carries its
+traceback.
+"""
+from __future__ import annotations
+
+import ast
+import ctypes
+import inspect
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+# Registers torch's shared-memory reductions for tensors sent to spawned children.
+import torch.multiprocessing  # noqa: F401
+
+from .distributed import RankInfo
+
+#: Seconds a rank gets to exit after SIGTERM before it is killed.
+TERMINATE_GRACE_S = 3.0
+
+
+class RankFailedError(RuntimeError):
+    """A rank raised, or died. ``rank``, ``error_type``, ``message`` and ``remote_traceback`` say how."""
+
+    def __init__(self, rank: int, error_type: str, message: str, remote_traceback: str = ""):
+        self.rank = rank
+        self.error_type = error_type
+        self.message = message
+        self.remote_traceback = remote_traceback
+        text = f"rank {rank} failed: {error_type}: {message}"
+        if remote_traceback:
+            text += f"\n\n--- traceback from rank {rank} ---\n{remote_traceback.rstrip()}"
+        super().__init__(text)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent exits, so no rank is orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _child_entry(
+    rank: int,
+    world_size: int,
+    port: int,
+    conn: Any,
+    target: Callable[..., Any],
+    args: Sequence[Any],
+    threads: int,
+) -> None:
+    _die_with_parent()
+    info = RankInfo(rank=rank, local_rank=rank, world_size=world_size,
+                    master_addr="127.0.0.1", master_port=port, source="launcher")
+    outcome: Dict[str, Any] = {}
+
+    def run() -> None:
+        # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
+        # parent's OpenMP thread pool hangs at its first parallel region (DESIGN fact 2).
+        try:
+            set_threads(threads)
+            result = target(info, *args)
+            _send(conn, ("ok", rank, result if rank == 0 else None, time.monotonic()))
+        except BaseException as err:  # noqa: BLE001 - everything is reported to the parent
+            outcome["failed"] = True
+            try:
+                _send(conn, ("error", rank, (type(err).__name__, str(err), traceback.format_exc()),
+                             time.monotonic()))
+            except Exception:  # noqa: BLE001 - the pipe itself may be gone
+                pass
+
+    worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
+    worker.start()
+    worker.join()
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if outcome.get("failed"):
+        os._exit(1)
+
+
+def _send(conn: Any, message: tuple) -> None:
+    # Plain pickle, not multiprocessing's: that one passes tensors as shared-memory file
+    # descriptors, which vanish when this process exits right after sending.
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def set_threads(threads: int) -> None:
+    """Intra-op threads for torch and DGL in the calling thread's process."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if "dgl" in sys.modules:
+        sys.modules["dgl"].utils.set_num_threads(threads)
+
+
+def check_main_guard() -> None:
+    """Refuse spawn when the script calls the trainer at module level.
+
+    Spawned ranks re-import the main script; without ``if __name__ == "__main__":``
+    each of them would start training again.
+    """
+    import __main__
+
+    path = getattr(__main__, "__file__", None)
+    if not path or not os.path.exists(path):
+        return
+    lineno = None
+    for frame_info in inspect.stack(context=0):
+        if frame_info.frame.f_globals is __main__.__dict__ and frame_info.function == "<module>":
+            lineno = frame_info.lineno
+            break
+    if lineno is None:
+        return
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    except (OSError, SyntaxError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_main_test(node.test):
+            end = max(getattr(n, "end_lineno", n.lineno) for n in node.body)
+            if node.body[0].lineno <= lineno <= end:
+                return
+    raise RuntimeError(
+        f"launcher='spawn' re-imports {path} in every rank, which would start training again "
+        f"there (line {lineno}). Put the code that builds the trainer and calls fit under "
+        "`if __name__ == \"__main__\":`, or use launcher='fork'."
+    )
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not isinstance(test, ast.Compare) or len(test.comparators) != 1:
+        return False
+    names = [test.left, test.comparators[0]]
+    has_name = any(isinstance(n, ast.Name) and n.id == "__name__" for n in names)
+    has_main = any(isinstance(n, ast.Constant) and n.value == "__main__" for n in names)
+    return has_name and has_main
+
+
+def launch(
+    target: Callable[..., Any],
+    args: Sequence[Any],
+    world_size: int,
+    method: str,
+    threads_per_proc: int,
+    port: int,
+) -> Any:
+    """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
+
+    Raises :class:`RankFailedError` for the first rank that fails; no child outlives the call.
+    """
+    ctx = mp.get_context(method)
+    procs: List[mp.process.BaseProcess] = []
+    conns: Dict[int, Any] = {}
+    succeeded = False
+    try:
+        for rank in range(world_size):
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_child_entry,
+                args=(rank, world_size, port, send, target, args, threads_per_proc),
+                name=f"graphtrainer-rank{rank}",
+                daemon=False,
+            )
+            proc.start()
+            send.close()
+            procs.append(proc)
+            conns[rank] = recv
+        result = _watch(procs, conns, method)
+        succeeded = True
+        return result
+    finally:
+        # After success the ranks are only tearing down: give them time to exit.
+        _end_all(procs, wait_s=30.0 if succeeded else 0.0)
+        for conn in conns.values():
+            conn.close()
+
+
+def _watch(procs: List[Any], conns: Dict[int, Any], method: str) -> Any:
+    results: Dict[int, Any] = {}
+    failures: List[tuple] = []  # (time, RankFailedError)
+    open_conns = dict(conns)
+    while len(results) < len(procs) and not failures:
+        waitables = list(open_conns.values()) + [p.sentinel for r, p in enumerate(procs) if r not in results]
+        for ready in wait(waitables, timeout=1.0):
+            rank = next((r for r, c in open_conns.items() if c is ready), None)
+            if rank is not None:
+                _receive(rank, open_conns, results, failures)
+        for rank, proc in enumerate(procs):
+            if rank in results or proc.exitcode is None:
+                continue
+            # The process ended: read whatever it managed to send before concluding.
+            while rank in open_conns and open_conns[rank].poll():
+                _receive(rank, open_conns, results, failures)
+            if rank not in results and not any(f[1].rank == rank for f in failures):
+                failures.append((time.monotonic(), _died(rank, proc.exitcode, method)))
+    if failures:
+        # Once one rank fails its peers often fail too (a closed connection): the
+        # earliest report is the cause.
+        failures.sort(key=lambda f: f[0])
+        raise failures[0][1]
+    return results[0]
+
+
+def _receive(rank: int, open_conns: Dict[int, Any], results: Dict[int, Any], failures: List[tuple]) -> None:
+    try:
+        kind, _, payload, stamp = pickle.loads(open_conns[rank].recv_bytes())
+    except (EOFError, OSError):
+        open_conns.pop(rank).close()
+        return
+    if kind == "ok":
+        results[rank] = payload
+    else:
+        err_type, message, tb = payload
+        failures.append((stamp, RankFailedError(rank, err_type, message, tb)))
+
+
+def _died(rank: int, exitcode: int, method: str) -> RankFailedError:
+    if exitcode < 0:
+        how = f"killed by signal {signal.Signals(-exitcode).name}"
+    else:
+        how = f"exited with code {exitcode} before reporting a result"
+    hint = ""
+    if method == "spawn":
+        hint = (" With launcher='spawn' a rank that dies at start often could not import the "
+                "script: check that it guards its entry point with `if __name__ == \"__main__\":`"
+                " and that the task's class is importable.")
+    return RankFailedError(rank, "ProcessDied", how + "." + hint)
+
+
+def _end_all(procs: List[Any], wait_s: float) -> None:
+    """Give children ``wait_s`` to exit, terminate the rest, then reap all of them."""
+    deadline = time.monotonic() + wait_s
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.terminate()
+    deadline = time.monotonic() + TERMINATE_GRACE_S
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join(timeout=5.0)

@@ -1,0 +1,335 @@
+"""What each rank runs: process group, model and DDP, the fit and evaluation loops.
+
+All control decisions that could differ between ranks (stop training, which checkpoint
+is best) are reduced or broadcast, so every rank runs the same number of epochs and
+reaches every collective.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import distributed as gdist
+from .checkpoint import load_checkpoint, restore_training_state, seed_epoch
+from .metrics import infer_batch_size
+from .optim import parse_optimizers, step_schedulers
+
+STAGES = ("fit", "validate", "test", "predict")
+
+
+def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> Dict[str, Any]:
+    """Entry point of one rank for ``stage``; returns what the caller needs (from rank 0)."""
+    device, backend = trainer._device_and_backend(info)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before any other CUDA work, so nccl uses this GPU
+    gdist.init_process_group(info, backend)
+    trainer._attach(info, device, task, stage)
+    try:
+        _seed_everything(trainer.seed)
+        if stage == "fit":
+            out = _fit(trainer, task, ckpt_path)
+        else:
+            out = _evaluate(trainer, task, stage, ckpt_path)
+    except BaseException as err:
+        for cb in trainer.callbacks:
+            cb.on_exception(trainer, task, err)
+        if trainer.logger is not None:
+            trainer.logger.finalize("failed")
+        raise  # no teardown of the group: peers may be stuck in a collective
+    if trainer.logger is not None:
+        trainer.logger.finalize("success")
+    gdist.destroy_process_group()
+    return out
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _call(trainer: Any, task: Any, hook: str, *args: Any, monitoring: Optional[bool] = None) -> None:
+    """Callbacks' hook, then the task's. ``monitoring`` selects a subset of callbacks and skips the task."""
+    for cb in trainer.callbacks:
+        if monitoring is None or cb.monitoring == monitoring:
+            getattr(cb, hook)(trainer, task, *args)
+    if monitoring is not True:
+        getattr(task, hook)(*args)
+
+
+def _build_model(trainer: Any, task: Any) -> nn.Module:
+    module = task.module
+    if module is None:
+        module = task.configure_model()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{type(task).__name__}.configure_model() returned "
+                            f"{type(module).__name__}: return a torch.nn.Module")
+    elif trainer._launched:
+        # Parameters that travelled to a spawned rank live in shared memory, so every
+        # rank's optimizer would step the same storage (DESIGN fact 8): own a copy.
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            tensor.data = tensor.data.clone()
+    module.to(trainer.device)
+    task.model = module
+    return module
+
+
+def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
+    task.setup("fit")
+    for cb in trainer.callbacks:
+        cb.setup(trainer, task, "fit")
+    module = _build_model(trainer, task)
+    checkpoint = load_checkpoint(trainer._resolve_ckpt(ckpt_path), module) if ckpt_path else None
+
+    ddp: Optional[DDP] = None
+    if gdist.is_distributed():
+        ids = [trainer.device.index] if trainer.device.type == "cuda" else None
+        ddp = DDP(module, device_ids=ids)
+        task.model = ddp
+    optimizers, schedulers = parse_optimizers(task.configure_optimizers())
+    trainer.optimizers, trainer.lr_schedulers = optimizers, schedulers
+    if checkpoint is not None:
+        restore_training_state(trainer, task, checkpoint)
+
+    train_loader = task.train_dataloader()
+    val_loader = _for_evaluation(task.val_dataloader())
+    trainer._has_val_loader = val_loader is not None
+    _call(trainer, task, "on_fit_start")
+    while trainer.current_epoch < trainer.max_epochs and not trainer.should_stop:
+        epoch = trainer.current_epoch
+        trainer._epoch_finished = trainer._validated_this_epoch = False
+        seed_epoch(trainer.seed, trainer.rank, epoch)  # makes epoch-boundary resume exact
+        _set_epoch(train_loader, epoch)
+        _call(trainer, task, "on_train_epoch_start")
+        with (Join([ddp]) if ddp is not None else contextlib.nullcontext()):
+            _train_batches(trainer, task, ddp, train_loader)
+        metrics = task._metrics.reduce()
+        if val_loader is not None and (epoch + 1) % trainer.check_val_every_n_epoch == 0:
+            metrics.update(_eval_epoch(trainer, task, "validation", val_loader, trainer.limit_val_batches)[0])
+            trainer._validated_this_epoch = True
+        trainer.callback_metrics.update(metrics)
+        _call(trainer, task, "on_train_epoch_end", monitoring=False)
+        trainer.callback_metrics.update(task._metrics.reduce())
+        trainer._epoch_finished = True  # checkpoints written now resume at the next epoch
+        _call(trainer, task, "on_train_epoch_end", monitoring=True)
+        step_schedulers(schedulers, "epoch", epoch + 1, trainer.callback_metrics)
+        row = {"epoch": epoch, "step": trainer.global_step, **{k: trainer.callback_metrics[k]
+               for k in sorted(trainer.callback_metrics)}}
+        trainer.history.append(row)
+        if trainer.logger is not None and trainer.rank == 0:
+            trainer.logger.log_metrics(row, step=trainer.global_step)
+        trainer.current_epoch = epoch + 1
+        trainer._epoch_finished = False
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+        # One rank wanting to stop stops all, at the same epoch.
+        flag = torch.tensor([1.0 if trainer.should_stop else 0.0])
+        trainer.should_stop = bool(gdist.all_reduce_max(flag)[0] > 0)
+        if trainer._after_epoch is not None:
+            trainer._after_epoch(trainer, task)
+    _call(trainer, task, "on_fit_end")
+    task.teardown("fit")
+    for cb in trainer.callbacks:
+        cb.teardown(trainer, task, "fit")
+    task.model = module
+    gdist.barrier()
+    return trainer._result(task, include_state=True)
+
+
+def _set_epoch(loader: Any, epoch: int) -> None:
+    for obj in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        if obj is not None and hasattr(obj, "set_epoch"):
+            obj.set_epoch(epoch)
+            return
+
+
+def _for_evaluation(loader: Any) -> Any:
+    if loader is not None and hasattr(loader, "for_evaluation"):
+        loader.for_evaluation()
+    return loader
+
+
+def _limit(loader: Any, limit: Optional[float]) -> Optional[int]:
+    """Batches to run: ``limit`` as a count (int) or a fraction (float) of ``len(loader)``."""
+    if limit is None:
+        return None
+    if isinstance(limit, float) and limit <= 1.0:
+        try:
+            return int(math.floor(len(loader) * limit))
+        except TypeError:
+            raise ValueError("a fractional batch limit needs a loader with len()") from None
+    return int(limit)
+
+
+def _with_last(iterable: Iterable[Any], limit: Optional[int]) -> Iterator[Tuple[int, Any, bool]]:
+    """``(index, item, is_last)`` so accumulation can step on the final batch."""
+    if limit is not None and limit <= 0:
+        return
+    it = iter(iterable)
+    try:
+        current = next(it)
+    except StopIteration:
+        return
+    idx = 0
+    while True:
+        if limit is not None and idx + 1 >= limit:
+            yield idx, current, True
+            return
+        try:
+            nxt = next(it)
+        except StopIteration:
+            yield idx, current, True
+            return
+        yield idx, current, False
+        current, idx = nxt, idx + 1
+
+
+def _loss_of(task: Any, out: Any) -> torch.Tensor:
+    loss = out.get("loss") if isinstance(out, dict) else out
+    name = f"{type(task).__name__}.training_step"
+    if loss is None:
+        raise ValueError(f"{name} returned {'a dict without a loss' if isinstance(out, dict) else 'None'}: "
+                         "return the loss tensor, or a dict with key 'loss'")
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise ValueError(f"{name} must return a scalar loss tensor, got {type(loss).__name__}")
+    if not loss.requires_grad:
+        raise ValueError(f"{name} returned a loss that does not require grad (computed under no_grad, "
+                         "or detached?)")
+    return loss
+
+
+def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> None:
+    limit = _limit(loader, trainer.limit_train_batches)
+    try:
+        n = len(loader)
+        trainer.num_training_batches = n if limit is None else min(n, limit)
+    except TypeError:
+        trainer.num_training_batches = limit
+    module = task.module
+    acc = trainer.accumulate_grad_batches
+    micro = 0
+    for batch_idx, batch, is_last in _with_last(loader, limit):
+        batch = task.transfer_batch_to_device(batch, trainer.device)
+        task._batch_size = infer_batch_size(batch)
+        micro += 1
+        stepping = micro % acc == 0 or is_last
+        sync = ddp.no_sync() if (ddp is not None and not stepping) else contextlib.nullcontext()
+        with sync:
+            out = task.training_step(batch, batch_idx)
+            loss = _loss_of(task, out)
+            (loss / acc if acc > 1 else loss).backward()
+        if stepping:
+            micro = 0
+            if trainer.gradient_clip_val:
+                nn.utils.clip_grad_norm_(module.parameters(), trainer.gradient_clip_val)
+            for opt in trainer.optimizers:
+                opt.step()
+            for opt in trainer.optimizers:
+                opt.zero_grad(set_to_none=True)
+            trainer.global_step += 1
+            step_schedulers(trainer.lr_schedulers, "step", trainer.global_step, {})
+        trainer.last_loss = loss.detach()
+        _call(trainer, task, "on_train_batch_end", out, batch, batch_idx)
+        if trainer.logger is not None and trainer.rank == 0 and stepping \
+                and trainer.global_step % trainer.log_every_n_steps == 0:
+            step_row = {f"{k}_step": float(v) for k, v in task._metrics.last.items()}
+            step_row.update({"epoch": trainer.current_epoch, "step": trainer.global_step})
+            trainer.logger.log_metrics(step_row, step=trainer.global_step)
+        if 0 < trainer.max_steps <= trainer.global_step:
+            break
+    task._batch_size = None
+
+
+def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
+                limit: Optional[float]) -> Tuple[Dict[str, float], List[Any]]:
+    """Run ``{stage}_step`` over ``loader`` on the plain model; reduce exactly. Collective."""
+    hook = {"validation": "validation", "test": "test", "predict": "predict"}[stage]
+    module = task.module
+    was_training = module.training
+    wrapped = task.model
+    task.model = module  # no DDP: its forward may broadcast buffers, which uneven ranks would hang on
+    module.eval()
+    outputs: List[Any] = []
+    try:
+        _call(trainer, task, f"on_{hook}_epoch_start")
+        step = getattr(task, f"{hook}_step")
+        with torch.no_grad():
+            for batch_idx, batch, _ in _with_last(loader, _limit(loader, limit)):
+                batch = task.transfer_batch_to_device(batch, trainer.device)
+                task._batch_size = infer_batch_size(batch)
+                out = step(batch, batch_idx)
+                if stage == "predict":
+                    outputs.append(out)
+        task._batch_size = None
+        _call(trainer, task, f"on_{hook}_epoch_end")
+        metrics = task._metrics.reduce()
+    finally:
+        task.model = wrapped
+        module.train(was_training)
+    return metrics, outputs
+
+
+def _evaluate(trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> Dict[str, Any]:
+    task.setup(stage)
+    for cb in trainer.callbacks:
+        cb.setup(trainer, task, stage)
+    module = _build_model(trainer, task)
+    if ckpt_path:
+        load_checkpoint(trainer._resolve_ckpt(ckpt_path), module)
+    getter = {"validate": task.val_dataloader, "test": task.test_dataloader, "predict": task.predict_dataloader}[stage]
+    loader = _for_evaluation(getter())
+    if loader is None:
+        raise ValueError(f"Trainer.{stage} needs {type(task).__name__}."
+                         f"{getter.__name__}() to return a loader; it returned None")
+    hook = {"validate": "validation", "test": "test", "predict": "predict"}[stage]
+    limit = {"validate": trainer.limit_val_batches, "test": trainer.limit_test_batches,
+             "predict": None}[stage]
+    metrics, outputs = _eval_epoch(trainer, task, hook, loader, limit)
+    trainer.callback_metrics.update(metrics)
+    result = trainer._result(task, include_state=False)
+    result["metrics"] = metrics
+    if stage == "predict":
+        result["predictions"] = _gather_predictions(loader, outputs, trainer.device)
+    task.teardown(stage)
+    for cb in trainer.callbacks:
+        cb.teardown(trainer, task, stage)
+    gdist.barrier()
+    return result
+
+
+def _gather_predictions(loader: Any, outputs: List[Any], device: torch.device) -> torch.Tensor:
+    """One row per id, in the order the loader was given the ids. Collective."""
+    if outputs:
+        if not all(isinstance(o, torch.Tensor) for o in outputs):
+            raise ValueError("predict_step must return a tensor with one row per seed node")
+        local = torch.cat([o.detach() for o in outputs])
+    else:
+        local = None
+    # Ranks with no batch still take part; they need the row shape, so share it first.
+    shapes = gdist.all_gather_object(None if local is None else (tuple(local.shape[1:]), str(local.dtype)))
+    known = next((s for s in shapes if s is not None), None)
+    if known is None:
+        return torch.empty(0)
+    if local is None:
+        local = torch.empty((0,) + known[0], dtype=getattr(torch, known[1].split(".")[-1]), device=device)
+    gathered = gdist.all_gather_tensor(local).cpu()
+    ids = getattr(loader, "ids", None)
+    world = gdist.get_world_size()
+    if ids is None or world == 1:
+        return gathered
+    n = ids.numel()
+    if gathered.shape[0] != n:
+        raise ValueError(f"predict_step returned {gathered.shape[0]} rows for {n} ids: return one row per seed")
+    # NodeLoader's evaluation split gives rank r the positions r, r + world, ...
+    positions = torch.cat([torch.arange(n)[r::world] for r in range(world)])
+    ordered = torch.empty_like(gathered)
+    ordered[positions] = gathered
+    return ordered

@@ -1,0 +1,105 @@
+"""Exact metric reduction across ranks.
+
+``self.log(name, value, batch_size=n)`` adds ``value * n`` and ``n`` to local float64
+sums, on the value's device so training never waits on the host. At the end of a phase
+(after leaving ``Join``) :meth:`MetricStore.reduce` sums both over ranks: the result is
+the weighted mean over every sample of every rank, never a mean of per-rank means.
+
+Metrics that are not means (ROC-AUC, F1) need every prediction: gather them with
+:func:`gather` and compute them with scikit-learn, e.g. :func:`roc_auc`.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from . import distributed as gdist
+
+
+class MetricStore:
+    """Local sums of logged values for the current phase, plus the latest step values."""
+
+    def __init__(self) -> None:
+        self._sums: Dict[str, Tuple[torch.Tensor, float]] = {}
+        self.prog_bar: set = set()
+        self.last: Dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, value: torch.Tensor | float, weight: float, prog_bar: bool = False) -> None:
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(float(value), dtype=torch.float64)
+        value = value.detach()
+        if value.numel() != 1:
+            raise ValueError(f"self.log({name!r}): value must be a scalar, got shape {tuple(value.shape)}")
+        value = value.reshape(()).to(torch.float64)
+        total, n = self._sums.get(name, (torch.zeros((), dtype=torch.float64, device=value.device), 0.0))
+        self._sums[name] = (total + value * weight, n + weight)
+        self.last[name] = value
+        if prog_bar:
+            self.prog_bar.add(name)
+
+    def names(self) -> List[str]:
+        return sorted(self._sums)
+
+    def reduce(self) -> Dict[str, float]:
+        """Exact weighted means over all ranks; clears the sums. Must be called on all processes."""
+        local = sorted(self._sums)
+        names = sorted(set().union(*gdist.all_gather_object(local))) if gdist.is_distributed() else local
+        if not names:
+            return {}
+        buf = torch.zeros(2 * len(names), dtype=torch.float64)
+        for i, name in enumerate(names):
+            if name in self._sums:
+                total, n = self._sums[name]
+                buf[i] = total.cpu()
+                buf[len(names) + i] = n
+        buf = gdist.all_reduce_sum(buf)
+        self._sums.clear()
+        out: Dict[str, float] = {}
+        for i, name in enumerate(names):
+            n = float(buf[len(names) + i])
+            out[name] = float(buf[i]) / n if n > 0 else float("nan")
+        return out
+
+    def clear(self) -> None:
+        self._sums.clear()
+        self.last.clear()
+
+
+def gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's rows concatenated in rank order (lengths may differ).
+
+    Must be called on all processes, outside ``training_step`` (inside ``Join`` only
+    DDP's own all-reduce may run): e.g. in ``on_validation_epoch_end``.
+    """
+    return gdist.all_gather_tensor(tensor)
+
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """ROC-AUC of binary ``labels`` given positive-class ``scores`` (scikit-learn)."""
+    from sklearn.metrics import roc_auc_score
+
+    labels = labels.detach().cpu().numpy()
+    if len(set(labels.tolist())) < 2:
+        return float("nan")
+    return float(roc_auc_score(labels, scores.detach().float().cpu().numpy()))
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Fraction of rows whose arg-max equals the label, as a 0-d tensor (no host sync)."""
+    if labels.numel() == 0:
+        return torch.zeros((), device=logits.device)
+    return (logits.argmax(dim=-1) == labels).float().mean()
+
+
+def infer_batch_size(batch: object) -> Optional[int]:
+    """Seeds in a DGL ``(input_nodes, output_nodes, blocks)`` batch, rows of a tensor, or None."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, (tuple, list)) and batch:
+        if len(batch) == 3 and isinstance(batch[1], torch.Tensor):
+            return int(batch[1].shape[0])
+        return infer_batch_size(batch[0])
+    if isinstance(batch, dict) and batch:
+        return infer_batch_size(next(iter(batch.values())))
+    return None

@@ -1,0 +1,66 @@
+"""Checks and preparation done in the launching process, before any rank starts."""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+from .sampling import find_graphs, prepare_graph
+
+_REQUIRED = {
+    "fit": ("training_step", "train_dataloader", "configure_optimizers"),
+    "validate": ("validation_step", "val_dataloader"),
+    "test": ("test_step", "test_dataloader"),
+    "predict": ("predict_step", "predict_dataloader"),
+}
+
+
+def check_task(task: Any, stage: str) -> None:
+    """Fail early, naming the hook, when ``task`` cannot run ``stage``."""
+    from .task import GraphTask
+
+    if not isinstance(task, GraphTask):
+        raise TypeError(f"Trainer expects a GraphTask, got {type(task).__name__}")
+    if not hasattr(task, "_metrics"):
+        raise TypeError(f"{type(task).__name__}.__init__ must call super().__init__()")
+    for hook in _REQUIRED[stage]:
+        if getattr(type(task), hook) is getattr(GraphTask, hook):
+            raise NotImplementedError(f"{type(task).__name__} does not override {hook}(), which "
+                                      f"Trainer.{stage} needs")
+    if task.module is None and type(task).configure_model is GraphTask.configure_model:
+        raise NotImplementedError(f"{type(task).__name__} has no model: override configure_model() "
+                                  "or assign self.model in __init__")
+
+
+def prepare_run_dir(root: Path) -> Path:
+    """Create and return ``root/version_<n>`` with the next free ``n``; clear error if unwritable."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(root))
+        taken = [int(p.name.split("_", 1)[1]) for p in root.glob("version_*")
+                 if p.name.split("_", 1)[1].isdigit()]
+        n = max(taken, default=-1) + 1
+        while True:
+            path = root / f"version_{n}"
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                n += 1
+    except OSError as err:
+        raise PermissionError(f"default_root_dir {root} cannot be written ({err.strerror or err}): "
+                              "pass Trainer(default_root_dir=...) a writable directory") from err
+
+
+def prepare_graphs(task: Any, method: str) -> None:
+    """Build every sparse format of the task's graphs once, before ranks start.
+
+    With fork the children then share them copy-on-write instead of each building its
+    own; with spawn, pickling through torch's multiprocessing reductions puts the
+    structure and every node/edge tensor in shared memory once, and ranks attach to it.
+    """
+    for graph in find_graphs(task):
+        prepare_graph(graph)

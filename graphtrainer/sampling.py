@@ -1,0 +1,212 @@
+"""Splitting seed ids between ranks, and DGL block-sampling loaders built on that split.
+
+DGL 2.1's ``DataLoader(use_ddp=True)`` gives each rank the same contiguous slice every
+epoch, ignores ``ddp_seed`` and has no ``set_epoch``. :func:`shard_ids` replaces it: one
+global permutation per epoch from ``(seed, epoch)``, identical on every rank, then a
+strided split, so every id is seen once per epoch across the job.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, List, Optional, Sequence, Union
+
+import torch
+
+from . import distributed as gdist
+
+EVEN_MODES = ("pad", "drop", "none")
+
+
+def shard_ids(
+    ids: torch.Tensor,
+    rank: int,
+    world_size: int,
+    *,
+    epoch: int = 0,
+    seed: int = 0,
+    shuffle: bool = True,
+    even: str = "pad",
+) -> torch.Tensor:
+    """This rank's share of ``ids`` for one epoch.
+
+    ``even`` says how shares are made equal in length:
+
+    - ``"pad"``: repeat ids from the start of the permutation until every rank has
+      ``ceil(n / world_size)``; no rank holds the same id twice.
+    - ``"drop"``: drop the last ``n % world_size`` ids of the permutation.
+    - ``"none"``: no padding, no dropping; shares differ in length by at most one and
+      every id appears on exactly one rank (use this for evaluation).
+    """
+    if even not in EVEN_MODES:
+        raise ValueError(f"even={even!r}: choose one of {EVEN_MODES}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside a world of {world_size}")
+    n = ids.numel()
+    if shuffle:
+        gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
+        order = ids[torch.randperm(n, generator=gen)]
+    else:
+        order = ids
+    if even == "pad" and n > 0:
+        total = math.ceil(n / world_size) * world_size
+        reps = math.ceil(total / n)
+        order = order.repeat(reps)[:total]
+    elif even == "drop":
+        order = order[: (n // world_size) * world_size]
+    return order[rank::world_size]
+
+
+def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Tensor:
+    """``ids`` as a 1-D int64 tensor of node ids, or a ``ValueError`` saying what is wrong.
+
+    Boolean masks are turned into ids. DGL aborts the whole process from C++ on an
+    out-of-range seed, so this check must run before any sampling.
+    """
+    if not isinstance(ids, torch.Tensor):
+        try:
+            ids = torch.as_tensor(ids)
+        except Exception as err:  # noqa: BLE001
+            raise ValueError(f"{what}: expected a tensor of node ids, got {type(ids).__name__}") from err
+    if ids.dtype == torch.bool:
+        if ids.numel() != num_nodes:
+            raise ValueError(f"{what}: a boolean mask must have one entry per node "
+                             f"({num_nodes}), got {ids.numel()}")
+        ids = ids.nonzero(as_tuple=True)[0]
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{what}: dtype {ids.dtype} is not an integer id type; pass int64 node "
+                         "ids (e.g. mask.nonzero().squeeze(1)) or a boolean mask")
+    if ids.dim() != 1:
+        raise ValueError(f"{what}: expected a 1-D tensor of node ids, got shape {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError(f"{what}: the id set is empty")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= num_nodes:
+        raise ValueError(f"{what}: ids must lie in [0, {num_nodes}) for this graph, found "
+                         f"min {lo} and max {hi}")
+    return ids.to(torch.int64)
+
+
+class NodeLoader:
+    """Minibatches of DGL blocks over this rank's share of seed nodes.
+
+    Lazy and rank-agnostic until iterated: it reads rank and world size from the
+    process group at ``__iter__`` (single process when there is none), so it can be
+    built in the launching process and travel to the ranks. The trainer calls
+    :meth:`set_epoch` before each epoch, and :meth:`for_evaluation` for validation,
+    test and predict loaders, where every id must be seen exactly once.
+
+    Yields DGL's ``(input_nodes, output_nodes, blocks)``.
+    """
+
+    def __init__(
+        self,
+        graph: Any,
+        ids: Any,
+        sampler: Any,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        even: Optional[str] = None,
+        seed: int = 0,
+        **dataloader_kwargs: Any,
+    ):
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.graph = graph
+        self.ids = check_seed_ids(ids, graph.num_nodes())
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.even = even if even is not None else ("drop" if drop_last else "pad")
+        if self.even not in EVEN_MODES:
+            raise ValueError(f"even={self.even!r}: choose one of {EVEN_MODES}")
+        self.seed = seed
+        self.epoch = 0
+        self.dataloader_kwargs = dataloader_kwargs
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose permutation the next iteration uses."""
+        self.epoch = int(epoch)
+
+    def for_evaluation(self) -> "NodeLoader":
+        """Each id exactly once across ranks, in the given order, nothing dropped."""
+        self.shuffle, self.drop_last, self.even = False, False, "none"
+        return self
+
+    def local_ids(self) -> torch.Tensor:
+        """The ids this rank iterates this epoch, in order."""
+        rank, world = gdist.get_rank(), gdist.get_world_size()
+        share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
+                          shuffle=self.shuffle, even=self.even)
+        if share.numel() == 0 and self.even == "drop":
+            raise ValueError(
+                f"{self.ids.numel()} seed ids cannot be split between {world} ranks with "
+                "drop_last=True: every rank would get none. Use drop_last=False (pads with "
+                "repeats) or fewer ranks."
+            )
+        return share
+
+    def __len__(self) -> int:
+        n = self.local_ids().numel()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        import dgl
+
+        share = self.local_ids()
+        if share.numel() == 0:
+            return iter(())
+        loader = dgl.dataloading.DataLoader(
+            self.graph, share, self.sampler, batch_size=self.batch_size,
+            shuffle=False, drop_last=self.drop_last, num_workers=0, **self.dataloader_kwargs,
+        )
+        return iter(loader)
+
+
+def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
+    """A ``NeighborSampler`` that also gathers ``feat`` for input nodes and ``label`` for seeds.
+
+    A fanout of -1 takes every neighbour.
+    """
+    import dgl
+
+    feats = [feat_key] if feat_key in graph.ndata else None
+    labels = [label_key] if label_key in graph.ndata else None
+    return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
+
+
+def prepare_graph(graph: Any) -> Any:
+    """Build every sparse format once, so forked ranks share them instead of each building its own."""
+    graph.create_formats_()
+    return graph
+
+
+def find_graphs(obj: Any) -> List[Any]:
+    """DGL graphs held by ``obj``'s attributes (one level, and inside lists, tuples and dicts)."""
+    try:
+        import dgl
+    except ImportError:
+        return []
+    found: List[Any] = []
+
+    def visit(value: Any, depth: int) -> None:
+        if isinstance(value, dgl.DGLGraph):
+            if all(value is not g for g in found):
+                found.append(value)
+        elif isinstance(value, NodeLoader):
+            visit(value.graph, depth)
+        elif depth > 0 and isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item, depth - 1)
+        elif depth > 0 and isinstance(value, dict):
+            for item in value.values():
+                visit(item, depth - 1)
+
+    for value in vars(obj).values():
+        visit(value, 2)
+    return found
+
+
+IdsLike = Union[torch.Tensor, Sequence[int]]

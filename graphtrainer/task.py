@@ -1,0 +1,226 @@
+"""``GraphTask``: where the researcher's code lives. Loops and state belong to the Trainer."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from . import distributed as gdist
+from .metrics import MetricStore, infer_batch_size
+
+
+class GraphTask:
+    """Model, data and steps of one training job; subclass it and override the hooks.
+
+    Required: :meth:`training_step`, :meth:`train_dataloader`, :meth:`configure_optimizers`,
+    and a model, from :meth:`configure_model` or assigned to ``self.model`` in ``__init__``.
+
+    Hook order of ``Trainer.fit``, on every rank. For each ``on_*`` hook, the trainer's
+    callbacks run their hook of the same name first, except that monitoring callbacks
+    (``ModelCheckpoint``, ``EarlyStopping``) run theirs after ``on_train_epoch_end``, so
+    they see what it logs::
+
+        setup("fit")
+        configure_model()            # only when self.model is None; built in each rank
+        configure_optimizers()       # after DDP wraps the model
+        on_fit_start()
+        for each epoch:
+            on_train_epoch_start()
+            for each batch:          # inside torch's Join context (uneven inputs)
+                training_step(batch, batch_idx) -> loss
+                # backward, (clip), optimizer step, step-interval schedulers
+                on_train_batch_end(outputs, batch, batch_idx)
+            # validation, every check_val_every_n_epoch epochs:
+            on_validation_epoch_start()
+            validation_step(batch, batch_idx)   # for each batch, under no_grad, eval mode
+            on_validation_epoch_end()
+            on_train_epoch_end()
+        on_fit_end()
+        teardown("fit")
+
+    ``validate``/``test``/``predict`` run ``setup(stage)``, ``configure_model()`` (when
+    needed), ``on_{stage}_epoch_start()``, ``{stage}_step`` per batch,
+    ``on_{stage}_epoch_end()``, ``teardown(stage)``.
+
+    Inside ``training_step`` ``self.model`` is the ``DistributedDataParallel`` wrapper:
+    call it (not a submodule) so gradients are synchronised. Everywhere else it is the
+    plain model; :attr:`module` is always the plain model.
+    """
+
+    #: The network. Set it in ``__init__`` or return it from :meth:`configure_model`.
+    model: Optional[nn.Module] = None
+
+    def __init__(self) -> None:
+        self.model = None
+        self.hparams: Dict[str, Any] = {}
+        self.trainer: Any = None
+        self.rank: int = 0
+        self.world_size: int = 1
+        self.device: torch.device = torch.device("cpu")
+        self._metrics: MetricStore = MetricStore()
+        self._batch_size: Optional[int] = None
+
+    # ---- what the user provides -------------------------------------------------------
+    def configure_model(self) -> nn.Module:
+        """Build and return the model. Called in each rank, so parameters are never shared."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no model: override configure_model() to return one, "
+            "or assign self.model in __init__"
+        )
+
+    def configure_optimizers(self) -> Any:
+        """An optimizer; or ``(optimizers, schedulers)``; or a dict with ``optimizer`` and
+        ``lr_scheduler`` (a scheduler, or a dict with ``scheduler``, ``interval`` "epoch" or
+        "step", ``frequency`` and, for ReduceLROnPlateau, ``monitor``)."""
+        raise NotImplementedError(f"{type(self).__name__} must override configure_optimizers()")
+
+    def train_dataloader(self) -> Iterable[Any]:
+        """Training batches for this rank: usually :meth:`node_dataloader`."""
+        raise NotImplementedError(f"{type(self).__name__} must override train_dataloader()")
+
+    def val_dataloader(self) -> Optional[Iterable[Any]]:
+        return None
+
+    def test_dataloader(self) -> Optional[Iterable[Any]]:
+        return None
+
+    def predict_dataloader(self) -> Optional[Iterable[Any]]:
+        return None
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Return the loss tensor (or a dict with key ``"loss"``)."""
+        raise NotImplementedError(f"{type(self).__name__} must override training_step(batch, batch_idx)")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        return None
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must override test_step(batch, batch_idx) to use Trainer.test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """One output row per seed node of the batch, in the batch's seed order."""
+        raise NotImplementedError(f"{type(self).__name__} must override predict_step(batch, batch_idx) to use Trainer.predict")
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device) -> Any:
+        """Move tensors and DGL graphs/blocks (anything with ``.to``) in ``batch`` to ``device``."""
+        return move_to_device(batch, device)
+
+    # ---- hooks (no-ops by default) ----------------------------------------------------
+    def setup(self, stage: str) -> None: ...
+    def teardown(self, stage: str) -> None: ...
+    def on_fit_start(self) -> None: ...
+    def on_fit_end(self) -> None: ...
+    def on_train_epoch_start(self) -> None: ...
+    def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_epoch_start(self) -> None: ...
+    def on_validation_epoch_end(self) -> None: ...
+    def on_test_epoch_start(self) -> None: ...
+    def on_test_epoch_end(self) -> None: ...
+    def on_predict_epoch_start(self) -> None: ...
+    def on_predict_epoch_end(self) -> None: ...
+    def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None: ...
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None: ...
+
+    # ---- services ---------------------------------------------------------------------
+    @property
+    def module(self) -> Optional[nn.Module]:
+        """The plain model, never the DDP wrapper (use it for ``state_dict``)."""
+        model = self.model
+        return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+    @property
+    def current_epoch(self) -> int:
+        return self.trainer.current_epoch if self.trainer is not None else 0
+
+    @property
+    def global_step(self) -> int:
+        return self.trainer.global_step if self.trainer is not None else 0
+
+    def log(self, name: str, value: Union[torch.Tensor, float], batch_size: Optional[int] = None,
+            prog_bar: bool = False) -> None:
+        """Record ``value`` for this phase; its epoch value is the exact mean over all ranks,
+        weighted by ``batch_size`` (inferred from a DGL batch when omitted; 1 outside steps).
+
+        Local only: no collective runs here, so it is safe inside ``training_step``.
+        """
+        weight = batch_size if batch_size is not None else (self._batch_size or 1)
+        self._metrics.add(name, value, float(weight), prog_bar=prog_bar)
+
+    def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
+                 prog_bar: bool = False) -> None:
+        for name, value in values.items():
+            self.log(name, value, batch_size=batch_size, prog_bar=prog_bar)
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's rows concatenated in rank order. Must be called on all processes,
+        outside ``training_step`` (e.g. in ``on_validation_epoch_end``)."""
+        return gdist.all_gather_tensor(tensor)
+
+    def save_hyperparameters(self, *names: str) -> None:
+        """Record the caller's ``__init__`` arguments (or just ``names``) in ``self.hparams``.
+
+        Graphs, tensors and modules are skipped: hyper-parameters are saved to YAML and
+        checkpoints, which hold plain values.
+        """
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is None:
+            return
+        args = {k: v for k, v in caller.f_locals.items() if k not in ("self", "__class__")}
+        if names:
+            args = {k: v for k, v in args.items() if k in names}
+        self.hparams.update({k: v for k, v in args.items() if _is_plain(v)})
+
+    def node_dataloader(self, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
+                        drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
+                        **dataloader_kwargs: Any) -> Any:
+        """A :class:`~graphtrainer.sampling.NodeLoader` over this rank's share of ``ids``.
+
+        ``sampler`` is a DGL block sampler, or a list of fanouts for a ``NeighborSampler``
+        that prefetches ``feat`` and ``label``. ``graph`` defaults to ``self.graph``. Each
+        epoch the ids are permuted with ``(seed, epoch)`` identically on every rank, then
+        split evenly (padding with repeats, or dropping with ``drop_last=True``). Used for
+        evaluation, the split is exact: every id once.
+        """
+        from .sampling import NodeLoader, default_sampler
+
+        graph = graph if graph is not None else getattr(self, "graph", None)
+        if graph is None:
+            raise ValueError("node_dataloader needs a graph: pass graph= or set self.graph")
+        if isinstance(sampler, (list, tuple)):
+            sampler = default_sampler(graph, sampler)
+        if seed is None:
+            seed = self.trainer.seed if self.trainer is not None else 0
+        return NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
+                          seed=seed, **dataloader_kwargs)
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """Recursively move ``batch`` to ``device`` (a no-op for objects already there)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to_device(b, device) for b in batch]
+        return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
+    if isinstance(batch, dict):
+        return {k: move_to_device(v, device) for k, v in batch.items()}
+    if hasattr(batch, "to") and hasattr(batch, "device"):
+        return batch if batch.device == device else batch.to(device)
+    return batch
+
+
+Hooks = Sequence[str]
+BatchList = List[Any]
