@@ -29,6 +29,8 @@ from .distributed import RankInfo
 
 #: Seconds a rank gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_S = 3.0
+#: After the first failure, seconds to wait for other reports before naming the cause.
+FAILURE_SETTLE_S = 1.0
 
 
 class RankFailedError(RuntimeError):
@@ -196,26 +198,51 @@ def _watch(procs: List[Any], conns: Dict[int, Any], method: str) -> Any:
     results: Dict[int, Any] = {}
     failures: List[tuple] = []  # (time, RankFailedError)
     open_conns = dict(conns)
-    while len(results) < len(procs) and not failures:
-        waitables = list(open_conns.values()) + [p.sentinel for r, p in enumerate(procs) if r not in results]
-        for ready in wait(waitables, timeout=1.0):
+    deadline = None  # once a rank fails, peers get a moment to report, then we pick the cause
+    while len(results) < len(procs):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        waitables = list(open_conns.values()) + [p.sentinel for r, p in enumerate(procs)
+                                                 if r not in results and p.exitcode is None]
+        if not waitables:
+            break
+        for ready in wait(waitables, timeout=0.2 if deadline else 1.0):
             rank = next((r for r, c in open_conns.items() if c is ready), None)
             if rank is not None:
                 _receive(rank, open_conns, results, failures)
         for rank, proc in enumerate(procs):
-            if rank in results or proc.exitcode is None:
+            if rank in results or proc.exitcode is None or any(f[1].rank == rank for f in failures):
                 continue
             # The process ended: read whatever it managed to send before concluding.
             while rank in open_conns and open_conns[rank].poll():
                 _receive(rank, open_conns, results, failures)
             if rank not in results and not any(f[1].rank == rank for f in failures):
                 failures.append((time.monotonic(), _died(rank, proc.exitcode, method)))
+        if failures and deadline is None:
+            deadline = time.monotonic() + FAILURE_SETTLE_S
     if failures:
-        # Once one rank fails its peers often fail too (a closed connection): the
-        # earliest report is the cause.
-        failures.sort(key=lambda f: f[0])
-        raise failures[0][1]
+        raise min(failures, key=_cause_order)[1]
     return results[0]
+
+
+def _cause_order(failure: tuple) -> tuple:
+    """Which failure caused the others: a rank that died on its own (it cannot report, so
+    its peers' connection errors arrive first), then a real exception, then peers' errors
+    about the lost connection; earliest first within each."""
+    stamp, err = failure
+    if err.error_type == "ProcessDied":
+        kind = 0
+    elif _is_peer_loss(err):
+        kind = 2
+    else:
+        kind = 1
+    return kind, stamp
+
+
+def _is_peer_loss(err: RankFailedError) -> bool:
+    text = f"{err.error_type} {err.message}".lower()
+    return any(mark in text for mark in ("gloo", "nccl", "connection reset", "connection closed",
+                                          "broken pipe", "distbackenderror", "timed out"))
 
 
 def _receive(rank: int, open_conns: Dict[int, Any], results: Dict[int, Any], failures: List[tuple]) -> None:
@@ -237,7 +264,7 @@ def _died(rank: int, exitcode: int, method: str) -> RankFailedError:
     else:
         how = f"exited with code {exitcode} before reporting a result"
     hint = ""
-    if method == "spawn":
+    if method == "spawn" and exitcode > 0:
         hint = (" With launcher='spawn' a rank that dies at start often could not import the "
                 "script: check that it guards its entry point with `if __name__ == \"__main__\":`"
                 " and that the task's class is importable.")

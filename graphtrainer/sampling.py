@@ -8,6 +8,7 @@ strided split, so every id is seen once per epoch across the job.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Iterator, List, Optional, Sequence, Union
 
 import torch
@@ -162,7 +163,10 @@ class NodeLoader:
             self.graph, share, self.sampler, batch_size=self.batch_size,
             shuffle=False, drop_last=self.drop_last, num_workers=0, **self.dataloader_kwargs,
         )
-        return iter(loader)
+        with warnings.catch_warnings():
+            # Advice for worker processes, which this loader does not use.
+            warnings.filterwarnings("ignore", message=".*CPU affinity.*")
+            return iter(loader)
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:

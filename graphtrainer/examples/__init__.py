@@ -1,0 +1,1 @@
+"""Runnable examples; ``python -m graphtrainer.examples.node_classification --help``."""
