@@ -31,6 +31,9 @@ from .distributed import RankInfo
 TERMINATE_GRACE_S = 3.0
 #: After the first failure, seconds to wait for other reports before naming the cause.
 FAILURE_SETTLE_S = 1.0
+#: Ranks finish together (the run ends with a barrier): once one has reported its result,
+#: a rank still silent after this many seconds is hung and is ended.
+FINISH_SKEW_S = 60.0
 
 
 class RankFailedError(RuntimeError):
@@ -199,8 +202,19 @@ def _watch(procs: List[Any], conns: Dict[int, Any], method: str) -> Any:
     failures: List[tuple] = []  # (time, RankFailedError)
     open_conns = dict(conns)
     deadline = None  # once a rank fails, peers get a moment to report, then we pick the cause
+    first_done: Optional[float] = None
     while len(results) < len(procs):
         if deadline is not None and time.monotonic() >= deadline:
+            break
+        if results and first_done is None:
+            first_done = time.monotonic()
+        if first_done is not None and not failures and time.monotonic() - first_done > FINISH_SKEW_S:
+            done = sorted(results)
+            for rank in range(len(procs)):
+                if rank not in results:
+                    failures.append((time.monotonic(), RankFailedError(
+                        rank, "Hang", f"rank {rank} did not finish within {FINISH_SKEW_S:.0f} s after "
+                        f"rank(s) {done} finished; it was stopped")))
             break
         waitables = list(open_conns.values()) + [p.sentinel for r, p in enumerate(procs)
                                                  if r not in results and p.exitcode is None]

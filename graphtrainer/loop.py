@@ -46,7 +46,9 @@ def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_pat
         raise  # no teardown of the group: peers may be stuck in a collective
     if trainer.logger is not None:
         trainer.logger.finalize("success")
-    gdist.destroy_process_group()
+    # The group is not torn down: a launched rank exits right after reporting (closing its
+    # sockets), and tearing down first can block in gloo once a peer has exited; under
+    # torchrun the group stays up for the process's next fit/test call.
     return out
 
 
