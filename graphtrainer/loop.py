@@ -110,6 +110,7 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
         trainer._epoch_finished = trainer._validated_this_epoch = False
         seed_epoch(trainer.seed, trainer.rank, epoch)  # makes epoch-boundary resume exact
         _set_epoch(train_loader, epoch)
+        _count_training_batches(trainer, train_loader)  # known to on_train_epoch_start (progress bar)
         _call(trainer, task, "on_train_epoch_start")
         with (Join([ddp]) if ddp is not None else contextlib.nullcontext()):
             _train_batches(trainer, task, ddp, train_loader)
@@ -120,9 +121,11 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
         trainer.callback_metrics.update(metrics)
         _call(trainer, task, "on_train_epoch_end", monitoring=False)
         trainer.callback_metrics.update(task._metrics.reduce())
+        # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
+        # next epoch uses (an exact resume needs it).
+        step_schedulers(schedulers, "epoch", epoch + 1, trainer.callback_metrics)
         trainer._epoch_finished = True  # checkpoints written now resume at the next epoch
         _call(trainer, task, "on_train_epoch_end", monitoring=True)
-        step_schedulers(schedulers, "epoch", epoch + 1, trainer.callback_metrics)
         row = {"epoch": epoch, "step": trainer.global_step, **{k: trainer.callback_metrics[k]
                for k in sorted(trainer.callback_metrics)}}
         trainer.history.append(row)
@@ -208,13 +211,19 @@ def _loss_of(task: Any, out: Any) -> torch.Tensor:
     return loss
 
 
-def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> None:
+def _count_training_batches(trainer: Any, loader: Any) -> None:
+    """``trainer.num_training_batches`` for this epoch (None when the loader has no len)."""
     limit = _limit(loader, trainer.limit_train_batches)
     try:
         n = len(loader)
         trainer.num_training_batches = n if limit is None else min(n, limit)
     except TypeError:
         trainer.num_training_batches = limit
+
+
+def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> None:
+    limit = _limit(loader, trainer.limit_train_batches)
+    _count_training_batches(trainer, loader)
     module = task.module
     acc = trainer.accumulate_grad_batches
     micro = 0

@@ -134,8 +134,8 @@ class Trainer:
         epoch, :attr:`log_dir` the run directory, and ``task.model`` the trained weights.
         """
         self._reset_run_state()
-        result = self._run(task, "fit", ckpt_path)
-        return self._absorb(task, result) or self
+        self._absorb(task, self._run(task, "fit", ckpt_path))
+        return self
 
     def validate(self, task: Any, ckpt_path: Optional[str] = None) -> Dict[str, float]:
         """Run ``validation_step`` over ``val_dataloader()`` on all ranks; exact reduced metrics."""
@@ -161,6 +161,8 @@ class Trainer:
         from .preflight import check_task, prepare_graphs, prepare_run_dir
 
         check_task(task, stage)
+        if ckpt_path in ("best", "last"):
+            self._resolve_ckpt(ckpt_path)  # a clear ValueError here, not one per launched rank
         external = gdist.detect_external_launch()
         if external is not None:
             if self.device_ids and len(self.device_ids) not in (1, external.world_size):
@@ -255,6 +257,10 @@ class Trainer:
                 raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
                                  "(none is configured): add one, or pass a file path")
             path = ckpts[0].best_model_path if ckpt_path == "best" else ckpts[0].last_model_path
+            if not path and ckpt_path == "last":  # a new trainer: look where its callbacks write
+                found = [c.dirpath / "last.ckpt" for c in ckpts
+                         if c.dirpath is not None and (c.dirpath / "last.ckpt").is_file()]
+                path = str(found[0]) if found else ""
             if not path:
                 raise ValueError(f"ckpt_path={ckpt_path!r}: the ModelCheckpoint has not saved a "
                                  f"{ckpt_path} checkpoint yet (run fit first"

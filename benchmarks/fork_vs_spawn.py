@@ -1,0 +1,312 @@
+"""Fork vs spawn: start-up time, total memory (PSS), per-rank private memory (USS) and
+steady-state throughput of graphtrainer's launchers against a tutorial-style naive spawn.
+
+    bash scripts/env.sh python benchmarks/fork_vs_spawn.py            # full matrix
+    bash scripts/env.sh python benchmarks/fork_vs_spawn.py --tiny     # seconds
+
+Launchers (``--launchers``):
+  gt-fork         Trainer(num_procs=N, launcher="fork"): create_formats_() in the parent,
+                  ranks share the graph copy-on-write.
+  gt-spawn        Trainer(num_procs=N, launcher="spawn"): structure and features moved to
+                  shared memory once, ranks attach.
+  naive-spawn     hand-written tutorial loop; the parent pickle.dumps() the graph and every
+                  spawned child unpickles its own private copy.
+  fork-noformats  gt-fork with graphtrainer.preflight.prepare_graphs patched to a no-op in
+                  the launching process: the parent never builds CSR/CSC, so every rank
+                  builds the formats it samples with privately.
+World size 1 is one in-process run (Trainer(num_procs=1)): the baseline of every ratio.
+
+How each run is measured (each run in a fresh worker process unless --no-isolate):
+  t_fit = time.time() just before fit (naive: before pickle.dumps); every rank writes
+  time.time() when its first step ends. Start-up = the slowest rank's delay.
+  At step --pause-at every rank writes ready_<rank> and waits; a thread in the launching
+  process sees all of them, waits 0.3 s, reads /proc/<pid>/smaps_rollup of itself and all
+  descendants (total PSS, per-process USS), then lets the ranks go. Throughput is the seed
+  nodes of the next --measure-steps steps of all ranks over that window's wall time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+NAME = "fork_vs_spawn"
+LAUNCHERS = ("gt-fork", "gt-spawn", "naive-spawn", "fork-noformats")
+
+
+def parse_args(argv: Any = None) -> Any:
+    p = common.base_parser(NAME, __doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", choices=common.DATASETS, default=list(common.DATASETS))
+    p.add_argument("--sizes", nargs="+", type=common.parse_size, default=None,
+                   help="synthetic sizes NODESxDEGREE (default: 250kx10 1Mx10 2Mx10)")
+    p.add_argument("--feat-dim", type=int, default=64)
+    p.add_argument("--launchers", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS))
+    p.add_argument("--world-sizes", nargs="+", type=int, default=[1, 2, 4])
+    p.add_argument("--fanouts", default="10,10")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=1024, help="synthetic graphs (Tolokers: 256)")
+    p.add_argument("--pause-at", type=int, default=3, help="step at which memory is measured")
+    p.add_argument("--measure-steps", type=int, default=10, help="steps timed for throughput")
+    p.add_argument("--repeats", type=int, default=1, help="passes over the whole (interleaved) matrix")
+    p.add_argument("--no-isolate", action="store_true", help="run every configuration in this process")
+    p.add_argument("--worker", help=argparse_hidden())
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.sizes = args.sizes or [common.parse_size("20kx5")]
+        if "--datasets" not in (argv or sys.argv):
+            args.datasets = ["synthetic"]
+        if "--world-sizes" not in (argv or sys.argv):
+            args.world_sizes = [1, 2]
+        args.feat_dim, args.hidden, args.batch_size = 16, 32, 256
+        args.pause_at, args.measure_steps = 1, 3
+        args.no_isolate = True
+    args.sizes = args.sizes or [common.parse_size(s) for s in ("250kx10", "1Mx10", "2Mx10")]
+    if any(w < 1 for w in args.world_sizes):
+        p.error("--world-sizes must be >= 1")
+    return args
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+# ---------------------------------------------------------------------------------------
+def graph_specs(args: Any) -> List[Dict[str, Any]]:
+    specs = []
+    if "synthetic" in args.datasets:
+        for s in args.sizes:
+            specs.append({"dataset": "synthetic", "label": common.size_label(s), "num_nodes": s["num_nodes"],
+                          "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
+                          "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
+    if "tolokers" in args.datasets:
+        specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
+                      "feat_dim": 10, "batch_size": 256})
+    return specs
+
+
+def plan(args: Any) -> List[Dict[str, Any]]:
+    """Every run, interleaved: per graph and world size, the launchers one after another."""
+    runs = []
+    for rep in range(args.repeats):
+        for spec in graph_specs(args):
+            for world in sorted(set(args.world_sizes)):
+                launchers = ["single"] if world == 1 else list(args.launchers)
+                for launcher in launchers:
+                    est = common.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
+                    runs.append({"graph": spec, "launcher": launcher, "world": world, "repeat": rep,
+                                 "estimate_mb": round(est), "label": f"{spec['label']} {launcher} x{world}",
+                                 "fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
+                                 "pause_at": args.pause_at, "measure_steps": args.measure_steps})
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """One configuration, in this process (the launching process whose tree is measured)."""
+    import torch  # noqa: F401
+
+    from graphtrainer import Trainer
+
+    spec, launcher, world = cfg["graph"], cfg["launcher"], cfg["world"]
+    t_build = time.perf_counter()
+    graph = common.build_graph(spec)
+    build_s = time.perf_counter() - t_build
+    if launcher == "fork-noformats":
+        # Documented variant: the launching process skips create_formats_() (the only thing
+        # prepare_graphs does), so each forked rank builds CSC itself on first sampling.
+        import graphtrainer.preflight
+
+        graphtrainer.preflight.prepare_graphs = lambda task, method: None
+    probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
+    probe = common.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
+    before = common.tree_memory()
+    watcher = common.MemoryWatcher(probe_dir, world).start()
+    threads = max(1, (os.cpu_count() or 1) // world)
+    try:
+        t_fit = time.time()
+        if launcher == "naive-spawn":
+            hcfg = {"fanouts": cfg["fanouts"], "hidden": cfg["hidden"], "batch_size": spec["batch_size"],
+                    "lr": 3e-3, "dropout": 0.5, "epochs": 10_000, "threads": threads, "seed": 0,
+                    "probe_dir": probe_dir, "pause_at": cfg["pause_at"], "measure_steps": cfg["measure_steps"],
+                    "max_steps": probe.total_steps}
+            common.naive_spawn(graph, world, hcfg)
+        else:
+            task = common.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
+                                    batch_size=spec["batch_size"], dropout=0.5)
+            method = {"single": "auto", "gt-fork": "fork", "fork-noformats": "fork", "gt-spawn": "spawn"}[launcher]
+            trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
+                              progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
+                              callbacks=[common.make_probe_callback(probe)])
+            trainer.fit(task)
+    finally:
+        watcher.stop()
+    if watcher.steady is None:
+        raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
+    res = common.collect_probe(probe_dir, world, t_fit)
+    steady = watcher.steady
+    rank_pids = set(res.pop("rank_pids"))
+    ranks = [p for p in steady["processes"] if p["pid"] in rank_pids]
+    res.update({
+        "total_pss_mb": steady["total_pss_mb"],
+        "parent_pss_mb": steady["parent_pss_mb"],
+        "rank_uss_mb": [p["uss_mb"] for p in ranks],
+        "rank_pss_mb": [p["pss_mb"] for p in ranks],
+        "processes": steady["processes"],
+        "peak_total_pss_mb": round(max(watcher.peak_pss_mb, steady["total_pss_mb"]), 1),
+        "parent_pss_before_fit_mb": before["total_pss_mb"],
+        "graph_build_s": round(build_s, 2),
+        "threads_per_rank": threads if world > 1 else torch_threads(),
+    })
+    return res
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def run_isolated(cfg: Dict[str, Any], timeout_s: float = 900.0) -> Dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="gt-bench-worker-") as tmp:
+        out = Path(tmp) / "result.json"
+        cfg = dict(cfg, result_file=str(out))
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
+                              capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"{cfg['label']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
+
+
+def worker_main(text: str) -> None:
+    cfg = json.loads(text)
+    res = run_one(cfg)
+    Path(cfg["result_file"]).write_text(json.dumps(res))
+
+
+# ---------------------------------------------------------------------------------------
+def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Mean over repeats per (graph, launcher, world), with ratios to the 1-process run."""
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for r in runs:
+        if "result" in r:
+            groups.setdefault((r["graph"]["label"], r["launcher"], r["world"]), []).append(r["result"])
+    rows = []
+    for (g, launcher, world), results in groups.items():
+        def mean(key: str) -> float:
+            return sum(x[key] for x in results) / len(results)
+
+        uss = [u for x in results for u in x["rank_uss_mb"]]
+        rows.append({"graph": g, "launcher": launcher, "world": world, "n": len(results),
+                     "startup_s": mean("startup_s"), "total_pss_mb": mean("total_pss_mb"),
+                     "peak_total_pss_mb": mean("peak_total_pss_mb"), "parent_pss_mb": mean("parent_pss_mb"),
+                     "rank_uss_mean_mb": sum(uss) / len(uss) if uss else 0.0,
+                     "throughput": mean("throughput_seeds_per_s")})
+    for row in rows:
+        base = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == 1), None)
+        row["pss_ratio"] = row["total_pss_mb"] / base["total_pss_mb"] if base else None
+        spawn = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == row["world"]
+                      and b["launcher"] == "gt-spawn"), None)
+        row["startup_vs_gt_spawn"] = row["startup_s"] / spawn["startup_s"] if spawn and row["world"] > 1 else None
+    return rows
+
+
+TARGETS = {"gt-fork": 1.15, "gt-spawn": 1.25}
+
+
+def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for row in rows:
+        if row["world"] == 4 and row["launcher"] in TARGETS:
+            t = TARGETS[row["launcher"]]
+            out.append({"graph": row["graph"], "what": f"{row['launcher']} total PSS, 4 ranks / 1 process",
+                        "measured": row["pss_ratio"], "target": f"<= {t}", "met": row["pss_ratio"] <= t})
+        if row["world"] > 1 and row["launcher"] == "gt-fork" and row["startup_vs_gt_spawn"] is not None:
+            out.append({"graph": row["graph"], "what": f"gt-fork start-up / gt-spawn start-up, {row['world']} ranks",
+                        "measured": row["startup_vs_gt_spawn"], "target": "<= 0.33",
+                        "met": row["startup_vs_gt_spawn"] <= 1 / 3})
+    return out
+
+
+def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
+    headers = ["graph", "launcher", "ranks", "start-up s", "total PSS MB", "PSS / 1 proc", "peak PSS MB",
+               "parent PSS MB", "rank USS MB (mean)", "seeds/s", "start-up / gt-spawn"]
+    body = [[r["graph"], r["launcher"], r["world"], r["startup_s"], r["total_pss_mb"], common.fmt_ratio(r["pss_ratio"]),
+             r["peak_total_pss_mb"], r["parent_pss_mb"], r["rank_uss_mean_mb"] if r["world"] > 1 else None,
+             r["throughput"], common.fmt_ratio(r["startup_vs_gt_spawn"])] for r in rows]
+    md = common.markdown_table(headers, body)
+    if tgts:
+        md += "\n\nTargets\n\n" + common.markdown_table(
+            ["graph", "ratio", "measured", "target", "met"],
+            [[t["graph"], t["what"], common.fmt_ratio(t["measured"]), t["target"], "yes" if t["met"] else "**no**"]
+             for t in tgts])
+    return md
+
+
+def plot(rows: List[Dict[str, Any]]) -> Any:
+    def draw(fig: Any) -> None:
+        graphs = list(dict.fromkeys(r["graph"] for r in rows))
+        worlds = sorted({r["world"] for r in rows if r["world"] > 1})
+        top = max(worlds) if worlds else 1
+        launchers = [l for l in LAUNCHERS if any(r["launcher"] == l for r in rows)]
+        panels = [("total PSS / 1-process run", "pss_ratio"), ("start-up (s)", "startup_s"),
+                  ("rank USS, mean (MB)", "rank_uss_mean_mb"), ("throughput (seed nodes/s)", "throughput")]
+        width = 0.8 / max(1, len(launchers))
+        for i, (title, key) in enumerate(panels):
+            ax = fig.add_subplot(1, 4, i + 1)
+            for j, l in enumerate(launchers):
+                vals = []
+                for g in graphs:
+                    row = next((r for r in rows if r["graph"] == g and r["launcher"] == l and r["world"] == top), None)
+                    vals.append(row[key] if row and row[key] is not None else 0.0)
+                ax.bar([k + j * width for k in range(len(graphs))], vals, width, label=l)
+            if key == "pss_ratio":
+                ax.axhline(1.15, color="k", ls="--", lw=0.8)
+                ax.axhline(1.25, color="gray", ls=":", lw=0.8)
+            ax.set_xticks([k + width * (len(launchers) - 1) / 2 for k in range(len(graphs))])
+            ax.set_xticklabels(graphs, rotation=20, fontsize=8)
+            ax.set_title(f"{title}, {top} ranks", fontsize=9)
+            if i == 0:
+                ax.legend(fontsize=7)
+    return draw
+
+
+def main(argv: Any = None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    if args.worker:
+        worker_main(args.worker)
+        return {}
+    runs = plan(args)
+    common.refuse_if_too_big(runs)
+    machine = common.machine_info()
+    t_start = time.time()
+    for i, run in enumerate(runs):
+        print(f"[{NAME}] {i + 1}/{len(runs)} {run['label']} (estimate {run['estimate_mb']} MB)", flush=True)
+        load = os.getloadavg()[0]
+        run["loadavg_1min_before"] = round(load, 2)
+        run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
+        r = run["result"]
+        print(f"    start-up {r['startup_s']:.2f} s  total PSS {r['total_pss_mb']:.0f} MB  "
+              f"seeds/s {r['throughput_seeds_per_s']:.0f}", flush=True)
+    rows = summarize(runs)
+    tgts = targets(rows)
+    payload = {"benchmark": NAME, "machine": machine, "versions": common.versions(),
+               "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
+               "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": rows, "targets": tgts}
+    paths = common.write_outputs(args.out, NAME, payload, render(rows, tgts), plot(rows))
+    print(render(rows, tgts))
+    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

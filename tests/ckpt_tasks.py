@@ -1,0 +1,309 @@
+"""Tasks shared by the checkpoint, callback, logger and evaluation tests.
+
+Defined at module level so that spawned ranks can import them. DGL is imported only
+inside the graph task's methods, so the plain-torch task runs without it.
+
+- :class:`RegressionTask`: an MLP on a fixed random regression problem, fed by
+  :class:`IndexBatches` (plain-torch, DDP-aware batches of row indices). Optional
+  dropout, momentum SGD and an LR scheduler, so that resuming must restore RNG,
+  optimizer and scheduler state. ``script`` logs chosen values per epoch (to drive
+  ModelCheckpoint / EarlyStopping decisions).
+- :class:`SageTask`: GraphSAGE node classification on a small random graph with a
+  real neighbour sampler (fanouts smaller than most degrees, so DGL's RNG matters).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+import torch._dynamo  # noqa: F401  (see below)
+import torch.nn.functional as F
+from torch import nn
+
+from graphtrainer import GraphTask
+from graphtrainer import distributed as gdist
+from graphtrainer.callbacks import Callback
+from graphtrainer.sampling import shard_ids
+
+# torch.optim and DDP import torch._dynamo lazily, at first use. Imported once here, in the
+# test process, every forked rank inherits it instead of paying ~1.5 s to import it again.
+
+
+# ---- plain torch ---------------------------------------------------------------------
+class IndexBatches:
+    """This rank's share of ``range(n)`` for one epoch, in batches of index tensors.
+
+    The same permutation of ``(seed, epoch)`` on every rank, split with
+    :func:`graphtrainer.sampling.shard_ids`; for evaluation every index exactly once.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int = 0, shuffle: bool = True):
+        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+        self.even = "pad"
+        self.epoch = 0
+        self.ids = torch.arange(n)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def for_evaluation(self) -> "IndexBatches":
+        self.shuffle, self.even = False, "none"
+        return self
+
+    def _share(self) -> torch.Tensor:
+        return shard_ids(self.ids, gdist.get_rank(), gdist.get_world_size(), epoch=self.epoch,
+                         seed=self.seed, shuffle=self.shuffle, even=self.even)
+
+    def __len__(self) -> int:
+        return math.ceil(self._share().numel() / self.batch_size)
+
+    def __iter__(self):
+        share = self._share()
+        return iter([share[i:i + self.batch_size] for i in range(0, share.numel(), self.batch_size)])
+
+
+def regression_data(n: int, d: int, seed: int = 0, scale: float = 1.0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen)
+    w = torch.randn(d, 1, generator=gen)
+    y = scale * (torch.tanh(x @ w) + 0.1 * torch.randn(n, 1, generator=gen))
+    return x, y
+
+
+class RegressionTask(GraphTask):
+    """MLP regression with momentum SGD and an optional scheduler.
+
+    ``scheduler``: None, "step" (StepLR per epoch, returned as ``([opt], [sched])``),
+    "step_interval" (dict form, StepLR stepped every optimizer step), "plateau"
+    (ReduceLROnPlateau on ``plateau_monitor``) or "bare" (return just the optimizer).
+    ``script``: ``{name: [value per epoch]}`` (or one such list per rank) logged with
+    weight 1 at the validation epoch end (or at the train epoch end without validation).
+    """
+
+    def __init__(self, n: int = 64, d: int = 4, hidden: int = 16, dropout: float = 0.0, lr: float = 0.1,
+                 momentum: float = 0.9, batch_size: int = 8, scheduler: Optional[str] = "step",
+                 gamma: float = 0.5, validate: bool = True, script: Optional[Dict[str, List[float]]] = None,
+                 plateau_monitor: str = "val_loss", scale: float = 1.0, fail_at_epoch: Optional[int] = None,
+                 fail_rank: int = 0, hard_fail: bool = False, eval_batch_size: int = 8):
+        super().__init__()
+        self.save_hyperparameters()
+        self.x, self.y = regression_data(n, d, seed=1, scale=scale)
+        self.vx, self.vy = regression_data(24, d, seed=2, scale=scale)
+        self.d, self.hidden, self.dropout, self.lr, self.momentum = d, hidden, dropout, lr, momentum
+        self.n, self.batch_size, self.scheduler, self.gamma = n, batch_size, scheduler, gamma
+        self.validate, self.script, self.plateau_monitor = validate, script or {}, plateau_monitor
+        self.fail_at_epoch, self.fail_rank, self.hard_fail = fail_at_epoch, fail_rank, hard_fail
+        self.eval_batch_size = eval_batch_size
+
+    def configure_model(self) -> nn.Module:
+        return nn.Sequential(nn.Linear(self.d, self.hidden), nn.ReLU(), nn.Dropout(self.dropout),
+                             nn.Linear(self.hidden, 1))
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=self.momentum)
+        if self.scheduler == "bare":
+            return opt
+        if self.scheduler is None:
+            return [opt], []
+        if self.scheduler == "step":
+            return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=self.gamma)]
+        if self.scheduler == "step_interval":
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=self.gamma)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        if self.scheduler == "plateau":
+            sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=self.gamma, patience=0)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": self.plateau_monitor}}
+        raise ValueError(self.scheduler)
+
+    def train_dataloader(self) -> Any:
+        return IndexBatches(self.n, self.batch_size, seed=self.trainer.seed if self.trainer else 0)
+
+    def val_dataloader(self) -> Any:
+        return IndexBatches(self.vx.shape[0], self.eval_batch_size, shuffle=False) if self.validate else None
+
+    def test_dataloader(self) -> Any:
+        return IndexBatches(self.vx.shape[0], self.eval_batch_size, shuffle=False)
+
+    def training_step(self, idx: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        loss = F.mse_loss(self.model(self.x[idx]), self.y[idx])
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, idx: torch.Tensor, batch_idx: int) -> None:
+        self.log("val_loss", F.mse_loss(self.model(self.vx[idx]), self.vy[idx]))
+
+    def test_step(self, idx: torch.Tensor, batch_idx: int) -> None:
+        self.log("test_loss", F.mse_loss(self.model(self.vx[idx]), self.vy[idx]))
+
+    def _log_script(self) -> None:
+        for name, values in self.script.items():
+            if isinstance(values[0], (list, tuple)):  # one sequence per rank
+                values = values[self.rank]
+            self.log(name, values[self.current_epoch], batch_size=1)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.script:
+            self._log_script()
+
+    def on_train_epoch_start(self) -> None:
+        if self.fail_at_epoch is not None and self.current_epoch == self.fail_at_epoch \
+                and self.rank == self.fail_rank:
+            if self.hard_fail:
+                import os
+
+                os._exit(3)  # a crash: no Python cleanup, no exception report
+            raise RuntimeError(f"planned failure at epoch {self.current_epoch}")
+
+    def on_train_epoch_end(self) -> None:
+        if not self.validate and self.script:
+            self._log_script()
+
+
+# ---- DGL -----------------------------------------------------------------------------
+def make_graph(num_nodes: int = 160, avg_degree: int = 8, feat_dim: int = 8, num_classes: int = 3,
+               seed: int = 0) -> Any:
+    """A random undirected graph with ``feat``, ``label`` and train/val/test masks."""
+    import dgl
+
+    gen = torch.Generator().manual_seed(seed)
+    m = num_nodes * avg_degree // 2
+    src = torch.randint(0, num_nodes, (m,), generator=gen)
+    dst = torch.randint(0, num_nodes, (m,), generator=gen)
+    g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=num_nodes)
+    feat = torch.randn(num_nodes, feat_dim, generator=gen)
+    proj = torch.randn(feat_dim, num_classes, generator=gen)
+    g.ndata["feat"] = feat
+    g.ndata["label"] = (feat @ proj).argmax(1)
+    perm = torch.randperm(num_nodes, generator=gen)
+    n_train, n_val = num_nodes * 6 // 10, num_nodes * 2 // 10
+    for name, ids in (("train", perm[:n_train]), ("val", perm[n_train:n_train + n_val]),
+                      ("test", perm[n_train + n_val:])):
+        mask = torch.zeros(num_nodes, dtype=torch.bool)
+        mask[ids] = True
+        g.ndata[f"{name}_mask"] = mask
+    return g
+
+
+class SageTask(GraphTask):
+    """GraphSAGE node classification: sampled training, full-neighbour evaluation."""
+
+    def __init__(self, graph: Any, fanouts: Sequence[int] = (4, 4), hidden: int = 16, dropout: float = 0.5,
+                 lr: float = 0.05, batch_size: int = 16, eval_batch_size: int = 16, gamma: float = 0.7,
+                 predict_ids: Optional[torch.Tensor] = None):
+        super().__init__()
+        self.save_hyperparameters("fanouts", "hidden", "dropout", "lr", "batch_size")
+        self.graph = graph
+        self.fanouts, self.hidden, self.dropout, self.lr = list(fanouts), hidden, dropout, lr
+        self.batch_size, self.eval_batch_size, self.gamma = batch_size, eval_batch_size, gamma
+        self.split = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
+        self.predict_ids = predict_ids if predict_ids is not None else self.split["test"]
+
+    def configure_model(self) -> nn.Module:
+        from graphtrainer.models import SAGE
+
+        return SAGE(self.graph.ndata["feat"].shape[1], self.hidden, int(self.graph.ndata["label"].max()) + 1,
+                    num_layers=len(self.fanouts), dropout=self.dropout)
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.Adam(self.model.parameters(), lr=self.lr)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=self.gamma)]
+
+    def train_dataloader(self) -> Any:
+        return self.node_dataloader(self.split["train"], self.fanouts, self.batch_size, shuffle=True)
+
+    def _eval_loader(self, ids: torch.Tensor) -> Any:
+        return self.node_dataloader(ids, full_sampler(len(self.fanouts)), self.eval_batch_size, shuffle=False)
+
+    def val_dataloader(self) -> Any:
+        return self._eval_loader(self.split["val"])
+
+    def test_dataloader(self) -> Any:
+        return self._eval_loader(self.split["test"])
+
+    def predict_dataloader(self) -> Any:
+        return self._eval_loader(self.predict_ids)
+
+    def _forward(self, batch: Any):
+        _, _, blocks = batch
+        return self.model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        logits, labels = self._forward(batch)
+        loss = F.cross_entropy(logits, labels)
+        self.log("train_loss", loss)
+        return loss
+
+    def _eval(self, batch: Any, prefix: str) -> None:
+        logits, labels = self._forward(batch)
+        self.log(f"{prefix}_loss", F.cross_entropy(logits, labels))
+        self.log(f"{prefix}_acc", (logits.argmax(1) == labels).float().mean())
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval(batch, "test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._forward(batch)[0]
+
+
+def full_sampler(num_layers: int) -> Any:
+    import dgl
+
+    return dgl.dataloading.MultiLayerFullNeighborSampler(num_layers, prefetch_node_feats=["feat"],
+                                                         prefetch_labels=["label"])
+
+
+def manual_sage_outputs(task: SageTask, state_dict: Dict[str, torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """Logits for ``ids`` (in that order) from one full-neighbourhood forward in this process."""
+    model = task.configure_model()
+    model.load_state_dict(state_dict)
+    model.eval()
+    g = task.graph
+    _, output_nodes, blocks = full_sampler(len(task.fanouts)).sample(g, ids)
+    assert torch.equal(output_nodes, ids)
+    with torch.no_grad():
+        return model(blocks, g.ndata["feat"][blocks[0].srcdata["_ID"]])
+
+
+# ---- callbacks used by several test files ---------------------------------------------
+class Recorder(Callback):
+    """Records per-rank facts into a directory (one JSON file per rank), so that a test
+    can compare what every rank saw. ``state_dict`` carries rank 0's record back to the
+    caller (the trainer returns callback states)."""
+
+    monitoring = True  # sees the epoch's final decisions of the callbacks before it
+
+    def __init__(self, out_dir: Optional[str] = None):
+        self.out_dir = out_dir
+        self.rows: List[Dict[str, Any]] = []
+
+    @property
+    def state_key(self) -> str:
+        return "Recorder"
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"rows": list(self.rows)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.rows = list(state.get("rows", []))
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        from graphtrainer import EarlyStopping, ModelCheckpoint
+
+        row: Dict[str, Any] = {"epoch": trainer.current_epoch, "should_stop": trainer.should_stop}
+        for cb in trainer.callbacks:
+            if isinstance(cb, ModelCheckpoint):
+                row["best_model_path"] = cb.best_model_path
+                row["best_k_models"] = dict(cb.best_k_models)
+            if isinstance(cb, EarlyStopping):
+                row["wait_count"] = cb.wait_count
+        self.rows.append(row)
+        if self.out_dir is not None:
+            import json
+            import os
+
+            with open(os.path.join(self.out_dir, f"rank{trainer.rank}.json"), "w") as fh:
+                json.dump(self.rows, fh)
