@@ -309,9 +309,8 @@ def load(name: str, root: Optional[PathLike] = None, cache: Optional[PathLike] =
       22,470 nodes; ``feat`` is multi-hot over the 4,714 distinct feature ids (sorted
       ids → columns); ``label`` is ``page_type`` in sorted order (0 company,
       1 government, 2 politician, 3 tvshow). Edges: every non-loop row in both
-      directions, self-loops once, duplicates removed: 342,004 edges (170,823 pairs
-      both ways + 179 self-loops... see tests; exact figure 342,004 - computed, not
-      assumed). The split is seeded by ``seed`` and stratified: for each class with
+      directions, self-loops once, duplicates removed: 341,825 edges (the 170,823
+      non-loop rows twice, plus the 179 self-loops; the file has no duplicate rows). The split is seeded by ``seed`` and stratified: for each class with
       n_c nodes, a random permutation (``torch.Generator().manual_seed(seed)``, classes
       in ascending order) gives floor(3·n_c/5) train, floor(n_c/5) val, and the rest
       test. The graph (without masks, features stored sparse) is cached with
