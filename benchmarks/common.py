@@ -67,11 +67,11 @@ def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             mem = smaps_rollup(proc.pid)
-            cmd = " ".join(proc.cmdline()[:3])
+            cmd = " ".join(proc.cmdline())
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-        role = "parent" if proc.pid == root.pid else ("resource_tracker" if "resource_tracker" in cmd else "child")
-        rows.append({"pid": proc.pid, "role": role, **{k: round(v, 1) for k, v in mem.items()}})
+        role = "parent" if proc.pid == root.pid else "child"
+        rows.append({"pid": proc.pid, "role": role, "cmd": cmd[:120], **{k: round(v, 1) for k, v in mem.items()}})
     return {
         "total_pss_mb": round(sum(r["pss_mb"] for r in rows), 1),
         "parent_pss_mb": round(sum(r["pss_mb"] for r in rows if r["role"] == "parent"), 1),
@@ -87,8 +87,10 @@ class Probe:
     hand-written loops (called directly). Files, not queues, so it works the same under
     fork, spawn and any launcher.
 
-    - step 0 done: writes ``first_<rank>`` with ``time.time()`` (wall clock, comparable
-      across processes on one machine);
+    - training about to start (process group up, model wrapped in DDP, loader built):
+      :meth:`fit_start` writes ``started_<rank>`` with ``time.time()`` (wall clock,
+      comparable across processes on one machine);
+    - step 0 done: writes ``first_<rank>`` with ``time.time()``;
     - step ``pause_at`` done: writes ``ready_<rank>`` and waits for ``go`` (the parent's
       :class:`MemoryWatcher` measures the tree meanwhile; every rank is paused, so the
       memory is the steady state of training and no rank is mid-step);
@@ -115,6 +117,9 @@ class Probe:
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
             json.dump(payload, fh)
         os.replace(path + ".tmp", path)
+
+    def fit_start(self, rank: int) -> None:
+        self._write(f"started_{rank}", time.time())
 
     def step_end(self, rank: int, num_seeds: int) -> None:
         step, self._step = self._step, self._step + 1
@@ -155,6 +160,9 @@ class ProbeCallback(Callback):
     def __init__(self, probe: Probe):
         self.probe = probe
 
+    def on_fit_start(self, trainer: Any, task: Any) -> None:
+        self.probe.fit_start(trainer.rank)
+
     def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.probe.step_end(trainer.rank, _num_seeds(batch))
 
@@ -166,8 +174,11 @@ def make_probe_callback(probe: Probe) -> Any:
 class MemoryWatcher:
     """Background thread in the launching process: waits until ``world`` ranks have written
     ``ready_*`` (all paused at step ``pause_at``), settles briefly, measures the whole process
-    tree, then writes ``go``. Also samples the tree's total PSS every ``interval_s`` for a
-    peak figure (start-up peaks: pickling, shared-memory copies)."""
+    tree, then writes ``go``. Until then it also samples the tree's total PSS every
+    ``interval_s`` for a start-up peak (pickling, shared-memory copies); a sample that
+    falls between two polls is missed, so the peak is a lower bound. After the steady-state
+    measurement it reads nothing more, so the throughput window is not disturbed (reading
+    ``smaps_rollup`` walks the target's page tables under its mmap lock)."""
 
     def __init__(self, directory: str, world: int, settle_s: float = 0.3, interval_s: float = 0.25):
         self.directory, self.world = str(directory), world
@@ -186,26 +197,32 @@ class MemoryWatcher:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.peak_pss_mb = max(self.peak_pss_mb, tree_memory()["total_pss_mb"])
-            except Exception:  # noqa: BLE001 - processes come and go
-                pass
-            if self.steady is None:
-                ready = [n for n in os.listdir(self.directory) if n.startswith("ready_")]
-                if len(ready) >= self.world:
-                    time.sleep(self.settle_s)
-                    self.steady = tree_memory()
-                    with open(os.path.join(self.directory, "go"), "w", encoding="utf-8") as fh:
-                        fh.write("go")
-            self._stop.wait(self.interval_s if self.steady is not None else 0.05)
+        next_sample = 0.0
+        while not self._stop.is_set() and self.steady is None:
+            if time.monotonic() >= next_sample:
+                next_sample = time.monotonic() + self.interval_s
+                try:
+                    self.peak_pss_mb = max(self.peak_pss_mb, tree_memory()["total_pss_mb"])
+                except Exception:  # noqa: BLE001 - processes come and go
+                    pass
+            ready = [n for n in os.listdir(self.directory) if n.startswith("ready_")]
+            if len(ready) >= self.world:
+                time.sleep(self.settle_s)
+                self.steady = tree_memory()
+                self.peak_pss_mb = max(self.peak_pss_mb, self.steady["total_pss_mb"])
+                with open(os.path.join(self.directory, "go"), "w", encoding="utf-8") as fh:
+                    fh.write("go")
+                return
+            self._stop.wait(0.05)
 
 
 def collect_probe(directory: str, world: int, t_fit: float) -> Dict[str, Any]:
     """First-step delays and steady-state throughput from the ranks' files."""
-    firsts, ranks = [], []
+    firsts, starts, ranks = [], [], []
     for r in range(world):
         try:
+            with open(os.path.join(directory, f"started_{r}"), encoding="utf-8") as fh:
+                starts.append(json.load(fh) - t_fit)
             with open(os.path.join(directory, f"first_{r}"), encoding="utf-8") as fh:
                 firsts.append(json.load(fh) - t_fit)
             with open(os.path.join(directory, f"rank_{r}.json"), encoding="utf-8") as fh:
@@ -216,6 +233,7 @@ def collect_probe(directory: str, world: int, t_fit: float) -> Dict[str, Any]:
     t1 = max(x["t1"] for x in ranks)
     seeds = sum(x["seeds"] for x in ranks)
     return {
+        "ready_s": [round(x, 3) for x in starts],
         "first_step_s": [round(x, 3) for x in firsts],
         "startup_s": round(max(firsts), 3),
         "throughput_seeds_per_s": round(seeds / max(t1 - t0, 1e-9), 1),
@@ -242,7 +260,8 @@ def graph_bytes(num_nodes: int, num_edges: int, feat_dim: int, formats: bool = T
 
 
 def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, world: int) -> float:
-    """Peak memory (MB) of one benchmark run; generous on purpose."""
+    """Peak memory (MB) of one benchmark run; generous on purpose (at 250k nodes it is 5-60%
+    above the measured peak, see benchmarks/README.md)."""
     g = graph_bytes(num_nodes, num_edges, feat_dim)
     graph = g["total"] / MB
     build = 3 * g["coo"] / MB  # random endpoints, dedup/sort temporaries while building
@@ -256,7 +275,8 @@ def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, wo
     if launcher == "gt-spawn":
         return procs + 2 * graph + build  # private copy and shared-memory copy during the move
     if launcher == "naive-spawn":
-        return procs + (world + 2) * graph + build  # parent graph + pickled bytes + one copy per rank
+        # parent: graph + pickled bytes; each rank, while unpickling: received bytes + its copy
+        return procs + (2 + 2 * world) * graph + build
     raise ValueError(launcher)
 
 
@@ -304,24 +324,11 @@ def size_label(size: Dict[str, int]) -> str:
 # ---------------------------------------------------------------------------------------
 # Graphs
 # ---------------------------------------------------------------------------------------
-def wait_for_datasets(poll_s: float = 60.0, timeout_s: float = 3600.0) -> Any:
-    """``graphtrainer.datasets`` (written by another engineer); waits for it if absent."""
-    deadline = time.monotonic() + timeout_s
-    path = ROOT / "graphtrainer" / "datasets.py"
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{path} did not appear in {timeout_s:.0f} s")
-        print(f"[bench] waiting for {path} ...", file=sys.stderr, flush=True)
-        time.sleep(poll_s)
-    import graphtrainer.datasets as datasets
-
-    return datasets
-
-
 def build_graph(spec: Dict[str, Any]) -> Any:
     """``spec``: ``{"dataset": "tolokers"}`` or ``{"dataset": "synthetic", num_nodes, avg_degree,
     feat_dim, num_classes, seed}``. Tolokers' features are standardized as the example does."""
-    datasets = wait_for_datasets()
+    from graphtrainer import datasets
+
     if spec["dataset"] == "tolokers":
         graph = datasets.load("tolokers")
         from graphtrainer.examples.node_classification import standardize_features
@@ -365,32 +372,52 @@ def single_split(graph: Any) -> Any:
 
 class BenchTask(NodeClassification):
     """The example's GraphSAGE task (``graphtrainer.examples.node_classification``) without
-    validation: the benchmarks time training only."""
+    validation (the benchmarks time training only), and with a training step that does
+    exactly what the hand-written loop's step does: forward, cross-entropy, and the loss
+    recorded once (``self.log`` here, ``loss.item()`` there); the example also logs a
+    training accuracy, which the hand-written loop does not compute."""
 
     def val_dataloader(self) -> Any:
         return None
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        import torch.nn.functional as F
+
+        logits, labels = self._forward(batch)
+        loss = F.cross_entropy(logits, labels)
+        self.log("train_loss", loss)
+        return loss
 
 
 # ---------------------------------------------------------------------------------------
 # Hand-written DDP, in the style of DGL's classic multi-GPU node-classification tutorial
 # ---------------------------------------------------------------------------------------
-def handwritten_rank(rank: int, world: int, port: int, graph_bytes_or_graph: Any, cfg: Dict[str, Any]) -> None:
+def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: Dict[str, Any]) -> None:
     """One rank of the tutorial-style script: its own process group, DDP, DGL's
-    ``DataLoader(use_ddp=True)``, ``loss.item()`` every step. ``cfg`` keys: fanouts, hidden,
-    batch_size, lr, dropout, epochs, threads, seed, probe_dir (optional Probe), pause_at,
-    measure_steps, max_steps (optional), out_file (epoch times/accuracy, rank 0)."""
+    ``DataLoader(use_ddp=True)``, ``loss.item()`` every step.
+
+    ``graph_or_box``: the graph, or a one-item list holding its pickled bytes (naive spawn;
+    the bytes are dropped as soon as they are unpickled, as with ``mp.spawn`` arguments).
+    ``cfg`` keys: fanouts, hidden, batch_size, lr, dropout, epochs, threads, seed;
+    optional: probe_dir, pause_at, measure_steps (a :class:`Probe`), max_steps, out_file
+    (rank 0 writes epoch times and test metrics), join (run each epoch inside
+    ``Join([model])`` as graphtrainer does: the ablation arm of overhead.py).
+    """
+    import contextlib
+
     import dgl
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
+    from torch.distributed.algorithms.join import Join
     from torch.nn.parallel import DistributedDataParallel
 
     from graphtrainer.models import SAGE
 
     torch.set_num_threads(cfg["threads"])
     dgl.utils.set_num_threads(cfg["threads"])
-    g = pickle.loads(graph_bytes_or_graph) if isinstance(graph_bytes_or_graph, bytes) else graph_bytes_or_graph
-    del graph_bytes_or_graph
+    g = pickle.loads(graph_or_box.pop()) if isinstance(graph_or_box, list) else graph_or_box
+    del graph_or_box
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank)
     torch.manual_seed(cfg["seed"])
     num_classes = int(g.ndata["label"].max()) + 1
@@ -404,6 +431,8 @@ def handwritten_rank(rank: int, world: int, port: int, graph_bytes_or_graph: Any
                                         drop_last=False, num_workers=0, use_ddp=True)
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     probe = Probe(cfg["probe_dir"], cfg["pause_at"], cfg["measure_steps"]) if cfg.get("probe_dir") else None
+    if probe is not None:
+        probe.fit_start(rank)
     max_steps = cfg.get("max_steps")
     epoch_times: List[float] = []
     step = 0
@@ -411,33 +440,35 @@ def handwritten_rank(rank: int, world: int, port: int, graph_bytes_or_graph: Any
         model.train()
         t0 = time.perf_counter()
         total_loss = 0.0
-        for it, (input_nodes, output_nodes, blocks) in enumerate(loader):
-            x = blocks[0].srcdata["feat"]
-            y = blocks[-1].dstdata["label"]
-            y_hat = model(blocks, x)
-            loss = F.cross_entropy(y_hat, y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total_loss += loss.item()
-            step += 1
-            if probe is not None:
-                probe.step_end(rank, output_nodes.shape[0])
-            if max_steps is not None and step >= max_steps:
-                break
+        with (Join([model]) if cfg.get("join") else contextlib.nullcontext()):
+            for it, (input_nodes, output_nodes, blocks) in enumerate(loader):
+                x = blocks[0].srcdata["feat"]
+                y = blocks[-1].dstdata["label"]
+                y_hat = model(blocks, x)
+                loss = F.cross_entropy(y_hat, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total_loss += loss.item()
+                step += 1
+                if probe is not None:
+                    probe.step_end(rank, output_nodes.shape[0])
+                if max_steps is not None and step >= max_steps:
+                    break
         epoch_times.append(time.perf_counter() - t0)
         if max_steps is not None and step >= max_steps:
             break
     if rank == 0 and cfg.get("out_file"):
-        acc = evaluate_accuracy(model.module, g, split_ids(g, "test"))
+        metrics = evaluate(model.module, g, split_ids(g, "test"))
         with open(cfg["out_file"], "w", encoding="utf-8") as fh:
-            json.dump({"epoch_times_s": epoch_times, "test_acc": acc}, fh)
+            json.dump({"epoch_times_s": epoch_times, **metrics}, fh)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def evaluate_accuracy(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> float:
-    """Accuracy over ``ids`` with every neighbour (exact), in this process."""
+def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[str, float]:
+    """Test metrics over ``ids`` with every neighbour (exact), in this process:
+    ``test_acc``, and ``test_auc`` (ROC-AUC of class 1) for binary labels."""
     import dgl
     import torch
 
@@ -445,26 +476,32 @@ def evaluate_accuracy(model: Any, graph: Any, ids: Any, batch_size: int = 4096) 
     sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers), prefetch_node_feats=["feat"],
                                                             prefetch_labels=["label"])
     loader = dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=False)
-    correct = total = 0
+    logits, labels = [], []
     with torch.no_grad():
-        for _, out_nodes, blocks in loader:
-            pred = model(blocks, blocks[0].srcdata["feat"]).argmax(1)
-            correct += int((pred == blocks[-1].dstdata["label"]).sum())
-            total += out_nodes.shape[0]
+        for _, _, blocks in loader:
+            logits.append(model(blocks, blocks[0].srcdata["feat"]))
+            labels.append(blocks[-1].dstdata["label"])
     model.train()
-    return correct / max(total, 1)
+    out, y = torch.cat(logits), torch.cat(labels)
+    metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
+    if out.shape[1] == 2:
+        from graphtrainer.metrics import roc_auc
+
+        metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
+    return metrics
 
 
 def _naive_child(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
-    data = conn.recv_bytes()  # this rank's own copy of the pickled graph
+    box = [conn.recv_bytes()]  # this rank's own copy of the pickled graph
     conn.close()
-    handwritten_rank(rank, world, port, data, cfg)
+    handwritten_rank(rank, world, port, box, cfg)
 
 
 def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any]) -> None:
     """Launch ``handwritten_rank`` the way the classic tutorials do: spawn, with the graph
-    pickled (plain ``pickle.dumps``) and sent to every child, which unpickles its own
-    private copy. The bytes go through a pipe so the parent does not keep them alive."""
+    pickled (plain ``pickle.dumps``, as ``mp.spawn`` does with its arguments) and sent to
+    every child, which unpickles its own private copy. The bytes go through a pipe so the
+    parent does not keep them alive, and each child drops its bytes once unpickled."""
     import multiprocessing as mp
 
     from graphtrainer.distributed import free_port
@@ -473,19 +510,30 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any]) -> None:
     data = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
     port = free_port()
     procs, conns = [], []
-    for r in range(world):
-        recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_naive_child, args=(r, world, port, recv, cfg), name=f"naive-rank{r}")
-        p.start()
-        recv.close()
-        procs.append(p)
-        conns.append(send)
-    for send in conns:
-        send.send_bytes(data)
-        send.close()
-    del data
-    for p in procs:
-        p.join()
+    try:
+        for r in range(world):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_naive_child, args=(r, world, port, recv, cfg), name=f"naive-rank{r}")
+            p.start()
+            recv.close()
+            procs.append(p)
+            conns.append(send)
+        for send in conns:
+            send.send_bytes(data)
+            send.close()
+        del data
+        # Like the tutorials there is no watchdog in the ranks; here, at least, one failed
+        # rank ends the others instead of leaving them blocked in a collective.
+        while True:
+            alive = [p for p in procs if p.exitcode is None]
+            if not alive or any(p.exitcode not in (None, 0) for p in procs):
+                break
+            alive[0].join(0.2)
+    finally:
+        for p in procs:  # only after a failure here: end the ranks still running
+            if p.exitcode is None:
+                p.kill()
+                p.join(5)
     bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
     if bad:
         raise RuntimeError(f"naive spawn ranks failed (rank, exit code): {bad}")
@@ -495,8 +543,16 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any]) -> None:
 # Output
 # ---------------------------------------------------------------------------------------
 def machine_info() -> Dict[str, Any]:
+    """Cores, memory, platform, and the load when the benchmark started. Warns (stderr) when
+    the machine is busy: timings then say more about the other work than about this one."""
     import psutil
 
+    load = os.getloadavg()[0]
+    cpus = os.cpu_count() or 1
+    if load > 0.25 * cpus:
+        print(f"[bench] WARNING: 1-minute load average {load:.2f} on {cpus} cores before starting: timings "
+              "will be noisy (multi-threaded runs suffer most); memory figures are unaffected", file=sys.stderr,
+              flush=True)
     return {
         "cpus": os.cpu_count(),
         "ram_gib": round(machine_memory_mb() / 1024, 1),
@@ -532,7 +588,7 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: str,
-                  plot: Callable[[Any], None]) -> Dict[str, Path]:
+                  plot: Callable[[Any], None], figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Path]:
     """``<name>.json`` (payload plus machine load at the end), ``<name>.md``, ``<name>.png``."""
     import matplotlib
 
@@ -548,7 +604,7 @@ def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: s
     header = (f"<!-- {name}: {m.get('cpus')} CPUs, {m.get('ram_gib')} GiB RAM, load average "
               f"{m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end -->\n")
     paths["md"].write_text(header + markdown.rstrip() + "\n", encoding="utf-8")
-    fig = plt.figure(figsize=(12, 4.5))
+    fig = plt.figure(figsize=tuple(figsize))
     try:
         plot(fig)
         fig.tight_layout()

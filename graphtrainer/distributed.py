@@ -30,6 +30,8 @@ class RankInfo:
     master_addr: str = "127.0.0.1"
     master_port: int = 0
     source: str = "single"  # "single", "launcher", "torchrun" or "slurm"
+    #: Launched rank 0 only: the parent's socket, bound to master_addr:master_port, for the store.
+    listen_fd: Optional[int] = None
 
 
 def _int_env(name: str) -> Optional[int]:
@@ -104,8 +106,21 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
-    """Join the group described by ``info`` (no-op for a world of one)."""
-    if info.world_size <= 1 or dist.is_initialized():
+    """Join the group described by ``info``.
+
+    A world of one started by this process needs no group. Under torchrun or Slurm the
+    group is made even for one rank: the user's own code may expect it, and it runs the
+    same collectives (nccl included) as a larger job.
+    """
+    if dist.is_initialized() or (info.world_size <= 1 and info.source in ("single", "launcher")):
+        return
+    if info.source == "launcher":
+        # Rank 0's store serves on the socket the parent bound to 127.0.0.1 (a tcp:// URL
+        # would listen on every interface, on a port another process may take meanwhile).
+        store = dist.TCPStore(info.master_addr, info.master_port, info.world_size, is_master=info.rank == 0,
+                              timeout=timeout, master_listen_fd=info.listen_fd)
+        dist.init_process_group(backend=backend, store=store, rank=info.rank, world_size=info.world_size,
+                                timeout=timeout)
         return
     url = f"tcp://{info.master_addr}:{info.master_port}"
     dist.init_process_group(
@@ -119,7 +134,8 @@ def destroy_process_group() -> None:
 
 
 def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    """True when a process group is up (a world of one included, under torchrun)."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def get_rank() -> int:

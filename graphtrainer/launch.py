@@ -15,10 +15,12 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
+import warnings
 from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -64,15 +66,20 @@ def _die_with_parent() -> None:
 def _child_entry(
     rank: int,
     world_size: int,
-    port: int,
+    listener: socket.socket,
     conn: Any,
     target: Callable[..., Any],
     args: Sequence[Any],
     threads: int,
 ) -> None:
     _die_with_parent()
-    info = RankInfo(rank=rank, local_rank=rank, world_size=world_size,
-                    master_addr="127.0.0.1", master_port=port, source="launcher")
+    port = listener.getsockname()[1]
+    listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
+    listener.close()
+    if sys.platform.startswith("linux") and any(name == "lo" for _, name in socket.if_nameindex()):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets: loopback too
+    info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
+                    master_port=port, source="launcher", listen_fd=listen_fd)
     outcome: Dict[str, Any] = {}
 
     def run() -> None:
@@ -113,6 +120,29 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
     if "dgl" in sys.modules:
         sys.modules["dgl"].utils.set_num_threads(threads)
+
+
+def cuda_blocks_fork() -> bool:
+    """True when a child forked now could not use CUDA.
+
+    torch marks forks "bad" once this process initialised CUDA, or merely asked the CUDA
+    runtime for a device count (``torch.cuda.is_available()`` does). Only a forked child
+    can see that mark, so a throw-away child is forked to look.
+    """
+    import torch
+
+    if torch.cuda.is_initialized():
+        return True
+    in_bad_fork = getattr(torch._C, "_cuda_isInBadFork", None)
+    if in_bad_fork is None or not hasattr(os, "fork"):
+        return False
+    with warnings.catch_warnings():  # Python 3.12 warns about forking with threads; the probe runs no Python
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the probe: report and leave at once, running nothing else
+        os._exit(1 if in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 1
 
 
 def check_main_guard() -> None:
@@ -164,7 +194,6 @@ def launch(
     world_size: int,
     method: str,
     threads_per_proc: int,
-    port: int,
 ) -> Any:
     """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
 
@@ -174,12 +203,14 @@ def launch(
     procs: List[mp.process.BaseProcess] = []
     conns: Dict[int, Any] = {}
     succeeded = False
+    # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
+    listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
     try:
         for rank in range(world_size):
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_child_entry,
-                args=(rank, world_size, port, send, target, args, threads_per_proc),
+                args=(rank, world_size, listener, send, target, args, threads_per_proc),
                 name=f"graphtrainer-rank{rank}",
                 daemon=False,
             )
@@ -187,10 +218,12 @@ def launch(
             send.close()
             procs.append(proc)
             conns[rank] = recv
+        listener.close()
         result = _watch(procs, conns, method)
         succeeded = True
         return result
     finally:
+        listener.close()
         # After success the ranks are only tearing down: give them time to exit.
         _end_all(procs, wait_s=30.0 if succeeded else 0.0)
         for conn in conns.values():

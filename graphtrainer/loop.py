@@ -18,9 +18,10 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as gdist
-from .checkpoint import load_checkpoint, restore_training_state, seed_epoch
+from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_epoch
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
+from .sampling import check_loader
 
 STAGES = ("fit", "validate", "test", "predict")
 
@@ -29,7 +30,14 @@ def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_pat
     """Entry point of one rank for ``stage``; returns what the caller needs (from rank 0)."""
     device, backend = trainer._device_and_backend(info)
     if device.type == "cuda":
-        torch.cuda.set_device(device)  # before any other CUDA work, so nccl uses this GPU
+        try:
+            torch.cuda.set_device(device)  # before any other CUDA work, so nccl uses this GPU
+        except RuntimeError as err:
+            if "forked subprocess" not in str(err):
+                raise
+            raise RuntimeError("this rank was forked from a process that had already used CUDA, so it "
+                               "cannot use the GPU: use launcher='spawn', or keep CUDA calls out of the "
+                               "code before fit") from err
     gdist.init_process_group(info, backend)
     trainer._attach(info, device, task, stage)
     try:
@@ -85,9 +93,7 @@ def _build_model(trainer: Any, task: Any) -> nn.Module:
 
 
 def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
-    task.setup("fit")
-    for cb in trainer.callbacks:
-        cb.setup(trainer, task, "fit")
+    _call(trainer, task, "setup", "fit")
     module = _build_model(trainer, task)
     checkpoint = load_checkpoint(trainer._resolve_ckpt(ckpt_path), module) if ckpt_path else None
 
@@ -103,6 +109,8 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
 
     train_loader = task.train_dataloader()
     val_loader = _for_evaluation(task.val_dataloader())
+    for loader in (train_loader, val_loader):
+        check_loader(loader, trainer.world_size)
     trainer._has_val_loader = val_loader is not None
     _call(trainer, task, "on_fit_start")
     while trainer.current_epoch < trainer.max_epochs and not trainer.should_stop:
@@ -114,6 +122,8 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
         _call(trainer, task, "on_train_epoch_start")
         with (Join([ddp]) if ddp is not None else contextlib.nullcontext()):
             _train_batches(trainer, task, ddp, train_loader)
+        if ddp is not None:
+            _sync_after_join(trainer)
         metrics = task._metrics.reduce()
         if val_loader is not None and (epoch + 1) % trainer.check_val_every_n_epoch == 0:
             metrics.update(_eval_epoch(trainer, task, "validation", val_loader, trainer.limit_val_batches)[0])
@@ -141,12 +151,35 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
         if trainer._after_epoch is not None:
             trainer._after_epoch(trainer, task)
     _call(trainer, task, "on_fit_end")
-    task.teardown("fit")
-    for cb in trainer.callbacks:
-        cb.teardown(trainer, task, "fit")
+    _call(trainer, task, "teardown", "fit")
     task.model = module
     gdist.barrier()
     return trainer._result(task, include_state=True)
+
+
+def _sync_after_join(trainer: Any) -> None:
+    """Give ranks that ran out of batches early the optimizer and scheduler state, and the
+    step count, of the ranks that stepped longest. Collective.
+
+    DDP's join hook re-syncs only the parameters; without this, an early rank's stale
+    momentum or learning rate makes its parameters drift from the next step on.
+    """
+    steps = gdist.all_gather_tensor(torch.tensor([trainer.global_step])).tolist()
+    if len(set(steps)) == 1:
+        return
+    # The rank DDP took the final parameters from: the highest of those still running last.
+    src = max(range(len(steps)), key=lambda r: (steps[r], r))
+    state = None
+    if trainer.rank == src:
+        state = (_to_cpu([opt.state_dict() for opt in trainer.optimizers]),
+                 [cfg.scheduler.state_dict() for cfg in trainer.lr_schedulers])
+    opt_states, sched_states = gdist.broadcast_object(state, src=src)
+    if trainer.rank != src:
+        for opt, opt_state in zip(trainer.optimizers, opt_states):
+            opt.load_state_dict(opt_state)
+        for cfg, sched_state in zip(trainer.lr_schedulers, sched_states):
+            cfg.scheduler.load_state_dict(sched_state)
+    trainer.global_step = steps[src]
 
 
 def _set_epoch(loader: Any, epoch: int) -> None:
@@ -289,14 +322,13 @@ def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
 
 
 def _evaluate(trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> Dict[str, Any]:
-    task.setup(stage)
-    for cb in trainer.callbacks:
-        cb.setup(trainer, task, stage)
+    _call(trainer, task, "setup", stage)
     module = _build_model(trainer, task)
     if ckpt_path:
         load_checkpoint(trainer._resolve_ckpt(ckpt_path), module)
     getter = {"validate": task.val_dataloader, "test": task.test_dataloader, "predict": task.predict_dataloader}[stage]
     loader = _for_evaluation(getter())
+    check_loader(loader, trainer.world_size)
     if loader is None:
         raise ValueError(f"Trainer.{stage} needs {type(task).__name__}."
                          f"{getter.__name__}() to return a loader; it returned None")
@@ -309,9 +341,7 @@ def _evaluate(trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> 
     result["metrics"] = metrics
     if stage == "predict":
         result["predictions"] = _gather_predictions(loader, outputs, trainer.device)
-    task.teardown(stage)
-    for cb in trainer.callbacks:
-        cb.teardown(trainer, task, stage)
+    _call(trainer, task, "teardown", stage)
     gdist.barrier()
     return result
 

@@ -8,6 +8,7 @@ strided split, so every id is seen once per epoch across the job.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from typing import Any, Iterator, List, Optional, Sequence, Union
 
@@ -85,6 +86,29 @@ def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Te
         raise ValueError(f"{what}: ids must lie in [0, {num_nodes}) for this graph, found "
                          f"min {lo} and max {hi}")
     return ids.to(torch.int64)
+
+
+def check_loader(loader: Any, world_size: int) -> None:
+    """A clear ``ValueError`` for a DGL ``DataLoader`` that would crash its process in C++.
+
+    DGL aborts on out-of-range seed ids, and 2.1's ``use_ddp`` split pads a rank short of
+    half a share with uninitialised ids (tiny id sets), then segfaults.
+    """
+    dgl = sys.modules.get("dgl")
+    if dgl is None or not isinstance(loader, dgl.dataloading.DataLoader):
+        return
+    ids, graph = getattr(loader, "indices", None), getattr(loader, "graph", None)
+    if not isinstance(ids, torch.Tensor) or not isinstance(graph, dgl.DGLGraph) or len(graph.ntypes) != 1:
+        return
+    check_seed_ids(ids, graph.num_nodes(), "DataLoader indices")
+    if getattr(loader, "use_ddp", False) and not getattr(loader, "drop_last", False):
+        n, share = ids.numel(), math.ceil(ids.numel() / world_size)
+        if any(2 * min(share, n - r * share) < share for r in range(world_size)):
+            raise ValueError(
+                f"dgl.dataloading.DataLoader(use_ddp=True) cannot split {n} ids between {world_size} "
+                "ranks: DGL 2.1 would pad a rank with uninitialised ids and crash. Use "
+                "self.node_dataloader(...) (any number of ids), drop_last=True, or fewer ranks."
+            )
 
 
 class NodeLoader:

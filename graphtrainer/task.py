@@ -17,32 +17,43 @@ class GraphTask:
     Required: :meth:`training_step`, :meth:`train_dataloader`, :meth:`configure_optimizers`,
     and a model, from :meth:`configure_model` or assigned to ``self.model`` in ``__init__``.
 
-    Hook order of ``Trainer.fit``, on every rank. For each ``on_*`` hook, the trainer's
-    callbacks run their hook of the same name first, except that monitoring callbacks
-    (``ModelCheckpoint``, ``EarlyStopping``) run theirs after ``on_train_epoch_end``, so
-    they see what it logs::
+    Hook order of ``Trainer.fit``, on every rank. For each hook below that
+    :class:`~graphtrainer.callbacks.Callback` also has, the trainer's callbacks run theirs
+    first, except that monitoring callbacks (``ModelCheckpoint``, ``EarlyStopping``) run
+    their ``on_train_epoch_end`` after the task's, so they see what it logs::
 
         setup("fit")
         configure_model()            # only when self.model is None; built in each rank
         configure_optimizers()       # after DDP wraps the model
+        train_dataloader()
+        val_dataloader()
         on_fit_start()
         for each epoch:
             on_train_epoch_start()
-            for each batch:          # inside torch's Join context (uneven inputs)
-                training_step(batch, batch_idx) -> loss
+            for each training batch:     # inside torch's Join context (uneven inputs)
+                training_step(batch, batch_idx)
                 # backward, (clip), optimizer step, step-interval schedulers
                 on_train_batch_end(outputs, batch, batch_idx)
             # validation, every check_val_every_n_epoch epochs:
             on_validation_epoch_start()
-            validation_step(batch, batch_idx)   # for each batch, under no_grad, eval mode
+            for each validation batch:   # under no_grad, in eval mode
+                validation_step(batch, batch_idx)
             on_validation_epoch_end()
             on_train_epoch_end()
         on_fit_end()
         teardown("fit")
 
-    ``validate``/``test``/``predict`` run ``setup(stage)``, ``configure_model()`` (when
-    needed), ``on_{stage}_epoch_start()``, ``{stage}_step`` per batch,
-    ``on_{stage}_epoch_end()``, ``teardown(stage)``.
+    ``validate``, ``test`` and ``predict`` run (shown for ``validate``; the others use
+    ``test_*``/``predict_*`` in place of ``val_dataloader``/``validation_*``)::
+
+        setup(stage)                 # "validate", "test" or "predict"
+        configure_model()            # only when self.model is None
+        val_dataloader()
+        on_validation_epoch_start()
+        for each batch:              # under no_grad, in eval mode
+            validation_step(batch, batch_idx)
+        on_validation_epoch_end()
+        teardown(stage)
 
     Inside ``training_step`` ``self.model`` is the ``DistributedDataParallel`` wrapper:
     call it (not a submodule) so gradients are synchronised. Everywhere else it is the

@@ -12,10 +12,17 @@ import torch
 from . import distributed as gdist
 from .callbacks.base import Callback
 from .callbacks.progress import ProgressBar
-from .launch import check_main_guard, launch
+from .launch import check_main_guard, cuda_blocks_fork, launch
 from .loop import run_rank
 
 LAUNCHERS = ("auto", "fork", "spawn")
+
+
+def _available_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under taskset or Slurm)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class Trainer:
@@ -182,18 +189,22 @@ class Trainer:
         method = self._launch_method()
         prepare_graphs(task, method)
         self._launched = True
-        threads = self.threads_per_proc or max(1, (os.cpu_count() or 1) // self.num_procs)
-        port = gdist.free_port()
-        return launch(run_rank, (self, task, stage, ckpt_path), self.num_procs, method, threads, port)
+        threads = self.threads_per_proc or max(1, _available_cores() // self.num_procs)
+        return launch(run_rank, (self, task, stage, ckpt_path), self.num_procs, method, threads)
 
     def _launch_method(self) -> str:
         method = self.launcher
         if method == "auto":
             method = "fork" if sys.platform.startswith("linux") else "spawn"
-        if method == "fork" and torch.cuda.is_available() and torch.cuda.is_initialized():
-            raise RuntimeError("launcher='fork' cannot be used after CUDA was initialised in this process "
-                               "(a forked child cannot use it): keep CUDA work out of the code before fit, "
-                               "or use launcher='spawn'")
+        if method == "fork" and self.device_ids and cuda_blocks_fork():
+            why = ("CUDA was already used in this process (any CUDA call, and torch.cuda.is_available() "
+                   "unless PYTORCH_NVML_BASED_CUDA_CHECK=1 is set, initialises it), so forked ranks cannot "
+                   "use the GPU")
+            if self.launcher == "fork":
+                raise RuntimeError(f"launcher='fork': {why}. Keep CUDA calls out of the code before fit "
+                                   "(torch.cuda.device_count() is safe), or use launcher='spawn'")
+            warnings.warn(f"{why}: launching with spawn instead of fork", stacklevel=4)
+            method = "spawn"
         if method == "spawn":
             check_main_guard()
         return method
@@ -212,7 +223,7 @@ class Trainer:
                              "per listed device; drop num_procs")
         if gdist.detect_external_launch() is not None:
             return ids  # checked per rank against the local rank's device
-        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        available = torch.cuda.device_count()  # NVML-based: unlike is_available(), safe before a fork
         if available == 0:
             raise ValueError(f"gpus={gpus!r} but no CUDA device is available: train on CPU processes "
                              f"with Trainer(num_procs={len(ids)}) instead")

@@ -307,3 +307,74 @@ class Recorder(Callback):
 
             with open(os.path.join(self.out_dir, f"rank{trainer.rank}.json"), "w") as fh:
                 json.dump(self.rows, fh)
+
+
+# ---- engine tests (test_engine_*.py) -----------------------------------------------------
+class FullSageTask(SageTask):
+    """GraphSAGE trained with a full-neighbour sampler, no dropout and plain SGD: nothing
+    random after the model is built, so the arithmetic of any number of ranks can be
+    compared with one rank."""
+
+    def __init__(self, graph: Any, batch_size: int, lr: float = 0.5, record_dir: Optional[str] = None,
+                 ids: Optional[torch.Tensor] = None, drop_last: bool = False):
+        super().__init__(graph, fanouts=(-1, -1), dropout=0.0, lr=lr, batch_size=batch_size)
+        self.record_dir, self.drop_last = record_dir, drop_last
+        self.ids = ids if ids is not None else self.split["train"]
+        self.seen: List[int] = []
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.model.parameters(), lr=self.lr)
+
+    def train_dataloader(self) -> Any:
+        return self.node_dataloader(self.ids, full_sampler(2), self.batch_size, drop_last=self.drop_last)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen += batch[1].tolist()
+        return super().training_step(batch, batch_idx)
+
+    def on_train_epoch_end(self) -> None:
+        if self.record_dir is not None:  # seeds this rank trained on, per epoch
+            import json
+            import os
+
+            with open(os.path.join(self.record_dir, f"seen_r{self.rank}_e{self.current_epoch}.json"), "w") as fh:
+                json.dump(self.seen, fh)
+        self.seen = []
+
+
+class ParamDump(Callback):
+    """Saves the plain model's parameters on every rank at every epoch end (and at fit start)."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+
+    def _dump(self, trainer: Any, task: Any, tag: str) -> None:
+        import os
+
+        state = {k: v.detach().clone() for k, v in task.module.state_dict().items()}
+        torch.save(state, os.path.join(self.out_dir, f"{tag}_r{trainer.rank}.pt"))
+
+    def on_fit_start(self, trainer: Any, task: Any) -> None:
+        self._dump(trainer, task, "start")
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        self._dump(trainer, task, f"e{trainer.current_epoch}")
+
+
+class FailingTask(RegressionTask):
+    """Rank ``fail_rank`` raises (``how="raise"``) or SIGKILLs itself (``how="kill"``) in
+    ``training_step`` once ``global_step`` reaches ``at_step``."""
+
+    def __init__(self, how: str = "raise", at_step: int = 3, fail_rank: int = 1):
+        super().__init__(n=64, batch_size=8, scheduler=None)
+        self.how, self.at_step, self.fail_rank = how, at_step, fail_rank
+
+    def training_step(self, idx: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        if self.rank == self.fail_rank and self.global_step == self.at_step:
+            if self.how == "kill":
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"planned failure in training_step at step {self.global_step}")
+        return super().training_step(idx, batch_idx)

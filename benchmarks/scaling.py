@@ -1,0 +1,222 @@
+"""Scaling: training throughput with 1, 2, ... CPU processes, and where a step's time goes.
+
+    bash scripts/env.sh python benchmarks/scaling.py                 # full run
+    bash scripts/env.sh python benchmarks/scaling.py --procs 1 2 4 8 # a machine with more cores
+    bash scripts/env.sh python benchmarks/scaling.py --tiny          # seconds (smoke test)
+
+Each run is one ``Trainer(num_procs=N).fit`` (N = 1 trains in this process) of
+``steptimer.BreakdownTask``: GraphSAGE on a synthetic graph, chosen so that neighbour
+sampling dominates a step (large fanouts, small features, small model; the breakdown table
+shows whether it does on the machine at hand). Threads per process are whatever the
+trainer sets (cores // N for launched ranks; torch's default for N = 1, which is every
+core); both are recorded. The graph is built once, ``create_formats_()`` is called once,
+and every run shares it.
+
+Two kinds of run per N, interleaved over ``--repeats`` (1 2 ... 1 2 ...):
+  plain         no hooks, only the end time of every step: the throughput figure;
+  instrumented  every part of the step timed (``steptimer``): the breakdown.
+Steady state: ``--warmup`` steps are run and dropped, then ``--steps`` steps are timed;
+throughput = seed nodes of all ranks in that window / the longest rank's window.
+Target: the throughput with 2 processes >= 1.7x the 1-process throughput on 2 cores.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import steptimer  # noqa: E402
+
+NAME = "scaling"
+TARGET = 1.7
+LAUNCHERS = ("fork", "spawn")
+MODES = ("plain", "instrumented")
+
+
+def parse_args(argv: Any = None) -> Any:
+    p = common.base_parser(NAME, __doc__.split("\n\n")[0])
+    p.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="process counts (default: 1 2)")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="fork")
+    p.add_argument("--size", type=common.parse_size, default=common.parse_size("1Mx20"),
+                   help="synthetic graph NODESxDEGREE (default 1Mx20: 1M nodes, 20M edges)")
+    p.add_argument("--feat-dim", type=int, default=16)
+    p.add_argument("--fanouts", default="25,20")
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--warmup", type=int, default=5, help="steps dropped before timing (default %(default)s)")
+    p.add_argument("--steps", type=int, default=40, help="steps timed per run (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved passes (default %(default)s)")
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.size = common.parse_size("20kx10")
+        args.feat_dim, args.hidden, args.batch_size = 8, 16, 256
+        args.fanouts, args.warmup, args.steps, args.repeats = "10,5", 2, 5, 1
+    if any(n < 1 for n in args.procs):
+        p.error("--procs must be >= 1")
+    if args.warmup < 1 or args.steps < 1 or args.repeats < 1:
+        p.error("--warmup, --steps and --repeats must be >= 1")
+    args.procs = sorted(set(args.procs))
+    return args
+
+
+def run_one(graph: Any, args: Any, world: int, mode: str) -> Dict[str, Any]:
+    from graphtrainer import Trainer
+
+    with tempfile.TemporaryDirectory(prefix="gt-scaling-") as tmp:
+        task = steptimer.BreakdownTask(graph, tmp, fanouts=[int(f) for f in args.fanouts.split(",")],
+                                       hidden=args.hidden, batch_size=args.batch_size,
+                                       instrument=(mode == "instrumented"))
+        trainer = Trainer(num_procs=world, launcher=args.launcher, max_epochs=10**6,
+                          max_steps=args.warmup + args.steps, progress_bar=False, logger=False,
+                          default_root_dir=os.path.join(tmp, "runs"))
+        t = time.perf_counter()
+        trainer.fit(task)
+        wall = time.perf_counter() - t
+        ranks = []
+        import json
+
+        for r in range(world):
+            path = Path(tmp) / f"rank_{r}.json"
+            if not path.exists():
+                raise RuntimeError(f"{world} procs, {mode}: rank {r} wrote no timings")
+            ranks.append(steptimer.summarize_rank(json.loads(path.read_text()), args.warmup))
+    window = max(r["window_s"] for r in ranks)
+    seeds = sum(r["seeds"] for r in ranks)
+    parts = {p: sum(r["ms_per_step"][p] for r in ranks) / len(ranks) for p in steptimer.PARTS}
+    return {"world": world, "mode": mode, "fit_wall_s": round(wall, 2), "window_s": round(window, 4),
+            "seeds": seeds, "throughput_seeds_per_s": round(seeds / window, 1),
+            "step_ms": sum(r["step_ms"] for r in ranks) / len(ranks),
+            "torch_threads": ranks[0]["torch_threads"], "dgl_threads": ranks[0]["dgl_threads"],
+            "ms_per_step": parts, "ranks": ranks}
+
+
+def summarize(runs: List[Dict[str, Any]], procs: List[int]) -> Dict[str, Any]:
+    rows = []
+    for mode in MODES:
+        base = None
+        for n in procs:
+            rs = [r["result"] for r in runs if r["world"] == n and r["mode"] == mode and "result" in r]
+            if not rs:
+                continue
+            tput = common.median([r["throughput_seeds_per_s"] for r in rs])
+            if n == procs[0]:
+                base = tput
+            parts = {p: common.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
+            step = common.median([r["step_ms"] for r in rs])
+            rows.append({"mode": mode, "procs": n, "threads": rs[0]["torch_threads"], "runs": len(rs),
+                         "throughput": tput, "all_throughputs": [r["throughput_seeds_per_s"] for r in rs],
+                         "speedup": tput / base if base else None, "step_ms": step, "ms_per_step": parts,
+                         "sample_share": parts["sample"] / step if step else None})
+    tgt = []
+    one = next((r for r in rows if r["mode"] == "plain" and r["procs"] == 1), None)
+    two = next((r for r in rows if r["mode"] == "plain" and r["procs"] == 2), None)
+    if one and two:
+        tgt.append({"what": "throughput, 2 processes / 1 process (plain runs)", "measured": two["throughput"] / one["throughput"],
+                    "target": f">= {TARGET}", "met": two["throughput"] / one["throughput"] >= TARGET})
+    return {"rows": rows, "targets": tgt}
+
+
+def render(summary: Dict[str, Any], args: Any, cores: int) -> str:
+    rows = summary["rows"]
+    md = common.markdown_table(
+        ["mode", "processes", "threads / process", "runs", "seeds/s (median)", "each run", "speed-up vs " + str(args.procs[0]),
+         "ms / step (median, per rank)"],
+        [[r["mode"], r["procs"], r["threads"], r["runs"], r["throughput"],
+          " / ".join(f"{x:,.0f}" for x in r["all_throughputs"]), common.fmt_ratio(r["speedup"]), r["step_ms"]]
+         for r in rows])
+    inst = [r for r in rows if r["mode"] == "instrumented"]
+    if inst:
+        md += ("\n\nWhere a step's time goes (instrumented runs; ms per step, mean over ranks, median over runs;"
+               " `other` = the step's wall time not covered by the timed parts)\n\n")
+        md += common.markdown_table(
+            ["processes"] + list(steptimer.PARTS) + ["step", "sampling share"],
+            [[r["procs"]] + [r["ms_per_step"][p] for p in steptimer.PARTS] + [r["step_ms"], f"{100 * r['sample_share']:.0f}%"]
+             for r in inst])
+    if summary["targets"]:
+        md += "\n\nTarget (" + f"{cores} cores on this machine)\n\n" + common.markdown_table(
+            ["ratio", "measured", "target", "met"],
+            [[t["what"], common.fmt_ratio(t["measured"]), t["target"], "yes" if t["met"] else "**no**"]
+             for t in summary["targets"]])
+    return md
+
+
+def plot(summary: Dict[str, Any]) -> Any:
+    def draw(fig: Any) -> None:
+        rows = summary["rows"]
+        ax = fig.add_subplot(1, 2, 1)
+        for mode, marker in (("plain", "o"), ("instrumented", "s")):
+            rs = [r for r in rows if r["mode"] == mode]
+            if rs:
+                ax.plot([r["procs"] for r in rs], [r["throughput"] for r in rs], marker=marker, label=mode)
+        base = next((r for r in rows if r["mode"] == "plain"), None) or (rows[0] if rows else None)
+        if base:
+            xs = sorted({r["procs"] for r in rows})
+            ax.plot(xs, [base["throughput"] * x / base["procs"] for x in xs], "k--", lw=0.8, label="linear")
+            ax.set_xticks(xs)
+        ax.set_xlabel("processes")
+        ax.set_ylabel("seed nodes / s")
+        ax.set_title("steady-state throughput", fontsize=9)
+        ax.legend(fontsize=8)
+        ax = fig.add_subplot(1, 2, 2)
+        inst = [r for r in rows if r["mode"] == "instrumented"]
+        bottom = [0.0] * len(inst)
+        for p in steptimer.PARTS:
+            vals = [r["ms_per_step"][p] for r in inst]
+            ax.bar([str(r["procs"]) for r in inst], vals, bottom=bottom, label=p)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_xlabel("processes")
+        ax.set_ylabel("ms per step (per rank)")
+        ax.set_title("where a step's time goes", fontsize=9)
+        ax.legend(fontsize=7)
+    return draw
+
+
+def main(argv: Any = None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    s = args.size
+    num_edges = s["num_nodes"] * s["avg_degree"]
+    launcher = {"fork": "gt-fork", "spawn": "gt-spawn"}[args.launcher]
+    common.refuse_if_too_big([{"label": f"{common.size_label(s)} {args.launcher} x{n}",
+                               "estimate_mb": common.estimate_mb(s["num_nodes"], num_edges, args.feat_dim, launcher, n)}
+                              for n in args.procs])
+    machine = common.machine_info()
+    if max(args.procs) > (machine["cpus"] or 1):
+        print(f"[{NAME}] note: {max(args.procs)} processes on {machine['cpus']} cores", flush=True)
+    t_start = time.time()
+    t = time.perf_counter()
+    graph = common.build_graph({"dataset": "synthetic", "num_nodes": s["num_nodes"], "avg_degree": s["avg_degree"],
+                                "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0})
+    graph.create_formats_()
+    build_s = time.perf_counter() - t
+    print(f"[{NAME}] graph {common.size_label(s)}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges, "
+          f"built in {build_s:.1f} s", flush=True)
+    runs = [{"world": n, "mode": m, "repeat": rep} for rep in range(args.repeats) for n in args.procs for m in args.modes]
+    for i, run in enumerate(runs):
+        run["loadavg_1min_before"] = round(os.getloadavg()[0], 2)
+        print(f"[{NAME}] {i + 1}/{len(runs)} {run['world']} proc(s), {run['mode']} (load {run['loadavg_1min_before']})",
+              flush=True)
+        run["result"] = run_one(graph, args, run["world"], run["mode"])
+        r = run["result"]
+        print(f"    {r['throughput_seeds_per_s']:,.0f} seeds/s, {r['step_ms']:.1f} ms/step, "
+              f"{r['torch_threads']} thread(s)/proc, fit {r['fit_wall_s']:.1f} s", flush=True)
+    summary = summarize(runs, args.procs)
+    md = render(summary, args, machine["cpus"])
+    payload = {"benchmark": NAME, "machine": machine, "versions": common.versions(),
+               "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+               "graph": {"nodes": graph.num_nodes(), "edges": graph.num_edges(), "build_s": round(build_s, 2)},
+               "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": summary["rows"],
+               "targets": summary["targets"]}
+    paths = common.write_outputs(args.out, NAME, payload, md, plot(summary))
+    print(md)
+    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

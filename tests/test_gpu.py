@@ -1,0 +1,123 @@
+"""The GPU path with a plain-torch task (no DGL): device placement, nccl with one rank
+under torchrun, several ranks sharing one GPU over gloo (fork and spawn), two GPUs over
+nccl, and checkpoints written on a GPU that load and resume on CPU.
+
+Every GPU run happens in a child process (tests/gpu_script.py), so this process never
+initialises CUDA. Skipped, saying why, where no CUDA device exists: the CPU suite covers
+the same engine over gloo.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphtrainer import Trainer
+
+from gpu_tasks import DeviceTask
+
+SCRIPT = Path(__file__).with_name("gpu_script.py")
+ROOT = SCRIPT.parent.parent
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA device here; the GPU path runs on a GPU machine")
+
+
+def _run(args, out, timeout=240, torchrun=False, ok=True):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"] \
+        if torchrun else [sys.executable]
+    proc = subprocess.run(prefix + [str(SCRIPT), "--out", str(out)] + args, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert (proc.returncode == 0) == ok, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def _ranks(out, world):
+    rows = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+    assert [r["rank"] for r in rows] == list(range(world))
+    return rows
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+def test_two_ranks_share_one_gpu_over_gloo(tmp_path, launcher):
+    _run(["--gpus", "0,0", "--launcher", launcher], tmp_path)
+    rows = _ranks(tmp_path, 2)
+    for row in rows:
+        assert row["backend"] == "gloo"  # nccl refuses two ranks on one device
+        assert row["world_size"] == 2 and row["task_device"] == "cuda:0" and row["current_device"] == 0
+        assert row["batch_devices"] == ["cuda:0"] and row["param_devices"] == ["cuda:0"]
+    assert rows[0]["params"] == rows[1]["params"]  # DDP kept the replicas equal
+    assert rows[0]["history"][-1]["train_loss"] < rows[0]["history"][0]["train_loss"]
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
+def test_cuda_used_before_fit_auto_launches_with_spawn_instead_of_fork(tmp_path):
+    proc = _run(["--gpus", "0,0", "--launcher", "auto", "--touch-cuda"], tmp_path)
+    assert "launching with spawn instead of fork" in proc.stderr
+    rows = _ranks(tmp_path, 2)
+    assert rows[0]["batch_devices"] == ["cuda:0"] and rows[0]["params"] == rows[1]["params"]
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(120)
+def test_cuda_used_before_fit_explicit_fork_is_refused_before_launch(tmp_path):
+    proc = _run(["--gpus", "0,0", "--launcher", "fork", "--touch-cuda"], tmp_path, ok=False)
+    assert "launcher='fork': CUDA was already used in this process" in proc.stderr
+    assert "launcher='spawn'" in proc.stderr
+    assert not list(tmp_path.glob("rank*.json"))  # no rank ran
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
+def test_nccl_with_one_rank_under_torchrun(tmp_path):
+    _run(["--gpus", "1"], tmp_path, torchrun=True)
+    (row,) = _ranks(tmp_path, 1)
+    assert row["backend"] == "nccl" and row["world_size"] == 1
+    assert row["task_device"] == "cuda:0" and row["batch_devices"] == ["cuda:0"]
+    assert row["param_devices"] == ["cuda:0"]
+    assert row["history"][-1]["train_loss"] < row["history"][0]["train_loss"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs two CUDA devices")
+@pytest.mark.timeout(300)
+def test_two_gpus_over_nccl(tmp_path):
+    _run(["--gpus", "2", "--launcher", "spawn"], tmp_path)
+    rows = _ranks(tmp_path, 2)
+    assert [r["task_device"] for r in rows] == ["cuda:0", "cuda:1"]
+    assert all(r["backend"] == "nccl" for r in rows)
+    assert rows[0]["params"] == rows[1]["params"]
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
+def test_checkpoint_written_on_gpu_loads_and_resumes_on_cpu(tmp_path):
+    _run(["--gpus", "1", "--checkpoint"], tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["param_device"] == "cuda:0" and summary["cuda_initialised"]
+    best = Path(summary["best_model_path"])
+    ckpt = torch.load(best, map_location="cpu", weights_only=True)
+    tensors = list(ckpt["state_dict"].values()) + [
+        v for state in ckpt["optimizer_states"] for s in state["state"].values() for v in s.values()
+        if isinstance(v, torch.Tensor)]
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+
+    # A CPU trainer evaluates the GPU-trained weights to the same loss...
+    task = DeviceTask(str(tmp_path / "cpu"))
+    (tmp_path / "cpu").mkdir()
+    cpu = Trainer(max_epochs=1, progress_bar=False, default_root_dir=tmp_path / "runs_cpu")
+    assert cpu.validate(task, ckpt_path=str(best))["val_loss"] == pytest.approx(summary["val_loss"], abs=1e-5)
+    assert next(task.module.parameters()).device.type == "cpu"
+    # ...and resumes training from the GPU run's last checkpoint on CPU.
+    resumed = Trainer(max_epochs=5, progress_bar=False, default_root_dir=tmp_path / "runs_cpu")
+    resumed.fit(DeviceTask(str(tmp_path / "cpu")), ckpt_path=str(best.with_name("last.ckpt")))
+    assert [row["epoch"] for row in resumed.history] == [3, 4]
+    assert not torch.cuda.is_initialized()  # the test process itself never touched CUDA

@@ -1,0 +1,291 @@
+"""Tutorial 6: multi-node training, under torchrun across nodes and under Slurm.
+
+PyTorch's multi-node DDP tutorial (``ddp_series_multinode``) and PyG's multi-node
+examples (``multinode_multigpu_papers100m_gcn.py``, ``distributed_sampling_multinode.py``)
+run one process per GPU on every node. The processes are started by a launcher on each
+node, ``torchrun`` or Slurm's ``srun``, and find each other through a rendezvous host
+and port (``MASTER_ADDR``/``MASTER_PORT``). With graphtrainer the training script is the
+single-machine script, unchanged: when ``RANK``/``WORLD_SIZE`` (torchrun) or
+``SLURM_PROCID``/``SLURM_NTASKS`` (srun, more than one task) are set, ``Trainer``
+launches nothing and each process runs its own rank of the job.
+
+This script trains GraphSAGE on Cora (the shipped files). Three ways to run it:
+
+* On one machine, the trainer starts the ranks itself (fork)::
+
+      bash scripts/env.sh python tutorials/06_multinode.py --num-procs 2
+
+* Across nodes with torchrun: run this on every node, with ``--node-rank`` 0 on the node
+  whose address is ``--master-addr`` and 1, 2, ... on the others (``--nproc-per-node``
+  is the GPUs per node; add ``--gpus N`` for GPUs; each node needs the repository, the
+  venv, the data, and ``--out`` on a filesystem all nodes see, see "Files" below)::
+
+      python -m torch.distributed.run --nnodes 2 --node-rank 0 --nproc-per-node 4 \\
+          --master-addr node01 --master-port 29500 tutorials/06_multinode.py --gpus 4
+
+  torchrun's elastic rendezvous (PyTorch's tutorial's form) needs no node ranks; the
+  rendezvous then decides which node holds global rank 0::
+
+      python -m torch.distributed.run --nnodes 2 --nproc-per-node 4 --rdzv-id job1 \\
+          --rdzv-backend c10d --rdzv-endpoint node01:29500 tutorials/06_multinode.py --gpus 4
+
+* Under Slurm: ``sbatch tutorials/06_multinode.sbatch`` (2 nodes x 4 GPUs, one task per
+  GPU started by ``srun``; the file explains every line).
+
+Here, on one 2-core machine, two torchrun "nodes" on 127.0.0.1, one process each::
+
+    # terminal 1                                      # terminal 2
+    bash scripts/env.sh python -m torch.distributed.run --nnodes 2 --node-rank 0 \\
+        --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29533 \\
+        tutorials/06_multinode.py --out runs/tutorial06
+                                                      # the same with --node-rank 1
+
+or both at once, started and watched by this script (``--local-demo``; it picks a free
+port, prefixes each node's output with ``[node i]`` and ends both if one fails or
+``--timeout`` passes)::
+
+    bash scripts/env.sh python tutorials/06_multinode.py --local-demo
+
+The numbers are the same as those of ``--num-procs 2`` on one machine: the trainer seeds
+and splits by global rank, whoever started the ranks.
+
+Output of that command (30 epochs), measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
+
+OUTPUT_PLACEHOLDER
+
+Smoke test (3 epochs; ``tests/test_tutorial_06.py`` starts the two torchrun nodes itself
+with timeouts, and also runs the sbatch file under a stand-in ``srun``)::
+
+    bash scripts/env.sh python tutorials/06_multinode.py --local-demo --fast --out /tmp/t06
+
+The hand-written multi-node script, step by step, and what replaces it
+----------------------------------------------------------------------
+PyG's ``distributed_sampling_multinode.py`` and PyTorch's ``multinode.py`` do, per process:
+
+1. ``world_size = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS")))``,
+   and the same for ``RANK``/``SLURM_PROCID`` and ``LOCAL_RANK``/``SLURM_LOCALID``.
+2. ``dist.init_process_group("nccl", world_size=..., rank=...)``, reading
+   ``MASTER_ADDR``/``MASTER_PORT`` from the environment ("make sure those are set!").
+3. Download the dataset on rank 0, ``dist.barrier()``, then load it on the others.
+4. ``torch.cuda.set_device(local_rank)``; ``DDP(model.to(local_rank), device_ids=[local_rank])``:
+   the *local* rank picks the GPU, the *global* rank picks the data shard.
+5. ``train_idx.split(train_idx.size(0) // world_size)[rank]``: a fixed shard per rank.
+6. The training loop; ``dist.barrier()``; print on rank 0 only.
+7. Evaluate on rank 0 alone ("We evaluate on a single GPU for now").
+8. ``dist.destroy_process_group()``.
+
+graphtrainer does 1 and 2 (``graphtrainer.distributed.detect_external_launch``: torchrun's
+variables first, then Slurm's; with Slurm and no ``MASTER_ADDR`` it takes the first host
+of ``SLURM_STEP_NODELIST``/``SLURM_NODELIST``, and without ``MASTER_PORT`` it uses
+``15000 + SLURM_JOB_ID % 20000``, the same on every task of a job), 4 (device from the
+local rank, nccl on GPUs, gloo on CPUs), 5 (a new global permutation each epoch, split
+evenly by global rank), 6 (``Join`` for uneven inputs, exact metric reduction, output
+on rank 0) and 7 (validation and test on *all* ranks, each node scored once, reduced
+exactly), plus what the scripts lack: checkpoints written by global rank 0, the run
+directory chosen by rank 0 and broadcast, and errors naming the rank. 3 stays yours:
+see "Files".
+
+Files
+-----
+* **Data**: every process loads the dataset itself. Put the data where every node reads
+  it (``GRAPHTRAINER_DATA``) and load it once before the job starts, so DGL's processed
+  cache is written once rather than by many ranks at the same moment (the sbatch file
+  and ``--local-demo`` do this).
+* **Checkpoints and runs** are written by global rank 0 only. ``trainer.test(task,
+  ckpt_path="best")`` then loads that file on every rank, so ``--out`` must be on a
+  filesystem all nodes see (on Slurm clusters, the home or scratch filesystem). Only
+  rank 0 writes ``summary.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from graphtrainer import ModelCheckpoint, Trainer  # noqa: E402
+from graphtrainer import distributed as gdist  # noqa: E402
+from graphtrainer.callbacks import Callback  # noqa: E402
+from graphtrainer.examples.node_classification import NodeClassification, PrintMetrics  # noqa: E402
+
+
+class RecordRanks(Callback):
+    """Collect, on rank 0, where every rank of the job runs (host, node, local rank, pid)."""
+
+    def __init__(self) -> None:
+        self.ranks: List[Dict[str, Any]] = []
+
+    def on_fit_start(self, trainer: Any, task: Any) -> None:
+        me = {"rank": trainer.rank, "world_size": trainer.world_size,
+              "local_rank": int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", 0))),
+              # torchrun calls the node's index GROUP_RANK; srun calls it SLURM_NODEID.
+              "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", 0))),
+              "host": socket.gethostname(), "pid": os.getpid(), "device": str(trainer.device)}
+        self.ranks = gdist.all_gather_object(me)  # collective: every rank calls it, here outside Join
+
+    # Callback state travels back from launched ranks to the caller (and into checkpoints).
+    def state_dict(self) -> Dict[str, Any]:
+        return {"ranks": list(self.ranks)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.ranks = list(state.get("ranks", []))
+
+
+def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """The training script: the same code on one machine, under torchrun, under srun."""
+    from graphtrainer import datasets
+
+    external = gdist.detect_external_launch()   # None when this process must launch the ranks
+    started = time.time()
+    graph = datasets.load("cora")                # every process loads it: see "Files"
+    task = NodeClassification(graph, fanouts=[10, 10], hidden=args.hidden, dropout=0.5, lr=1e-2,
+                              weight_decay=5e-4, batch_size=32, eval_batch_size=512)
+    ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
+    ranks = RecordRanks()
+    # num_procs (and the count in gpus) only matter when nothing launched us; under torchrun
+    # or srun the job's layout comes from the environment.
+    trainer = Trainer(gpus=args.gpus or None, num_procs=None if args.gpus else args.num_procs,
+                      max_epochs=args.epochs, seed=args.seed, default_root_dir=Path(args.out) / "runs",
+                      callbacks=[ckpt, ranks, PrintMetrics(["train_loss", "val_loss", "val_acc"])],
+                      progress_bar=False)
+    if external is None or external.rank == 0:
+        how = (f"launched by {external.source}: {external.world_size} processes, rendezvous at "
+               f"{external.master_addr}:{external.master_port}" if external else
+               f"no launcher: the trainer starts {trainer.num_procs} ranks itself")
+        print(f"cora: {graph.num_nodes()} nodes, {graph.num_edges()} edges; {how}", flush=True)
+    trainer.fit(task)
+    test = trainer.test(task, ckpt_path="best")
+    if trainer.rank != 0:                         # rank 0 reports; the other ranks are done
+        return None
+    last = trainer.history[-1]
+    summary = {
+        "tutorial": "06_multinode", "launched_by": external.source if external else "graphtrainer",
+        "world_size": len(ranks.ranks) or trainer.num_procs, "ranks": ranks.ranks,
+        "epochs": trainer.current_epoch, "num_classes": task.num_classes,
+        "train_loss_first": trainer.history[0]["train_loss"], "train_loss_last": last["train_loss"],
+        "val_acc_last": last["val_acc"], "best_val_acc": ckpt.best_model_score,
+        "test_acc": test["test_acc"], "test_loss": test["test_loss"],
+        "checkpoint": ckpt.best_model_path, "log_dir": str(trainer.log_dir),
+        "seconds": round(time.time() - started, 1),
+    }
+    for r in ranks.ranks:
+        print(f"rank {r['rank']}: node {r['node_rank']}, local rank {r['local_rank']}, "
+              f"host {r['host']}, pid {r['pid']}, {r['device']}")
+    print(f"best checkpoint {ckpt.best_model_path} (val_acc {ckpt.best_model_score:.4f})")
+    print(f"test_acc {test['test_acc']:.4f}  (written by rank 0 of {summary['world_size']})", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------
+# --local-demo: two torchrun "nodes" on 127.0.0.1, started and watched by this process.
+# ---------------------------------------------------------------------------------------
+def torchrun_node_command(node_rank: int, nnodes: int, port: int, script_args: Sequence[str]) -> List[str]:
+    """The command one node runs: ``python -m torch.distributed.run`` (= ``torchrun``)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+            "--node-rank", str(node_rank), "--nproc-per-node", "1",
+            "--master-addr", "127.0.0.1", "--master-port", str(port),
+            str(Path(__file__).resolve()), *script_args]
+
+
+def local_demo(args: argparse.Namespace, script_args: List[str]) -> int:
+    from graphtrainer import datasets
+
+    datasets.load("cora")   # warm the processed-data cache once, before the ranks load it
+    port = gdist.free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch"}  # 2 nodes share 2 cores here
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    procs = []
+    for node in range(2):
+        cmd = torchrun_node_command(node, 2, port, script_args)
+        print(f"[demo] node {node}: {' '.join(cmd[1:])}", flush=True)
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True))
+
+    def relay(node: int, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            print(f"[node {node}] {line}", end="", flush=True)
+
+    relays = [threading.Thread(target=relay, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    for t in relays:
+        t.start()
+    deadline = time.time() + args.timeout
+    codes: List[Optional[int]] = [None, None]
+    while time.time() < deadline and any(c is None for c in codes):
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes):   # one node failed: give the other a moment
+            time.sleep(5)
+            codes = [p.poll() for p in procs]
+            break
+        time.sleep(0.2)
+    for i, p in enumerate(procs):
+        if p.poll() is None:                          # timed out, or its peer failed
+            print(f"[demo] node {i} still running: ending it", flush=True)
+            os.killpg(p.pid, 15)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, 9)
+                p.wait()
+    for t in relays:
+        t.join(5)
+    codes = [p.returncode for p in procs]
+    print(f"[demo] exit codes: node 0 {codes[0]}, node 1 {codes[1]}", flush=True)
+    return 0 if codes == [0, 0] else 1
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> tuple:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-procs", type=int, default=2, help="ranks to start when nothing launched us")
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs per node (0: CPU ranks over gloo)")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/tutorial06", help="runs, checkpoints and summary.json")
+    parser.add_argument("--fast", action="store_true", help="3 epochs: a smoke test")
+    parser.add_argument("--local-demo", action="store_true",
+                        help="start two torchrun nodes on 127.0.0.1 (one process each) and relay their output")
+    parser.add_argument("--timeout", type=float, default=600, help="--local-demo: seconds before both nodes are ended")
+    args = parser.parse_args(argv)
+    if args.fast:
+        args.epochs = 3
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # What each node runs: the same arguments, minus the demo's own.
+    script_args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--local-demo":
+            continue
+        elif a == "--timeout":
+            skip = True
+        elif not a.startswith("--timeout="):
+            script_args.append(a)
+    return args, script_args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args, script_args = parse_args(argv)
+    if args.local_demo:
+        if gdist.detect_external_launch() is not None:
+            raise SystemExit("--local-demo starts its own torchrun nodes: run it without torchrun/srun")
+        return local_demo(args, script_args)
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
