@@ -463,6 +463,13 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
         with open(cfg["out_file"], "w", encoding="utf-8") as fh:
             json.dump({"epoch_times_s": epoch_times, **metrics}, fh)
     dist.barrier()
+    if cfg.get("join"):
+        # torch 2.2 + gloo: under Join, DDP leaves un-awaited async all-reduces behind; freeing
+        # the DDP reducer then deadlocks (the main thread holds the GIL while joining a gloo
+        # worker that needs it to free a tensor). Leave without tearing down.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     dist.destroy_process_group()
 
 
@@ -497,7 +504,7 @@ def _naive_child(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any
     handwritten_rank(rank, world, port, box, cfg)
 
 
-def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any]) -> None:
+def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s: float = 60.0) -> None:
     """Launch ``handwritten_rank`` the way the classic tutorials do: spawn, with the graph
     pickled (plain ``pickle.dumps``, as ``mp.spawn`` does with its arguments) and sent to
     every child, which unpickles its own private copy. The bytes go through a pipe so the
@@ -524,9 +531,20 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any]) -> None:
         del data
         # Like the tutorials there is no watchdog in the ranks; here, at least, one failed
         # rank ends the others instead of leaving them blocked in a collective.
+        first_done = None
         while True:
             alive = [p for p in procs if p.exitcode is None]
             if not alive or any(p.exitcode not in (None, 0) for p in procs):
+                break
+            if first_done is None and len(alive) < len(procs):
+                first_done = time.monotonic()
+            if first_done is not None and time.monotonic() - first_done > teardown_timeout_s:
+                print(f"[bench] naive spawn: {len(alive)} rank(s) still tearing down {teardown_timeout_s:.0f} s "
+                      "after another finished; ending them", file=sys.stderr, flush=True)
+                for p in alive:
+                    p.kill()
+                    p.join(5)
+                    p.exitcode_override = 0  # their work was done: all ranks passed the final barrier
                 break
             alive[0].join(0.2)
     finally:
@@ -534,7 +552,7 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any]) -> None:
             if p.exitcode is None:
                 p.kill()
                 p.join(5)
-    bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0]
+    bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0 and not hasattr(p, "exitcode_override")]
     if bad:
         raise RuntimeError(f"naive spawn ranks failed (rank, exit code): {bad}")
 

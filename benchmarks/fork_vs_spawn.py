@@ -62,9 +62,9 @@ def parse_args(argv: Any = None) -> Any:
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes = args.sizes or [common.parse_size("20kx5")]
-        if "--datasets" not in (argv or sys.argv):
+        if "--datasets" not in (argv if argv is not None else sys.argv[1:]):
             args.datasets = ["synthetic"]
-        if "--world-sizes" not in (argv or sys.argv):
+        if "--world-sizes" not in (argv if argv is not None else sys.argv[1:]):
             args.world_sizes = [1, 2]
         args.feat_dim, args.hidden, args.batch_size = 16, 32, 256
         args.pause_at, args.measure_steps = 1, 3

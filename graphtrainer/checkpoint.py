@@ -74,6 +74,8 @@ def seed_epoch(seed: int, rank: int, epoch: int) -> None:
 
     if "dgl" in sys.modules:
         sys.modules["dgl"].seed(value)
+    if "dgl.graphbolt" in sys.modules:  # GraphBolt's samplers keep a generator of their own
+        sys.modules["dgl.graphbolt"].seed(value)
 
 
 def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
@@ -97,9 +99,9 @@ def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
         "world_size": trainer.world_size,
         "rng_states": rngs,
     }
-    task.on_save_checkpoint(ckpt)
     for cb in trainer.callbacks:
         cb.on_save_checkpoint(trainer, task, ckpt)
+    task.on_save_checkpoint(ckpt)
     return ckpt
 
 
@@ -207,6 +209,6 @@ def restore_training_state(trainer: Any, task: Any, ckpt: Dict[str, Any]) -> Non
                       "per-rank RNG states cannot carry over (each epoch reseeds from the trainer's seed, "
                       "so epoch-boundary resumes are unaffected); model, optimizer, scheduler, counters "
                       "and callback states were restored", stacklevel=2)
-    task.on_load_checkpoint(ckpt)
     for cb in trainer.callbacks:
         cb.on_load_checkpoint(trainer, task, ckpt)
+    task.on_load_checkpoint(ckpt)

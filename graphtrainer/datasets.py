@@ -13,13 +13,15 @@ argument, ``$GRAPHTRAINER_CACHE``, ``$XDG_CACHE_HOME/graphtrainer``, or
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import hashlib
 import json
 import math
 import os
 import pathlib
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -158,9 +160,22 @@ def _load_planetoid(name: str, root: pathlib.Path, cache: Optional[PathLike],
     _check_files(raw, files)  # DGL downloads when raw_path is missing: never let it
     save = cache_dir(cache) / "dgl" / folder
     cls = _PinnedCora if name == "cora" else _PinnedCiteseer
-    ds = cls(raw_path=str(raw), save_path=str(save), raw_dir=str(root / "dgl"),
-             verbose=verbose)
+    with _exclusive(save.with_name(save.name + ".lock")):  # DGL writes its cache non-atomically
+        ds = cls(raw_path=str(raw), save_path=str(save), raw_dir=str(root / "dgl"),
+                 verbose=verbose)
     return ds[0]
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: pathlib.Path) -> Iterator[None]:
+    """One process at a time (ranks of a job loading the same dataset at once)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _load_tolokers(root: pathlib.Path, split: int, verbose: bool) -> dgl.DGLGraph:

@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as gdist
 from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_epoch
+from .launch import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
 from .sampling import check_loader
@@ -28,6 +29,8 @@ STAGES = ("fit", "validate", "test", "predict")
 
 def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> Dict[str, Any]:
     """Entry point of one rank for ``stage``; returns what the caller needs (from rank 0)."""
+    if info.source in ("torchrun", "slurm") and trainer.threads_per_proc:
+        set_threads(trainer.threads_per_proc)  # launched ranks get theirs from the launcher
     device, backend = trainer._device_and_backend(info)
     if device.type == "cuda":
         try:

@@ -5,6 +5,9 @@ sums, on the value's device so training never waits on the host. At the end of a
 (after leaving ``Join``) :meth:`MetricStore.reduce` sums both over ranks: the result is
 the weighted mean over every sample of every rank, never a mean of per-rank means.
 
+``reduce_fx="sum"`` gives totals instead (counts, e.g. nodes scored), summed over every
+call of every rank.
+
 Metrics that are not means (ROC-AUC, F1) need every prediction: gather them with
 :func:`gather` and compute them with scikit-learn, e.g. :func:`roc_auc`.
 """
@@ -17,21 +20,34 @@ import torch
 from . import distributed as gdist
 
 
+#: How ``self.log`` values of one phase combine: exact weighted mean, or total.
+REDUCE_FXS = ("mean", "sum")
+
+
 class MetricStore:
     """Local sums of logged values for the current phase, plus the latest step values."""
 
     def __init__(self) -> None:
         self._sums: Dict[str, Tuple[torch.Tensor, float]] = {}
+        self._reduce: Dict[str, str] = {}
         self.prog_bar: set = set()
         self.last: Dict[str, torch.Tensor] = {}
 
-    def add(self, name: str, value: torch.Tensor | float, weight: float, prog_bar: bool = False) -> None:
+    def add(self, name: str, value: torch.Tensor | float, weight: float, prog_bar: bool = False,
+            reduce_fx: str = "mean") -> None:
+        if reduce_fx not in REDUCE_FXS:
+            raise ValueError(f"self.log({name!r}): reduce_fx={reduce_fx!r}; choose one of {REDUCE_FXS}")
+        if self._reduce.setdefault(name, reduce_fx) != reduce_fx:
+            raise ValueError(f"self.log({name!r}): logged with reduce_fx={self._reduce[name]!r} before and "
+                             f"{reduce_fx!r} now; use one per name")
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(float(value), dtype=torch.float64)
         value = value.detach()
         if value.numel() != 1:
             raise ValueError(f"self.log({name!r}): value must be a scalar, got shape {tuple(value.shape)}")
         value = value.reshape(()).to(torch.float64)
+        if reduce_fx == "sum":
+            weight = 1.0
         total, n = self._sums.get(name, (torch.zeros((), dtype=torch.float64, device=value.device), 0.0))
         self._sums[name] = (total + value * weight, n + weight)
         self.last[name] = value
@@ -42,9 +58,15 @@ class MetricStore:
         return sorted(self._sums)
 
     def reduce(self) -> Dict[str, float]:
-        """Exact weighted means over all ranks; clears the sums. Must be called on all processes."""
-        local = sorted(self._sums)
-        names = sorted(set().union(*gdist.all_gather_object(local))) if gdist.is_distributed() else local
+        """Epoch values over all ranks (weighted means, or sums); clears the sums. Must be
+        called on all processes."""
+        local = {name: self._reduce[name] for name in self._sums}
+        if gdist.is_distributed():
+            merged: Dict[str, str] = {}
+            for kinds in gdist.all_gather_object(local):
+                merged.update(kinds)
+            local = merged
+        names = sorted(local)
         if not names:
             return {}
         buf = torch.zeros(2 * len(names), dtype=torch.float64)
@@ -58,7 +80,10 @@ class MetricStore:
         out: Dict[str, float] = {}
         for i, name in enumerate(names):
             n = float(buf[len(names) + i])
-            out[name] = float(buf[i]) / n if n > 0 else float("nan")
+            if local[name] == "sum":
+                out[name] = float(buf[i])
+            else:
+                out[name] = float(buf[i]) / n if n > 0 else float("nan")
         return out
 
     def clear(self) -> None:

@@ -151,19 +151,20 @@ class GraphTask:
         return self.trainer.global_step if self.trainer is not None else 0
 
     def log(self, name: str, value: Union[torch.Tensor, float], batch_size: Optional[int] = None,
-            prog_bar: bool = False) -> None:
-        """Record ``value`` for this phase; its epoch value is the exact mean over all ranks,
-        weighted by ``batch_size`` (inferred from a DGL batch when omitted; 1 outside steps).
+            prog_bar: bool = False, reduce_fx: str = "mean") -> None:
+        """Record ``value`` for this phase. Its epoch value is the exact mean over all ranks,
+        weighted by ``batch_size`` (inferred from a DGL batch when omitted; 1 outside steps),
+        or with ``reduce_fx="sum"`` the total over every call on every rank.
 
         Local only: no collective runs here, so it is safe inside ``training_step``.
         """
         weight = batch_size if batch_size is not None else (self._batch_size or 1)
-        self._metrics.add(name, value, float(weight), prog_bar=prog_bar)
+        self._metrics.add(name, value, float(weight), prog_bar=prog_bar, reduce_fx=reduce_fx)
 
     def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
-                 prog_bar: bool = False) -> None:
+                 prog_bar: bool = False, reduce_fx: str = "mean") -> None:
         for name, value in values.items():
-            self.log(name, value, batch_size=batch_size, prog_bar=prog_bar)
+            self.log(name, value, batch_size=batch_size, prog_bar=prog_bar, reduce_fx=reduce_fx)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's rows concatenated in rank order. Must be called on all processes,
@@ -195,6 +196,11 @@ class GraphTask:
         epoch the ids are permuted with ``(seed, epoch)`` identically on every rank, then
         split evenly (padding with repeats, or dropping with ``drop_last=True``). Used for
         evaluation, the split is exact: every id once.
+
+        ``ids`` are checked here, before any sampling (DGL would abort the process on an
+        out-of-range id): built in ``__init__``, a bad id raises ``ValueError`` before ``fit``
+        launches anything; built in ``train_dataloader()`` (run in each rank), every rank
+        raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
         """
         from .sampling import NodeLoader, default_sampler
 

@@ -45,7 +45,9 @@ class Trainer:
         check_val_every_n_epoch: validation frequency.
         seed: seeds the model build, each epoch's id permutation and every rank's
             generators (per epoch, from ``(seed, rank, epoch)``).
-        threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1).
+        threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1). Under
+            torchrun or Slurm it applies when given; otherwise the launcher's setting stands
+            (torchrun sets ``OMP_NUM_THREADS=1`` when it starts several processes per node).
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
@@ -235,11 +237,32 @@ class Trainer:
     def _device_and_backend(self, info: gdist.RankInfo) -> tuple:
         if not self.device_ids:
             return torch.device("cpu"), self.backend or "gloo"
-        index = self.device_ids[info.local_rank] if info.local_rank < len(self.device_ids) else info.local_rank
-        shared_gpu = len(set(self.device_ids)) < len(self.device_ids)
+        if info.source in ("torchrun", "slurm"):
+            index = self._external_device_index(info)
+            shared_gpu = False
+        else:
+            index = self.device_ids[info.local_rank]
+            shared_gpu = len(set(self.device_ids)) < len(self.device_ids)
         # nccl refuses two ranks on one device; gloo handles it.
         backend = self.backend or ("gloo" if shared_gpu else "nccl")
         return torch.device("cuda", index), backend
+
+    def _external_device_index(self, info: gdist.RankInfo) -> int:
+        """The GPU of a rank that torchrun or Slurm started: the listed device of its local
+        rank, else its local rank; device 0 when the rank sees just one GPU (Slurm's
+        ``--gpus-per-task=1`` or a per-rank ``CUDA_VISIBLE_DEVICES``)."""
+        visible = torch.cuda.device_count()
+        if visible == 1:
+            index = 0
+        elif len(self.device_ids) > 1 and info.local_rank < len(self.device_ids):
+            index = self.device_ids[info.local_rank]
+        else:
+            index = info.local_rank
+        if index >= visible:
+            raise RuntimeError(f"rank {info.rank} (local rank {info.local_rank}, started by {info.source}) "
+                               f"needs GPU {index} but sees {visible}: start one process per visible GPU, "
+                               "or give each process one GPU (CUDA_VISIBLE_DEVICES, --gpus-per-task=1)")
+        return index
 
     # ---- per-rank state ---------------------------------------------------------------
     def _attach(self, info: gdist.RankInfo, device: torch.device, task: Any, stage: str) -> None:

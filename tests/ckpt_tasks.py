@@ -316,11 +316,14 @@ class FullSageTask(SageTask):
     compared with one rank."""
 
     def __init__(self, graph: Any, batch_size: int, lr: float = 0.5, record_dir: Optional[str] = None,
-                 ids: Optional[torch.Tensor] = None, drop_last: bool = False):
+                 ids: Optional[torch.Tensor] = None, drop_last: bool = False, model_seed: Optional[int] = None):
         super().__init__(graph, fanouts=(-1, -1), dropout=0.0, lr=lr, batch_size=batch_size)
         self.record_dir, self.drop_last = record_dir, drop_last
         self.ids = ids if ids is not None else self.split["train"]
         self.seen: List[int] = []
+        if model_seed is not None:  # built here, in the launching process, not in the ranks
+            torch.manual_seed(model_seed)
+            self.model = self.configure_model()
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.model.parameters(), lr=self.lr)

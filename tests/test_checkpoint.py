@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import graphtrainer
-from graphtrainer import ModelCheckpoint, RankFailedError, Trainer
+from graphtrainer import Callback, ModelCheckpoint, RankFailedError, Trainer
 from graphtrainer.checkpoint import FORMAT_VERSION, CheckpointError
 
 from ckpt_tasks import RegressionTask, SageTask, make_graph
@@ -322,3 +322,60 @@ def test_ckpt_path_best_without_model_checkpoint_is_clear_value_error(root_dir, 
         trainer.test(RegressionTask(), ckpt_path=which)
     with pytest.raises(ValueError, match=f"ckpt_path='{which}' needs a ModelCheckpoint"):
         trainer.fit(RegressionTask(), ckpt_path=which)
+
+
+# ---- checkpoint hooks and seeding --------------------------------------------------------
+class _HookOrder(Callback):
+    def __init__(self, calls):
+        self.calls = calls
+
+    def on_save_checkpoint(self, trainer, task, checkpoint):
+        self.calls.append("callback.on_save_checkpoint")
+        checkpoint["seen_by_callback"] = True
+
+    def on_load_checkpoint(self, trainer, task, checkpoint):
+        self.calls.append("callback.on_load_checkpoint")
+
+
+class _HookOrderTask(RegressionTask):
+    calls: list = []
+
+    def on_save_checkpoint(self, checkpoint):
+        self.calls.append("task.on_save_checkpoint")
+        assert checkpoint["seen_by_callback"]  # the callback ran first
+
+    def on_load_checkpoint(self, checkpoint):
+        self.calls.append("task.on_load_checkpoint")
+
+
+def test_checkpoint_hooks_run_callbacks_before_the_task(root_dir, tmp_path):
+    calls = []
+    _HookOrderTask.calls = calls
+    path = tmp_path / "c.ckpt"
+    trainer = Trainer(max_epochs=1, progress_bar=False, default_root_dir=root_dir, callbacks=[_HookOrder(calls)])
+    trainer._after_epoch = lambda tr, task: tr.save_checkpoint(path)
+    trainer.fit(_HookOrderTask())
+    assert calls == ["callback.on_save_checkpoint", "task.on_save_checkpoint"]
+    calls.clear()
+    Trainer(max_epochs=2, progress_bar=False, default_root_dir=root_dir,
+            callbacks=[_HookOrder(calls)]).fit(_HookOrderTask(), ckpt_path=str(path))
+    assert calls == ["callback.on_load_checkpoint", "task.on_load_checkpoint"]
+
+
+def test_seed_epoch_makes_graphbolt_sampling_repeatable():
+    import dgl.graphbolt as gb
+
+    from graphtrainer.checkpoint import seed_epoch
+
+    g = make_graph(num_nodes=200, avg_degree=12)
+    indptr, indices, _ = g.adj_tensors("csc")
+    graph = gb.fused_csc_sampling_graph(indptr, indices)
+    seeds = torch.arange(50)
+
+    def sample(seed, epoch):
+        seed_epoch(seed, 0, epoch)
+        return graph.sample_neighbors(seeds, torch.LongTensor([3])).sampled_csc.indices
+
+    first = sample(5, 0)
+    assert torch.equal(first, sample(5, 0))
+    assert not torch.equal(first, sample(5, 1))  # a new epoch draws new neighbours

@@ -21,12 +21,12 @@ EPOCHS = 3
 B = 8
 
 
-def _fit(root_dir, out, num_procs, batch_size, launcher="fork"):
+def _fit(root_dir, out, num_procs, batch_size, launcher="fork", model_seed=None):
     out.mkdir()
     graph = make_graph(num_nodes=160)
     trainer = Trainer(num_procs=num_procs, launcher=launcher, max_epochs=EPOCHS, seed=3, progress_bar=False,
                       default_root_dir=root_dir, callbacks=[ParamDump(str(out))], logger=False)
-    task = FullSageTask(graph, batch_size=batch_size)
+    task = FullSageTask(graph, batch_size=batch_size, model_seed=model_seed)
     trainer.fit(task)
     assert trainer.global_step == EPOCHS * 96 // (batch_size * num_procs)
     return task
@@ -50,10 +50,13 @@ def one_rank(tmp_path_factory):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("launcher", ["fork", "spawn"])
-def test_two_ranks_batch_b_equal_one_rank_batch_2b(one_rank, root_dir, tmp_path, launcher):
+@pytest.mark.parametrize("launcher, model_seed", [("fork", None), ("spawn", None), ("spawn", 3)],
+                         ids=["fork", "spawn", "spawn-model-from-parent"])
+def test_two_ranks_batch_b_equal_one_rank_batch_2b(one_rank, root_dir, tmp_path, launcher, model_seed):
+    # model_seed: the model is built in the parent with the seed the ranks would use; spawn
+    # sends its parameters through shared memory, and each rank must still own a copy.
     out = tmp_path / "two"
-    task = _fit(root_dir, out, 2, B, launcher)
+    task = _fit(root_dir, out, 2, B, launcher, model_seed)
     assert _max_diff(_load(out, "start", 0), _load(one_rank / "2b", "start", 0)) == 0.0
     for epoch in range(EPOCHS):
         r0, r1 = _load(out, f"e{epoch}", 0), _load(out, f"e{epoch}", 1)

@@ -71,6 +71,7 @@ def test_torchrun_two_nodes_train_identical_parameters(root_dir, tmp_path):
         assert torch.equal(params[0][name], params[1][name]), name
     results = [json.loads((tmp_path / f"result_rank{r}.json").read_text()) for r in (0, 1)]
     assert results[0]["world_size"] == results[1]["world_size"] == 2
+    assert [r["threads"] for r in results] == [1, 1]  # threads_per_proc applies under torchrun too
     assert results[0]["history"] == results[1]["history"] and len(results[0]["history"]) == 3
     # Rank 0 numbered the run directory; the other rank learnt it.
     assert results[0]["log_dir"] == results[1]["log_dir"] == str(tmp_path / "runs" / "version_0")

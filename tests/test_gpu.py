@@ -121,3 +121,34 @@ def test_checkpoint_written_on_gpu_loads_and_resumes_on_cpu(tmp_path):
     resumed.fit(DeviceTask(str(tmp_path / "cpu")), ckpt_path=str(best.with_name("last.ckpt")))
     assert [row["epoch"] for row in resumed.history] == [3, 4]
     assert not torch.cuda.is_initialized()  # the test process itself never touched CUDA
+
+
+# ---- which GPU a rank started by torchrun or Slurm takes (device counts only, no CUDA) ----------
+@pytest.mark.parametrize("visible, local_rank, gpus, index", [
+    (4, 3, 4, 3),          # torchrun, 4 per node: the local rank's GPU
+    (1, 3, 4, 0),          # Slurm --gpus-per-task=1: each task sees only its own GPU
+    (4, 1, [2, 3], 3),     # an explicit list, indexed by local rank
+])
+def test_external_rank_gpu_choice(monkeypatch, visible, local_rank, gpus, index):
+    from graphtrainer.distributed import RankInfo
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    trainer = Trainer(gpus=gpus, progress_bar=False)
+    info = RankInfo(rank=5, local_rank=local_rank, world_size=8, source="slurm")
+    device, backend = trainer._device_and_backend(info)
+    assert (device, backend) == (torch.device("cuda", index), "nccl")
+
+
+def test_external_rank_without_a_gpu_says_how_to_fix(monkeypatch):
+    from graphtrainer.distributed import RankInfo
+
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    trainer = Trainer(gpus=1, progress_bar=False)
+    with pytest.raises(RuntimeError, match=r"local rank 3, started by torchrun\) needs GPU 3 but sees 2"):
+        trainer._device_and_backend(RankInfo(rank=3, local_rank=3, world_size=4, source="torchrun"))

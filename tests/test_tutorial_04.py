@@ -30,7 +30,7 @@ def test_tutorial_04_fast(tmp_path):
     assert summary["val_nodes_scored"] == 500 and summary["test_nodes_scored"] == 1000
     chance = 1.0 / summary["num_classes"]                # Cora: 7 classes
     assert summary["val_acc_last"] > chance + 0.3
-    assert summary["test_acc"] > chance + 0.3             # measured: 0.714 after 3 epochs
+    assert summary["test_acc"] > chance + 0.3             # measured: 0.725 after 3 epochs
     assert abs(summary["test_acc_from_predictions"] - summary["test_acc"]) < 1e-6
     assert summary["predictions_shape"] == [1000, 7]
 

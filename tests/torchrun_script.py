@@ -15,7 +15,7 @@ from ckpt_tasks import RegressionTask  # noqa: E402
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    trainer = Trainer(max_epochs=3, seed=4, progress_bar=False, default_root_dir=out / "runs")
+    trainer = Trainer(max_epochs=3, seed=4, progress_bar=False, threads_per_proc=1, default_root_dir=out / "runs")
     task = RegressionTask(scheduler=None)
     trainer.fit(task)
     rank = int(os.environ["RANK"])

@@ -39,7 +39,7 @@ samples 10 neighbours per layer and keeps the epoch with the best validation acc
 The classic hand-written workflow, and what replaces each step
 ---------------------------------------------------------------
 A hand-written multi-process DGL script (the shape of DGL's multi-GPU tutorials and of
-PyTorch's DDP tutorial) has these steps. The comment after each says where it went.
+PyTorch's DDP tutorial) has these steps; the arrow after each says what replaces it.
 
 1. ``g = CoraGraphDataset()[0]``; ``g.create_formats_()`` so forked children share the
    sparse formats copy-on-write.                -> ``graphtrainer.datasets.load("cora")``;
@@ -52,7 +52,8 @@ PyTorch's DDP tutorial) has these steps. The comment after each says where it we
 3. ``model = DDP(SAGE(...))``, built inside ``run`` so ranks do not share parameters.
                                                 -> ``configure_model()``; DDP is applied for you.
 4. ``DataLoader(g, train_ids, sampler, use_ddp=True, ...)`` and ``set_epoch(epoch)``.
-   (DGL 2.1's ``use_ddp`` gives every rank the same contiguous slice every epoch.)
+   (DGL 2.1's loader has no ``set_epoch``, and ``use_ddp`` gives every rank the same
+   contiguous slice every epoch.)
                                                 -> ``self.node_dataloader(ids, fanouts, bs)``:
                                                    a new global permutation each epoch.
 5. The epoch loop: ``zero_grad``, forward, ``loss.backward()``, ``step``; ranks with
@@ -65,8 +66,9 @@ PyTorch's DDP tutorial) has these steps. The comment after each says where it we
 7. ``if rank == 0 and acc > best: torch.save(model.module.state_dict(), path)``;
    ``dist.barrier()``.                          -> ``ModelCheckpoint(monitor="val_acc")``:
                                                    rank 0 writes atomically, then a barrier.
-8. ``mp.spawn(run, nprocs=2)`` / ``dgl.multiprocessing.Process``; a crashed rank leaves
-   the others waiting forever.                  -> ``trainer.fit(task)``; a failing rank
+8. ``mp.spawn(run, nprocs=2)``, or ``dgl.multiprocessing.Process`` + ``join()``; with the
+   latter a rank that crashes leaves its peers blocked in their next collective.
+                                                -> ``trainer.fit(task)``; a failing rank
                                                    ends the rest and raises here.
 9. Reload the best weights, test, predict: another script, or more code in ``run``.
                                                 -> ``trainer.test(task, ckpt_path="best")``,

@@ -89,8 +89,9 @@ they are present. OGB's ``DglNodePropPredDataset("ogbn-arxiv", root=R)`` keeps t
     R/ogbn_arxiv/raw/num-node-list.csv.gz, num-edge-list.csv.gz   (one row each)
     R/ogbn_arxiv/split/time/{train,valid,test}.csv.gz   node ids, one per row
 
-(``arxiv.zip`` from OGB unpacks as ``arxiv/``; ``R/arxiv`` or ``R`` itself holding
-``raw/`` and ``split/`` are accepted too.) :func:`load_ogbn_arxiv` builds the same graph
+(Older OGB releases' DGL loader used ``R/ogbn_arxiv_dgl``, and ``arxiv.zip`` unpacks as
+``arxiv/``: ``R/ogbn_arxiv_dgl``, ``R/arxiv`` or ``R`` itself holding ``raw/`` and
+``split/`` are accepted too.) :func:`load_ogbn_arxiv` builds the same graph
 as DGL's tutorial: the citation edges plus their reverses, ``feat``, ``label``,
 ``year`` and the time-split masks. When the files are missing, it says which and where
 it looked, and the script exits with status 2.
@@ -128,9 +129,11 @@ class OgbFilesMissing(FileNotFoundError):
 
 
 def find_arxiv_folder(root: os.PathLike | str) -> Path:
-    """The folder holding ``raw/`` and ``split/``: ``root/ogbn_arxiv``, ``root/arxiv`` or ``root``."""
+    """The folder holding ``raw/`` and ``split/``: ``root/ogbn_arxiv`` (OGB's layout),
+    ``root/ogbn_arxiv_dgl`` (older OGB releases' DGL loader), ``root/arxiv`` (OGB's zip
+    unpacked by hand) or ``root`` itself."""
     root = Path(root).expanduser().absolute()
-    candidates = [root / "ogbn_arxiv", root / "arxiv", root]
+    candidates = [root / "ogbn_arxiv", root / "ogbn_arxiv_dgl", root / "arxiv", root]
     for folder in candidates:
         if (folder / "raw" / "edge.csv.gz").is_file():
             missing = [f for f in ARXIV_REQUIRED if not (folder / f).is_file()]

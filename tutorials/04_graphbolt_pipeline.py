@@ -32,23 +32,23 @@ Output of the full run, measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
     Finish preprocessing the on-disk dataset.
     GraphBolt dataset at runs/tutorial04/graphbolt_cora: 2708 nodes, 10556 edges; train/val/test 140/500/1000
     epoch   0  train_loss 1.9197  val_loss 1.8458  val_acc 0.6220  batches per rank 3/2
-    epoch   1  train_loss 1.6649  val_loss 1.6866  val_acc 0.6640  batches per rank 3/2
-    epoch   2  train_loss 1.3151  val_loss 1.5449  val_acc 0.6940  batches per rank 3/2
-    epoch   3  train_loss 0.9453  val_loss 1.3512  val_acc 0.7500  batches per rank 3/2
-    epoch   4  train_loss 0.6177  val_loss 1.1589  val_acc 0.7420  batches per rank 3/2
-    epoch   5  train_loss 0.4100  val_loss 0.9652  val_acc 0.7680  batches per rank 3/2
-    epoch   6  train_loss 0.2662  val_loss 0.8555  val_acc 0.7860  batches per rank 3/2
-    epoch   7  train_loss 0.1773  val_loss 0.8322  val_acc 0.7740  batches per rank 3/2
-    epoch   8  train_loss 0.1164  val_loss 0.8250  val_acc 0.7600  batches per rank 3/2
-    epoch   9  train_loss 0.0927  val_loss 0.7651  val_acc 0.7680  batches per rank 3/2
+    epoch   1  train_loss 1.6703  val_loss 1.6866  val_acc 0.6700  batches per rank 3/2
+    epoch   2  train_loss 1.3172  val_loss 1.5412  val_acc 0.7140  batches per rank 3/2
+    epoch   3  train_loss 0.9473  val_loss 1.3406  val_acc 0.7540  batches per rank 3/2
+    epoch   4  train_loss 0.6271  val_loss 1.1470  val_acc 0.7460  batches per rank 3/2
+    epoch   5  train_loss 0.4095  val_loss 0.9578  val_acc 0.7740  batches per rank 3/2
+    epoch   6  train_loss 0.2689  val_loss 0.8535  val_acc 0.7880  batches per rank 3/2
+    epoch   7  train_loss 0.1775  val_loss 0.8325  val_acc 0.7720  batches per rank 3/2
+    epoch   8  train_loss 0.1175  val_loss 0.8227  val_acc 0.7620  batches per rank 3/2
+    epoch   9  train_loss 0.0923  val_loss 0.7622  val_acc 0.7760  batches per rank 3/2
     ...
-    epoch  28  train_loss 0.0720  val_loss 0.7227  val_acc 0.7680  batches per rank 3/2
-    epoch  29  train_loss 0.0699  val_loss 0.7455  val_acc 0.7620  batches per rank 3/2
-    validation, last epoch: exact val_acc 0.7620 over 500 nodes; mean of per-rank accuracies (the hand-written reduction) 0.7614
-    best checkpoint runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7860.ckpt (val_acc 0.7860)
-    test_acc 0.8010 (exact, 1000 nodes; mean of per-rank accuracies 0.8007); from predict(): 0.8010
-    summary written to runs/tutorial04/summary.json (14.7 s)
-    (wall time 18.9 s)
+    epoch  28  train_loss 0.0725  val_loss 0.7239  val_acc 0.7680  batches per rank 3/2
+    epoch  29  train_loss 0.0685  val_loss 0.7442  val_acc 0.7600  batches per rank 3/2
+    validation, last epoch: exact val_acc 0.7600 over 500 nodes; mean of per-rank accuracies (the hand-written reduction) 0.7592
+    best checkpoint runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7880.ckpt (val_acc 0.7880)
+    test_acc 0.8000 (exact, 1000 nodes; mean of per-rank accuracies 0.7997); from predict(): 0.8000
+    summary written to runs/tutorial04/summary.json (13.1 s)
+    (wall time 0m16.195s)
 
 What the hand-written DGL example does, and what replaces it
 -------------------------------------------------------------
@@ -92,7 +92,10 @@ better than the hand-written version:
 is rounded to whole batches, so Cora's 140 training nodes with batch size 32 split 76/64,
 i.e. 3 batches on rank 0 and 2 on rank 1. Without ``Join`` rank 0's third backward would
 wait forever for an all-reduce rank 1 never joins. The script logs each rank's batch
-count (``train_batches_rank0/1``).
+count (``train_batches_rank0/1``). ``Join`` alone is not quite enough either: DDP's join
+hook gives the early rank the final parameters but not the optimizer's state (Adam's
+moments, its step count), which in the hand-written loop then drift apart between
+ranks; after ``Join`` the trainer copies them from the rank that stepped last.
 
 What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
 -------------------------------------------------------------------------
@@ -113,16 +116,16 @@ What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
    leaves alone, so ``sample_neighbor`` draws differently on every run. Closest working
    form: the task calls ``gb.seed`` from ``(seed, rank, epoch)`` in
    ``on_train_epoch_start``; two runs of this script then print identical numbers.
-4. **GPUs need DGL's CUDA build.** The PyPI ``dgl`` wheel is CPU-only: blocks on a
-   GPU raise ``DGLError: Device API cuda is not enabled`` and GraphBolt's GPU sampling
-   is not compiled in; see the README's GPU section. On CPU ``copy_to(self.device)`` is a no-op, and the
-   same task runs unchanged with ``Trainer(gpus=N)`` on the CUDA build.
+4. **GPUs need DGL's CUDA build.** The PyPI ``dgl`` wheel is CPU-only: blocks on a GPU
+   raise ``DGLError: Device API cuda is not enabled``, and its GraphBolt library holds no
+   CUDA code (no GPU sampling or GPU feature fetching); see the README's "GPUs" section.
+   On CPU ``copy_to(self.device)`` is a no-op, and the same task runs unchanged with
+   ``Trainer(gpus=N)`` on the CUDA build.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -378,6 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/tutorial04",
                         help="where runs, checkpoints, the on-disk dataset and summary.json go")
+    parser.add_argument("--root-dir", default=None, help="run folders and checkpoints (default: --out)")
     parser.add_argument("--fast", action="store_true", help="3 epochs: a smoke test in seconds")
     args = parser.parse_args(argv)
     if args.fast:
@@ -401,7 +405,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                                        batch_size=args.batch_size)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
     trainer = Trainer(num_procs=args.num_procs, max_epochs=args.epochs, seed=args.seed,
-                      default_root_dir=out, callbacks=[ckpt, PrintEpoch()], progress_bar=False)
+                      default_root_dir=Path(args.root_dir or out), callbacks=[ckpt, PrintEpoch()],
+                      progress_bar=False)
     trainer.fit(task)
     last = trainer.history[-1]
     print(f"validation, last epoch: exact val_acc {last['val_acc']:.4f} over {int(last['val_nodes_scored'])} "

@@ -21,7 +21,15 @@ Smoke test (a 20,000-node graph, batches of 256, 3 epochs; ``tests/test_tutorial
 
 Output of the full run, measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
 
-OUTPUT_PLACEHOLDER
+    synthetic Reddit-sized graph: 232,965 nodes, 11,648,250 edges (Reddit: 114,615,892), 128 features (Reddit: 602), 41 classes; train/val/test 153,757/23,296/55,912; built in 5.5 s
+    epoch  0  train_loss 4.1592  train_acc 0.0941  val_acc 0.4982  (35 s)
+    epoch  1  train_loss 2.0656  train_acc 0.4543  val_acc 0.9008  (62 s)
+    epoch  2  train_loss 0.9003  train_acc 0.7952  val_acc 0.9721  (93 s)
+    epoch  3  train_loss 0.4159  train_acc 0.9171  val_acc 0.9882  (125 s)
+    val: 23,296 of 23,296 nodes scored, each once; best checkpoint runs/tutorial05/version_0/checkpoints/epoch=3-val_acc=0.9882.ckpt (val_acc 0.9882)
+    test_acc 0.9882 over 55,912 of 55,912 test nodes (chance 0.0244)
+    summary written to runs/tutorial05/summary.json (138.5 s)
+    (wall time 2m22.752s; the 2 cores were shared with other jobs, load average about 3.5)
 
 The graph: Reddit-sized, scaled to this machine
 -----------------------------------------------
@@ -45,7 +53,9 @@ scaled down, each for a measured reason:
 
 The synthetic graph is learnable like Reddit is: labels are homophilous (75 % of edges
 join nodes of one class) and features are noisy class means, so neighbourhood
-aggregation beats the features alone. Chance is 1/41 = 0.024.
+aggregation beats the features alone. Chance is 1/41 = 0.024. It is easier than Reddit:
+with 75 % of the sampled neighbours in the node's own class the model reaches 0.99 in 4
+epochs, where GraphSAGE gets about 0.95 on the real Reddit (Hamilton et al., 2017).
 
 PyG's workflow, step by step, and what replaces each step
 ---------------------------------------------------------
@@ -231,9 +241,11 @@ class PrintEpoch(Callback):
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-procs", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=None, help=f"default {FULL['epochs']} ({FAST['epochs']} with --fast)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help=f"default {FULL['epochs']} ({FAST['epochs']} with --fast)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/tutorial05", help="runs, checkpoints and summary.json")
+    parser.add_argument("--root-dir", default=None, help="run folders and checkpoints (default: --out)")
     parser.add_argument("--fast", action="store_true",
                         help=f"a {FAST['nodes']:,}-node graph and {FAST['epochs']} epochs: a smoke test")
     args = parser.parse_args(argv)
@@ -255,7 +267,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     task = RedditSAGE(graph, fanouts=[25, 10], hidden=256, batch_size=size["batch_size"], lr=1e-3)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
     trainer = Trainer(num_procs=args.num_procs, max_epochs=epochs, seed=args.seed,
-                      default_root_dir=Path(args.out), callbacks=[ckpt, PrintEpoch()], progress_bar=False)
+                      default_root_dir=Path(args.root_dir or args.out), callbacks=[ckpt, PrintEpoch()],
+                      progress_bar=False)
     trainer.fit(task)
     fit_seconds = time.time() - started
     test = trainer.test(task, ckpt_path="best")

@@ -51,7 +51,26 @@ and splits by global rank, whoever started the ranks.
 
 Output of that command (30 epochs), measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
 
-OUTPUT_PLACEHOLDER
+    [demo] node 0: -m torch.distributed.run --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 39247 /work/main/tutorials/06_multinode.py
+    [demo] node 1: -m torch.distributed.run --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 39247 /work/main/tutorials/06_multinode.py
+    [node 0] cora: 2708 nodes, 10556 edges; launched by torchrun: 2 processes, rendezvous at 127.0.0.1:39247
+    [node 0] epoch   0  train_loss 1.9223  val_loss 1.8220  val_acc 0.6920
+    [node 0] epoch   1  train_loss 1.6577  val_loss 1.6350  val_acc 0.6900
+    [node 0] epoch   2  train_loss 1.3398  val_loss 1.4588  val_acc 0.7580
+    [node 0] epoch   3  train_loss 0.9984  val_loss 1.3410  val_acc 0.7280
+    [node 0] epoch   4  train_loss 0.6762  val_loss 1.1801  val_acc 0.7180
+    [node 0] epoch   5  train_loss 0.4583  val_loss 0.9570  val_acc 0.7840
+    ...
+    [node 0] epoch  27  train_loss 0.0618  val_loss 0.7660  val_acc 0.7660
+    [node 0] epoch  28  train_loss 0.0627  val_loss 0.7596  val_acc 0.7460
+    [node 0] epoch  29  train_loss 0.0608  val_loss 0.7344  val_acc 0.7600
+    [node 0] rank 0: node 0, local rank 0, host vm, pid 17968, cpu
+    [node 0] rank 1: node 1, local rank 0, host vm, pid 17969, cpu
+    [node 0] best checkpoint runs/tutorial06/runs/version_0/checkpoints/epoch=20-val_acc=0.7940.ckpt (val_acc 0.7940)
+    [node 0] test_acc 0.7920  (written by rank 0 of 2)
+    [node 0] summary written to runs/tutorial06/summary.json (10.7 s)
+    [demo] exit codes: node 0 0, node 1 0
+    (wall time 0m30.518s)
 
 Smoke test (3 epochs; ``tests/test_tutorial_06.py`` starts the two torchrun nodes itself
 with timeouts, and also runs the sbatch file under a stand-in ``srun``)::
@@ -60,19 +79,23 @@ with timeouts, and also runs the sbatch file under a stand-in ``srun``)::
 
 The hand-written multi-node script, step by step, and what replaces it
 ----------------------------------------------------------------------
-PyG's ``distributed_sampling_multinode.py`` and PyTorch's ``multinode.py`` do, per process:
+PyG's ``distributed_sampling_multinode.py`` and PyTorch's ``multinode.py``
+(``ddp-tutorial-series``) do, in every process:
 
-1. ``world_size = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS")))``,
-   and the same for ``RANK``/``SLURM_PROCID`` and ``LOCAL_RANK``/``SLURM_LOCALID``.
-2. ``dist.init_process_group("nccl", world_size=..., rank=...)``, reading
-   ``MASTER_ADDR``/``MASTER_PORT`` from the environment ("make sure those are set!").
-3. Download the dataset on rank 0, ``dist.barrier()``, then load it on the others.
+1. Read ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` from the environment (PyG's falls
+   back to ``SLURM_NTASKS``, ``SLURM_PROCID`` and ``SLURM_LOCALID``).
+2. ``dist.init_process_group("nccl")``, which reads ``MASTER_ADDR``/``MASTER_PORT``
+   from the environment (PyG: "make sure those are set!").
+3. PyG: read the dataset on rank 0, ``dist.barrier()``, then on the others.
 4. ``torch.cuda.set_device(local_rank)``; ``DDP(model.to(local_rank), device_ids=[local_rank])``:
    the *local* rank picks the GPU, the *global* rank picks the data shard.
-5. ``train_idx.split(train_idx.size(0) // world_size)[rank]``: a fixed shard per rank.
+5. A shard of the training ids per global rank: PyG's
+   ``train_idx.split(train_idx.size(0) // world_size)[rank]``, the same every epoch;
+   PyTorch's ``DistributedSampler`` with ``set_epoch``.
 6. The training loop; ``dist.barrier()``; print on rank 0 only.
-7. Evaluate on rank 0 alone ("We evaluate on a single GPU for now").
-8. ``dist.destroy_process_group()``.
+7. PyG: evaluate on rank 0 alone ("We evaluate on a single GPU for now").
+8. PyTorch: save a snapshot on global rank 0; every rank loads it when resuming.
+9. ``dist.destroy_process_group()``.
 
 graphtrainer does 1 and 2 (``graphtrainer.distributed.detect_external_launch``: torchrun's
 variables first, then Slurm's; with Slurm and no ``MASTER_ADDR`` it takes the first host
@@ -80,10 +103,12 @@ of ``SLURM_STEP_NODELIST``/``SLURM_NODELIST``, and without ``MASTER_PORT`` it us
 ``15000 + SLURM_JOB_ID % 20000``, the same on every task of a job), 4 (device from the
 local rank, nccl on GPUs, gloo on CPUs), 5 (a new global permutation each epoch, split
 evenly by global rank), 6 (``Join`` for uneven inputs, exact metric reduction, output
-on rank 0) and 7 (validation and test on *all* ranks, each node scored once, reduced
-exactly), plus what the scripts lack: checkpoints written by global rank 0, the run
-directory chosen by rank 0 and broadcast, and errors naming the rank. 3 stays yours:
-see "Files".
+on rank 0), 7 (validation and test on *all* ranks, each node scored once, reduced
+exactly) and 8 (``ModelCheckpoint``: global rank 0 writes atomically, every rank
+resumes with ``fit(task, ckpt_path=...)``), plus the run directory chosen by rank 0 and
+broadcast, and errors naming the rank. 9 is not needed: the group stays up for the
+process's next ``fit``/``test`` call and goes with the process. 3 stays yours: see
+"Files".
 
 Files
 -----
@@ -109,7 +134,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -155,7 +179,8 @@ def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     # num_procs (and the count in gpus) only matter when nothing launched us; under torchrun
     # or srun the job's layout comes from the environment.
     trainer = Trainer(gpus=args.gpus or None, num_procs=None if args.gpus else args.num_procs,
-                      max_epochs=args.epochs, seed=args.seed, default_root_dir=Path(args.out) / "runs",
+                      max_epochs=args.epochs, seed=args.seed,
+                      default_root_dir=Path(args.root_dir or Path(args.out) / "runs"),
                       callbacks=[ckpt, ranks, PrintMetrics(["train_loss", "val_loss", "val_acc"])],
                       progress_bar=False)
     if external is None or external.rank == 0:
@@ -186,6 +211,7 @@ def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"summary written to {out / 'summary.json'} ({summary['seconds']} s)", flush=True)
     return summary
 
 
@@ -255,6 +281,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/tutorial06", help="runs, checkpoints and summary.json")
+    parser.add_argument("--root-dir", default=None, help="run folders and checkpoints (default: OUT/runs)")
     parser.add_argument("--fast", action="store_true", help="3 epochs: a smoke test")
     parser.add_argument("--local-demo", action="store_true",
                         help="start two torchrun nodes on 127.0.0.1 (one process each) and relay their output")

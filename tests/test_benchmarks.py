@@ -1,0 +1,150 @@
+"""Smoke tests of the benchmarks: each one runs at --tiny size in a subprocess and must
+write JSON, Markdown and PNG with sane values; bad input is refused with a clear message.
+
+No timing is asserted here: benchmarks measure, tests only check that they work.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+TINY_TIMEOUT_S = 420
+
+
+def run_bench(script: str, *args: str, timeout: float = TINY_TIMEOUT_S) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"):
+        env.pop(name, None)
+    return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def outputs(out: Path, name: str, proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    for ext in ("json", "md", "png"):
+        path = out / f"{name}.{ext}"
+        assert path.is_file() and path.stat().st_size > 0, f"{path} missing or empty"
+    assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / f"{name}.md").read_text()
+    assert md.count("|") > 10, "no Markdown table"
+    data = json.loads((out / f"{name}.json").read_text())
+    assert data["machine"]["cpus"] >= 1 and data["versions"]["torch"]
+    return data
+
+
+def positive(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_fork_vs_spawn_tiny(tmp_path):
+    proc = run_bench("fork_vs_spawn.py", "--tiny", "--out", str(tmp_path))
+    data = outputs(tmp_path, "fork_vs_spawn", proc)
+    seen = {(r["launcher"], r["world"]) for r in data["runs"]}
+    assert seen == {("single", 1), ("gt-fork", 2), ("gt-spawn", 2), ("naive-spawn", 2), ("fork-noformats", 2)}
+    for run in data["runs"]:
+        res = run["result"]
+        world = run["world"]
+        assert positive(res["startup_s"]) and positive(res["throughput_seeds_per_s"]), run["label"]
+        assert len(res["first_step_s"]) == len(res["ready_s"]) == world
+        assert all(0 <= r <= f + 1e-3 for r, f in zip(res["ready_s"], res["first_step_s"])), run["label"]
+        procs = res["processes"]
+        # PSS accounting: the total is the sum over the tree, USS <= PSS <= RSS per process.
+        assert positive(res["total_pss_mb"])
+        assert abs(res["total_pss_mb"] - sum(p["pss_mb"] for p in procs)) <= 0.1 * len(procs) + 0.1
+        for p in procs:
+            assert 0 <= p["uss_mb"] <= p["pss_mb"] + 0.1 <= p["rss_mb"] + 0.2, p
+        ranks = [p for p in procs if p["role"].startswith("rank")]
+        if world == 1:
+            assert procs[0]["role"] == "parent" and not ranks
+        else:
+            assert len(res["rank_uss_mb"]) == len(ranks) == world, run["label"]
+            assert all(positive(u) for u in res["rank_uss_mb"])
+            assert res["total_pss_mb"] > res["parent_pss_mb"]
+        assert res["peak_total_pss_mb"] >= res["total_pss_mb"]
+    rows = {(r["launcher"], r["world"]): r for r in data["summary"]}
+    assert rows[("single", 1)]["pss_ratio"] == pytest.approx(1.0)
+    assert all(positive(r["pss_ratio"]) for r in data["summary"])
+    assert any("start-up" in t["what"] for t in data["targets"])
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_overhead_tiny(tmp_path):
+    proc = run_bench("overhead.py", "--tiny", "--out", str(tmp_path))
+    data = outputs(tmp_path, "overhead", proc)
+    (res,) = data["results"]
+    assert res["order"] == ["handwritten", "graphtrainer"]
+    for arm in ("handwritten", "graphtrainer"):
+        (run,) = res["runs"][arm]
+        assert len(run["epoch_times_s"]) == 2 and all(positive(t) for t in run["epoch_times_s"])
+        assert 0.0 <= run["test_acc"] <= 1.0
+        assert positive(res["median_epoch_s"][arm])
+    assert positive(res["ratio"]) and res["steps_per_epoch_per_rank"] >= 1
+    assert res["metric"] == "test_acc" and len(res["scores"]["graphtrainer"]) == 1
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_scaling_tiny(tmp_path):
+    proc = run_bench("scaling.py", "--tiny", "--out", str(tmp_path))
+    data = outputs(tmp_path, "scaling", proc)
+    rows = {(r["mode"], r["procs"]): r for r in data["summary"]}
+    assert set(rows) == {("plain", 1), ("plain", 2), ("instrumented", 1), ("instrumented", 2)}
+    for r in rows.values():
+        assert positive(r["throughput"]) and positive(r["step_ms"]) and r["threads"] >= 1
+    for n in (1, 2):
+        parts = rows[("instrumented", n)]["ms_per_step"]
+        assert all(v >= 0 for v in parts.values())
+        for name in ("sample", "gather", "forward", "backward", "optimizer"):
+            assert parts[name] > 0, (n, name)
+        # The parts (with "other") add up to the step's wall time.
+        assert sum(parts.values()) == pytest.approx(rows[("instrumented", n)]["step_ms"], rel=0.02)
+    assert rows[("instrumented", 1)]["ms_per_step"]["allreduce"] == 0
+    assert rows[("instrumented", 2)]["ms_per_step"]["allreduce"] > 0
+    assert rows[("plain", 2)]["threads"] == max(1, (os.cpu_count() or 1) // 2)
+    (target,) = data["targets"]
+    assert positive(target["measured"])
+
+
+# ---- bad input: refused before anything is built ------------------------------------
+@pytest.mark.parametrize("script,args,choices", [
+    ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-spawn", "naive-spawn", "fork-noformats"]),
+    ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
+    ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
+    ("scaling.py", ["--launcher", "forkserver"], ["fork", "spawn"]),
+])
+@pytest.mark.timeout(120)
+def test_unknown_choice_lists_the_choices(script, args, choices):
+    proc = run_bench(script, *args, timeout=100)
+    assert proc.returncode == 2
+    assert "invalid choice" in proc.stderr
+    for choice in choices:
+        assert choice in proc.stderr
+
+
+@pytest.mark.parametrize("script,args", [
+    ("fork_vs_spawn.py", ["--sizes", "2000Mx20", "--world-sizes", "1"]),
+    ("overhead.py", ["--size", "2000Mx20", "--datasets", "synthetic"]),
+    ("scaling.py", ["--size", "2000Mx20"]),
+])
+@pytest.mark.timeout(120)
+def test_too_big_graph_is_refused_with_the_estimate(script, args, tmp_path):
+    proc = run_bench(script, *args, "--out", str(tmp_path), timeout=100)
+    assert proc.returncode != 0
+    assert "refusing" in proc.stderr and "GiB" in proc.stderr
+    assert "estimated" in proc.stderr
+    assert not any(tmp_path.iterdir()), "nothing may be written when refusing"
+
+
+@pytest.mark.timeout(60)
+def test_bad_size_syntax():
+    proc = run_bench("scaling.py", "--size", "lots", timeout=50)
+    assert proc.returncode == 2 and "NODESxDEGREE" in proc.stderr
