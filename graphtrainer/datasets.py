@@ -170,12 +170,12 @@ def _load_planetoid(name: str, root: pathlib.Path, cache: Optional[PathLike],
 def _exclusive(lock_path: pathlib.Path) -> Iterator[None]:
     """One process at a time (ranks of a job loading the same dataset at once)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)  # never truncated: its mtime stays put
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _load_tolokers(root: pathlib.Path, split: int, verbose: bool) -> dgl.DGLGraph:
