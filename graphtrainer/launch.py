@@ -122,27 +122,57 @@ def set_threads(threads: int) -> None:
         sys.modules["dgl"].utils.set_num_threads(threads)
 
 
-def cuda_blocks_fork() -> bool:
-    """True when a child forked now could not use CUDA.
+#: Why a forked rank could not train, by the probe's exit code.
+_FORK_BLOCKERS = {
+    1: "CUDA was already used in this process (any CUDA call, and torch.cuda.is_available() unless "
+       "PYTORCH_NVML_BASED_CUDA_CHECK=1 is set, initialises it), so forked ranks cannot use the GPU",
+    2: "this process already ran a backward pass on a machine with GPUs, which starts autograd's "
+       "per-device threads, and a forked rank cannot run autograd after that",
+}
 
-    torch marks forks "bad" once this process initialised CUDA, or merely asked the CUDA
-    runtime for a device count (``torch.cuda.is_available()`` does). Only a forked child
-    can see that mark, so a throw-away child is forked to look.
+
+def fork_blocker(uses_gpu: bool) -> Optional[str]:
+    """Why a rank forked now could not train, or None when it can.
+
+    torch marks a fork "bad" for CUDA once this process initialised CUDA or asked the CUDA
+    runtime for a device count, and "bad" for autograd once a backward pass started the
+    per-device threads (only where GPUs exist; CPU ranks then fail at their first
+    backward). Only a forked child can see those marks, so a throw-away child is forked
+    to look and answers with its exit code.
     """
     import torch
 
-    if torch.cuda.is_initialized():
-        return True
-    in_bad_fork = getattr(torch._C, "_cuda_isInBadFork", None)
-    if in_bad_fork is None or not hasattr(os, "fork"):
-        return False
-    with warnings.catch_warnings():  # Python 3.12 warns about forking with threads; the probe runs no Python
+    if uses_gpu and torch.cuda.is_initialized():
+        return _FORK_BLOCKERS[1]
+    if not hasattr(os, "fork") or torch.cuda.device_count() == 0:  # NVML count: safe here
+        return None
+    in_bad_fork = getattr(torch._C, "_cuda_isInBadFork", lambda: False)
+    with warnings.catch_warnings():  # Python 3.12 warns about forking with threads
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
-    if pid == 0:  # the probe: report and leave at once, running nothing else
-        os._exit(1 if in_bad_fork() else 0)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 1
+    if pid == 0:  # the probe: look, then leave at once
+        code = 1 if uses_gpu and in_bad_fork() else 0
+        if code == 0:
+            try:
+                x = torch.ones(1, requires_grad=True)
+                (2 * x).sum().backward()
+            except RuntimeError:
+                code = 2
+        os._exit(code)
+    deadline = time.monotonic() + 30.0
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            if code == 0:
+                return None
+            return _FORK_BLOCKERS.get(code, f"a trial fork of this process failed a backward pass (exit status "
+                                            f"{code})")
+        if time.monotonic() > deadline:  # no answer: let the launch itself show what happens
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.01)
 
 
 def check_main_guard() -> None:

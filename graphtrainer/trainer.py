@@ -12,7 +12,7 @@ import torch
 from . import distributed as gdist
 from .callbacks.base import Callback
 from .callbacks.progress import ProgressBar
-from .launch import check_main_guard, cuda_blocks_fork, launch
+from .launch import check_main_guard, fork_blocker, launch
 from .loop import run_rank
 
 LAUNCHERS = ("auto", "fork", "spawn")
@@ -198,14 +198,13 @@ class Trainer:
         method = self.launcher
         if method == "auto":
             method = "fork" if sys.platform.startswith("linux") else "spawn"
-        if method == "fork" and self.device_ids and cuda_blocks_fork():
-            why = ("CUDA was already used in this process (any CUDA call, and torch.cuda.is_available() "
-                   "unless PYTORCH_NVML_BASED_CUDA_CHECK=1 is set, initialises it), so forked ranks cannot "
-                   "use the GPU")
+        blocker = fork_blocker(uses_gpu=bool(self.device_ids)) if method == "fork" else None
+        if blocker is not None:
             if self.launcher == "fork":
-                raise RuntimeError(f"launcher='fork': {why}. Keep CUDA calls out of the code before fit "
-                                   "(torch.cuda.device_count() is safe), or use launcher='spawn'")
-            warnings.warn(f"{why}: launching with spawn instead of fork", stacklevel=4)
+                raise RuntimeError(f"launcher='fork': {blocker}. Keep CUDA calls and training out of the "
+                                   "code before fit (torch.cuda.device_count() is safe), or use "
+                                   "launcher='spawn'")
+            warnings.warn(f"{blocker}: launching with spawn instead of fork", stacklevel=4)
             method = "spawn"
         if method == "spawn":
             check_main_guard()

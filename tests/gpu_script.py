@@ -25,27 +25,31 @@ from graphtrainer import ModelCheckpoint, Trainer  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--gpus", required=True, help="a count (e.g. 1) or device indices (e.g. 0,0)")
+    parser.add_argument("--gpus", default=None, help="a count (e.g. 1) or device indices (e.g. 0,0)")
+    parser.add_argument("--num-procs", type=int, default=None, help="CPU ranks (instead of --gpus)")
     parser.add_argument("--launcher", default="auto")
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--checkpoint", action="store_true")
     parser.add_argument("--touch-cuda", action="store_true", help="call torch.cuda.is_available() first")
+    parser.add_argument("--backward-first", action="store_true", help="run a backward pass first")
     args = parser.parse_args()
-    if args.touch_cuda:
-        import torch
+    import torch
 
+    if args.touch_cuda:
         assert torch.cuda.is_available()  # initialises the CUDA runtime: forks can no longer use it
-    gpus = [int(g) for g in args.gpus.split(",")] if "," in args.gpus else int(args.gpus)
+    if args.backward_first:  # starts autograd's per-device threads: forks can no longer run autograd
+        torch.ones(2, requires_grad=True).sum().backward()
+    gpus = None if args.gpus is None else [int(g) for g in args.gpus.split(",")] if "," in args.gpus \
+        else int(args.gpus)
     callbacks = [ModelCheckpoint(monitor="val_loss", mode="min", save_last=True)] if args.checkpoint else []
-    trainer = Trainer(gpus=gpus, launcher=args.launcher, max_epochs=args.epochs, seed=0, progress_bar=False,
+    trainer = Trainer(gpus=gpus, num_procs=args.num_procs, launcher=args.launcher, max_epochs=args.epochs,
+                      seed=0, progress_bar=False,
                       default_root_dir=os.path.join(args.out, "runs"), callbacks=callbacks)
     task = DeviceTask(args.out)
     trainer.fit(task)
     if args.checkpoint:
         import json
-
-        import torch
 
         result = trainer.validate(task, ckpt_path="best")
         with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as fh:

@@ -77,6 +77,32 @@ def test_cuda_used_before_fit_explicit_fork_is_refused_before_launch(tmp_path):
 
 @NEEDS_CUDA
 @pytest.mark.timeout(300)
+def test_backward_before_fit_on_a_gpu_machine_auto_launches_cpu_ranks_with_spawn(tmp_path):
+    proc = _run(["--num-procs", "2", "--launcher", "auto", "--backward-first"], tmp_path)
+    assert "already ran a backward pass" in proc.stderr and "spawn instead of fork" in proc.stderr
+    rows = _ranks(tmp_path, 2)
+    assert rows[0]["batch_devices"] == ["cpu"] and rows[0]["params"] == rows[1]["params"]
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(120)
+def test_backward_before_fit_on_a_gpu_machine_explicit_fork_is_refused(tmp_path):
+    proc = _run(["--num-procs", "2", "--launcher", "fork", "--backward-first"], tmp_path, ok=False)
+    assert "launcher='fork': this process already ran a backward pass" in proc.stderr
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
+def test_cuda_used_before_fit_does_not_stop_a_cpu_fork(tmp_path):
+    proc = _run(["--num-procs", "2", "--launcher", "fork", "--touch-cuda"], tmp_path)
+    assert "spawn instead" not in proc.stderr
+    rows = _ranks(tmp_path, 2)
+    assert rows[0]["batch_devices"] == ["cpu"] and rows[0]["params"] == rows[1]["params"]
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
 def test_nccl_with_one_rank_under_torchrun(tmp_path):
     _run(["--gpus", "1"], tmp_path, torchrun=True)
     (row,) = _ranks(tmp_path, 1)
