@@ -206,7 +206,8 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
            "extra_ms_per_step": 1000 * (med["graphtrainer"] - med["handwritten"]) / max(steps, 1),
            "metric": metric, "scores": scores, "acc": {k: [r["test_acc"] for r in v] for k, v in runs.items()},
            "metric_diff": diff, "equal_metric": abs(diff) <= ACC_TOLERANCE,
-           "met": ratio <= TARGET and abs(diff) <= ACC_TOLERANCE}
+           "met": ratio <= TARGET and abs(diff) <= ACC_TOLERANCE,
+           "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v)}
     if "handwritten_join" in med:
         out["join_ratio"] = med["handwritten_join"] / med["handwritten"]
     return out
@@ -216,14 +217,15 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
     arms = [k for k in ARMS if any(k in r["median_epoch_s"] for r in results)]
     headers = ["graph", "train seeds", "steps/epoch/rank"] + [f"{ARMS[k][0]} epoch s" for k in arms] + \
         ["ratio gt / hand", "per-pair ratios", "extra ms/step"] + [f"{ARMS[k][0]} test metric" for k in arms] + \
-        ["metric diff", f"<= {TARGET}x and equal metric"]
+        ["metric diff", f"<= {TARGET}x and equal metric", "other load (cores)"]
     rows = []
     for r in results:
         rows.append([r["graph"], r["train_nodes"], r["steps_per_epoch_per_rank"]]
                     + [r["median_epoch_s"][k] for k in arms]
                     + [f"{r['ratio']:.3f}x", " / ".join(f"{x:.3f}" for x in r["pair_ratios"]), f"{r['extra_ms_per_step']:+.2f}"]
                     + [f"{r['metric'].replace('test_', '')} " + " / ".join(f"{a:.4f}" for a in r["scores"][k]) for k in arms]
-                    + [f"{r['metric_diff']:+.4f}", "yes" if r["met"] else "**no**"])
+                    + [f"{r['metric_diff']:+.4f}", ("yes" if r["met"] else "**no**") + common.noise_note(r["other_cores"]),
+                       f"{r['other_cores']:.2f}"])
     md = common.markdown_table(headers, rows)
     md += (f"\n\nEpoch times are medians over every run's epochs except its first ({args.rounds} run(s) per arm, "
            f"{args.epochs} epochs each, {args.world} ranks, interleaved); \"equal metric\" means the mean test "
@@ -255,13 +257,15 @@ def main(argv: Any = None) -> Dict[str, Any]:
             for name in arms:
                 load = round(os.getloadavg()[0], 2)
                 print(f"[{NAME}] {spec['label']} round {rnd + 1}/{args.rounds}: {name} (load {load})", flush=True)
-                res = ARMS[name][1](graph, args, spec["batch_size"])
+                with common.LoadMeter() as meter:
+                    res = ARMS[name][1](graph, args, spec["batch_size"])
                 res["loadavg_1min_before"] = load
+                res["other_cores"] = meter.other_cores
                 runs[name].append(res)
                 order.append(name)
                 shown = "  ".join(f"{k} {res[k]:.4f}" for k in ("test_acc", "test_auc") if k in res)
-                print(f"    epochs {[round(t, 2) for t in res['epoch_times_s']]}  {shown}  (run {res['run_wall_s']:.1f} s)",
-                      flush=True)
+                print(f"    epochs {[round(t, 2) for t in res['epoch_times_s']]}  {shown}  (run {res['run_wall_s']:.1f} s, "
+                      f"other load {meter.other_cores} cores)", flush=True)
         results.append(analyse(spec, n_train, runs, order, args.world))
         del graph
     md = render(results, args)
@@ -281,7 +285,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
                "wall_s": round(time.time() - t_start, 1), "results": results, "per_step_extras": PER_STEP_EXTRAS,
                "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
                             "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
-                            "met": r["met"]} for r in results]}
+                            "met": r["met"], "other_cores": r["other_cores"],
+                            "valid": r["other_cores"] <= common.NOISY_CORES} for r in results]}
     paths = common.write_outputs(args.out, NAME, payload, md, draw)
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")

@@ -10,7 +10,10 @@ sampling dominates a step (large fanouts, small features, small model; the break
 shows whether it does on the machine at hand). Threads per process are whatever the
 trainer sets (cores // N for launched ranks; torch's default for N = 1, which is every
 core); both are recorded. The graph is built once, ``create_formats_()`` is called once,
-and every run shares it.
+and every run shares it. One more configuration, "1 process x 1 thread", is run as well
+(``--no-one-thread``: skip it): against it, N processes show how well processes scale per
+core; against the trainer's 1-process default (every core as threads) they show what
+the user gains by choosing N processes.
 
 Two kinds of run per N, interleaved over ``--repeats`` (1 2 ... 1 2 ...):
   plain         no hooks, only the end time of every step: the throughput figure;
@@ -26,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -41,6 +44,7 @@ MODES = ("plain", "instrumented")
 def parse_args(argv: Any = None) -> Any:
     p = common.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="process counts (default: 1 2)")
+    p.add_argument("--no-one-thread", action="store_true", help="skip the 1 process x 1 thread run")
     p.add_argument("--launcher", choices=LAUNCHERS, default="fork")
     p.add_argument("--size", type=common.parse_size, default=common.parse_size("1Mx20"),
                    help="synthetic graph NODESxDEGREE (default 1Mx20: 1M nodes, 20M edges)")
@@ -49,8 +53,8 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--warmup", type=int, default=5, help="steps dropped before timing (default %(default)s)")
-    p.add_argument("--steps", type=int, default=40, help="steps timed per run (default %(default)s)")
-    p.add_argument("--repeats", type=int, default=2, help="interleaved passes (default %(default)s)")
+    p.add_argument("--steps", type=int, default=100, help="steps timed per run (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved passes (default %(default)s)")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = p.parse_args(argv)
     if args.tiny:
@@ -65,27 +69,51 @@ def parse_args(argv: Any = None) -> Any:
     return args
 
 
-def run_one(graph: Any, args: Any, world: int, mode: str) -> Dict[str, Any]:
+def configs(args: Any) -> List[Tuple[int, Optional[int]]]:
+    """``(processes, threads)``; threads None = what the trainer (or torch, for 1) chooses."""
+    out: List[Tuple[int, Optional[int]]] = []
+    if not args.no_one_thread and (os.cpu_count() or 1) > 1:
+        out.append((1, 1))
+    return out + [(n, None) for n in args.procs]
+
+
+def label(procs: int, threads: int) -> str:
+    return f"{procs} x {threads} thread{'s' if threads > 1 else ''}"
+
+
+def run_one(graph: Any, args: Any, world: int, mode: str, threads: Optional[int] = None) -> Dict[str, Any]:
+    import json
+
+    import dgl
+    import torch
+
     from graphtrainer import Trainer
 
-    with tempfile.TemporaryDirectory(prefix="gt-scaling-") as tmp:
-        task = steptimer.BreakdownTask(graph, tmp, fanouts=[int(f) for f in args.fanouts.split(",")],
-                                       hidden=args.hidden, batch_size=args.batch_size,
-                                       instrument=(mode == "instrumented"))
-        trainer = Trainer(num_procs=world, launcher=args.launcher, max_epochs=10**6,
-                          max_steps=args.warmup + args.steps, progress_bar=False, logger=False,
-                          default_root_dir=os.path.join(tmp, "runs"))
-        t = time.perf_counter()
-        trainer.fit(task)
-        wall = time.perf_counter() - t
-        ranks = []
-        import json
-
-        for r in range(world):
-            path = Path(tmp) / f"rank_{r}.json"
-            if not path.exists():
-                raise RuntimeError(f"{world} procs, {mode}: rank {r} wrote no timings")
-            ranks.append(steptimer.summarize_rank(json.loads(path.read_text()), args.warmup))
+    saved = (torch.get_num_threads(), dgl.utils.get_num_threads())
+    if threads is not None:  # in-process run with fewer threads than torch's default
+        assert world == 1
+        torch.set_num_threads(threads)
+        dgl.utils.set_num_threads(threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gt-scaling-") as tmp:
+            task = steptimer.BreakdownTask(graph, tmp, fanouts=[int(f) for f in args.fanouts.split(",")],
+                                           hidden=args.hidden, batch_size=args.batch_size,
+                                           instrument=(mode == "instrumented"))
+            trainer = Trainer(num_procs=world, launcher=args.launcher, max_epochs=10**6,
+                              max_steps=args.warmup + args.steps, progress_bar=False, logger=False,
+                              default_root_dir=os.path.join(tmp, "runs"))
+            t = time.perf_counter()
+            trainer.fit(task)
+            wall = time.perf_counter() - t
+            ranks = []
+            for r in range(world):
+                path = Path(tmp) / f"rank_{r}.json"
+                if not path.exists():
+                    raise RuntimeError(f"{world} procs, {mode}: rank {r} wrote no timings")
+                ranks.append(steptimer.summarize_rank(json.loads(path.read_text()), args.warmup))
+    finally:
+        torch.set_num_threads(saved[0])
+        dgl.utils.set_num_threads(saved[1])
     window = max(r["window_s"] for r in ranks)
     seeds = sum(r["seeds"] for r in ranks)
     parts = {p: sum(r["ms_per_step"][p] for r in ranks) / len(ranks) for p in steptimer.PARTS}
@@ -96,53 +124,71 @@ def run_one(graph: Any, args: Any, world: int, mode: str) -> Dict[str, Any]:
             "ms_per_step": parts, "ranks": ranks}
 
 
-def summarize(runs: List[Dict[str, Any]], procs: List[int]) -> Dict[str, Any]:
+def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     rows = []
     for mode in MODES:
-        base = None
-        for n in procs:
-            rs = [r["result"] for r in runs if r["world"] == n and r["mode"] == mode and "result" in r]
-            if not rs:
-                continue
-            tput = common.median([r["throughput_seeds_per_s"] for r in rs])
-            if n == procs[0]:
-                base = tput
+        keys = list(dict.fromkeys((r["world"], r["result"]["torch_threads"]) for r in runs
+                                  if r["mode"] == mode and "result" in r))
+        for n, t in keys:
+            rs = [r["result"] for r in runs if r["mode"] == mode and "result" in r
+                  and (r["world"], r["result"]["torch_threads"]) == (n, t)]
             parts = {p: common.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
             step = common.median([r["step_ms"] for r in rs])
-            rows.append({"mode": mode, "procs": n, "threads": rs[0]["torch_threads"], "runs": len(rs),
-                         "throughput": tput, "all_throughputs": [r["throughput_seeds_per_s"] for r in rs],
-                         "speedup": tput / base if base else None, "step_ms": step, "ms_per_step": parts,
-                         "sample_share": parts["sample"] / step if step else None})
+            rows.append({"mode": mode, "procs": n, "threads": t, "label": label(n, t), "runs": len(rs),
+                         "default_threads": any(r["default_threads"] for r in runs if r["mode"] == mode and
+                                                "result" in r and (r["world"], r["result"]["torch_threads"]) == (n, t)),
+                         "throughput": common.median([r["throughput_seeds_per_s"] for r in rs]),
+                         "all_throughputs": [r["throughput_seeds_per_s"] for r in rs],
+                         "best_throughput": max(r["throughput_seeds_per_s"] for r in rs),
+                         "step_ms": step, "ms_per_step": parts,
+                         "sample_share": parts["sample"] / step if step else None,
+                         "data_share": (parts["sample"] + parts["gather"]) / step if step else None,
+                         "other_cores": common.median([r["other_cores"] for r in rs]),
+                         "all_other_cores": [r["other_cores"] for r in rs]})
+    for mode in MODES:
+        rs = [r for r in rows if r["mode"] == mode]
+        base = next((r for r in rs if r["procs"] == 1 and r["default_threads"]), None)
+        one = next((r for r in rs if r["procs"] == 1 and r["threads"] == 1), None)
+        for r in rs:
+            r["speedup"] = r["throughput"] / base["throughput"] if base else None
+            r["speedup_vs_1x1"] = r["throughput"] / one["throughput"] if one else None
     tgt = []
-    one = next((r for r in rows if r["mode"] == "plain" and r["procs"] == 1), None)
-    two = next((r for r in rows if r["mode"] == "plain" and r["procs"] == 2), None)
+    plain = [r for r in rows if r["mode"] == "plain" and r["default_threads"]]
+    one = next((r for r in plain if r["procs"] == 1), None)
+    two = next((r for r in plain if r["procs"] == 2), None)
     if one and two:
-        tgt.append({"what": "throughput, 2 processes / 1 process (plain runs)", "measured": two["throughput"] / one["throughput"],
-                    "target": f">= {TARGET}", "met": two["throughput"] / one["throughput"] >= TARGET})
+        ratio = two["throughput"] / one["throughput"]
+        other = max(one["other_cores"], two["other_cores"])
+        tgt.append({"what": f"throughput, 2 processes x {two['threads']} thread(s) / 1 process x {one['threads']} "
+                            "thread(s) (trainer defaults, plain runs)", "measured": ratio,
+                    "target": f">= {TARGET}", "met": ratio >= TARGET, "other_cores": other,
+                    "valid": other <= common.NOISY_CORES})
     return {"rows": rows, "targets": tgt}
 
 
 def render(summary: Dict[str, Any], args: Any, cores: int) -> str:
     rows = summary["rows"]
     md = common.markdown_table(
-        ["mode", "processes", "threads / process", "runs", "seeds/s (median)", "each run", "speed-up vs " + str(args.procs[0]),
-         "ms / step (median, per rank)"],
-        [[r["mode"], r["procs"], r["threads"], r["runs"], r["throughput"],
-          " / ".join(f"{x:,.0f}" for x in r["all_throughputs"]), common.fmt_ratio(r["speedup"]), r["step_ms"]]
+        ["mode", "processes x threads", "runs", "seeds/s (median)", "each run (other load, cores)", "vs 1 process (default threads)",
+         "vs 1 x 1 thread", "ms / step per rank (median)", "other load (cores, median)"],
+        [[r["mode"], r["label"] + ("" if r["default_threads"] else " (set here)"), r["runs"], r["throughput"],
+          " / ".join(f"{x:,.0f} ({c:.2f})" for x, c in zip(r["all_throughputs"], r["all_other_cores"])),
+          common.fmt_ratio(r["speedup"]),
+          common.fmt_ratio(r["speedup_vs_1x1"]), r["step_ms"], f"{r['other_cores']:.2f}"]
          for r in rows])
     inst = [r for r in rows if r["mode"] == "instrumented"]
     if inst:
         md += ("\n\nWhere a step's time goes (instrumented runs; ms per step, mean over ranks, median over runs;"
                " `other` = the step's wall time not covered by the timed parts)\n\n")
         md += common.markdown_table(
-            ["processes"] + list(steptimer.PARTS) + ["step", "sampling share"],
-            [[r["procs"]] + [r["ms_per_step"][p] for p in steptimer.PARTS] + [r["step_ms"], f"{100 * r['sample_share']:.0f}%"]
-             for r in inst])
+            ["processes x threads"] + list(steptimer.PARTS) + ["step", "sample share", "sample + gather share"],
+            [[r["label"]] + [r["ms_per_step"][p] for p in steptimer.PARTS]
+             + [r["step_ms"], f"{100 * r['sample_share']:.0f}%", f"{100 * r['data_share']:.0f}%"] for r in inst])
     if summary["targets"]:
         md += "\n\nTarget (" + f"{cores} cores on this machine)\n\n" + common.markdown_table(
             ["ratio", "measured", "target", "met"],
-            [[t["what"], common.fmt_ratio(t["measured"]), t["target"], "yes" if t["met"] else "**no**"]
-             for t in summary["targets"]])
+            [[t["what"], common.fmt_ratio(t["measured"]), t["target"],
+              ("yes" if t["met"] else "**no**") + common.noise_note(t["other_cores"])] for t in summary["targets"]])
     return md
 
 
@@ -150,27 +196,20 @@ def plot(summary: Dict[str, Any]) -> Any:
     def draw(fig: Any) -> None:
         rows = summary["rows"]
         ax = fig.add_subplot(1, 2, 1)
-        for mode, marker in (("plain", "o"), ("instrumented", "s")):
+        for i, mode in enumerate(MODES):
             rs = [r for r in rows if r["mode"] == mode]
-            if rs:
-                ax.plot([r["procs"] for r in rs], [r["throughput"] for r in rs], marker=marker, label=mode)
-        base = next((r for r in rows if r["mode"] == "plain"), None) or (rows[0] if rows else None)
-        if base:
-            xs = sorted({r["procs"] for r in rows})
-            ax.plot(xs, [base["throughput"] * x / base["procs"] for x in xs], "k--", lw=0.8, label="linear")
-            ax.set_xticks(xs)
-        ax.set_xlabel("processes")
+            ax.bar([k + 0.4 * i for k in range(len(rs))], [r["throughput"] for r in rs], 0.4, label=mode)
+            ax.set_xticks([k + 0.2 for k in range(len(rs))], [r["label"] for r in rs], fontsize=8)
         ax.set_ylabel("seed nodes / s")
-        ax.set_title("steady-state throughput", fontsize=9)
+        ax.set_title("steady-state throughput (processes x threads per process)", fontsize=9)
         ax.legend(fontsize=8)
         ax = fig.add_subplot(1, 2, 2)
         inst = [r for r in rows if r["mode"] == "instrumented"]
         bottom = [0.0] * len(inst)
         for p in steptimer.PARTS:
             vals = [r["ms_per_step"][p] for r in inst]
-            ax.bar([str(r["procs"]) for r in inst], vals, bottom=bottom, label=p)
+            ax.bar([r["label"] for r in inst], vals, bottom=bottom, label=p)
             bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.set_xlabel("processes")
         ax.set_ylabel("ms per step (per rank)")
         ax.set_title("where a step's time goes", fontsize=9)
         ax.legend(fontsize=7)
@@ -196,16 +235,20 @@ def main(argv: Any = None) -> Dict[str, Any]:
     build_s = time.perf_counter() - t
     print(f"[{NAME}] graph {common.size_label(s)}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges, "
           f"built in {build_s:.1f} s", flush=True)
-    runs = [{"world": n, "mode": m, "repeat": rep} for rep in range(args.repeats) for n in args.procs for m in args.modes]
+    runs = [{"world": n, "threads": t, "default_threads": t is None, "mode": m, "repeat": rep}
+            for rep in range(args.repeats) for n, t in configs(args) for m in args.modes]
     for i, run in enumerate(runs):
         run["loadavg_1min_before"] = round(os.getloadavg()[0], 2)
-        print(f"[{NAME}] {i + 1}/{len(runs)} {run['world']} proc(s), {run['mode']} (load {run['loadavg_1min_before']})",
-              flush=True)
-        run["result"] = run_one(graph, args, run["world"], run["mode"])
+        what = f"{run['world']} proc(s)" + (f" x {run['threads']} thread(s)" if run["threads"] else "")
+        print(f"[{NAME}] {i + 1}/{len(runs)} {what}, {run['mode']} (load {run['loadavg_1min_before']})", flush=True)
+        with common.LoadMeter() as meter:
+            run["result"] = run_one(graph, args, run["world"], run["mode"], run["threads"])
         r = run["result"]
+        r["other_cores"] = meter.other_cores
         print(f"    {r['throughput_seeds_per_s']:,.0f} seeds/s, {r['step_ms']:.1f} ms/step, "
-              f"{r['torch_threads']} thread(s)/proc, fit {r['fit_wall_s']:.1f} s", flush=True)
-    summary = summarize(runs, args.procs)
+              f"{r['torch_threads']} thread(s)/proc, fit {r['fit_wall_s']:.1f} s, other load {meter.other_cores} cores",
+              flush=True)
+    summary = summarize(runs)
     md = render(summary, args, machine["cpus"])
     payload = {"benchmark": NAME, "machine": machine, "versions": common.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

@@ -64,18 +64,22 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def seed_epoch(seed: int, rank: int, epoch: int) -> None:
-    """Seed every generator a rank uses from ``(seed, rank, epoch)``, DGL's sampler included."""
-    value = (int(seed) * 1_000_003 + 7919 * (rank + 1) + epoch) % 2**31
-    random.seed(value)
-    np.random.seed(value)
-    torch.manual_seed(value)
+def seed_all(value: int) -> None:
+    """Seed python, numpy, torch, DGL's samplers and GraphBolt's (each keeps its own generator)."""
     import sys
 
+    random.seed(value)
+    np.random.seed(value % 2**32)
+    torch.manual_seed(value)
     if "dgl" in sys.modules:
         sys.modules["dgl"].seed(value)
-    if "dgl.graphbolt" in sys.modules:  # GraphBolt's samplers keep a generator of their own
+    if "dgl.graphbolt" in sys.modules:
         sys.modules["dgl.graphbolt"].seed(value)
+
+
+def seed_epoch(seed: int, rank: int, epoch: int) -> None:
+    """Seed every generator a rank uses from ``(seed, rank, epoch)``."""
+    seed_all((int(seed) * 1_000_003 + 7919 * (rank + 1) + epoch) % 2**31)
 
 
 def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as gdist
-from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_epoch
+from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_all, seed_epoch
 from .launch import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
@@ -29,7 +27,7 @@ STAGES = ("fit", "validate", "test", "predict")
 
 def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> Dict[str, Any]:
     """Entry point of one rank for ``stage``; returns what the caller needs (from rank 0)."""
-    if info.source in ("torchrun", "slurm") and trainer.threads_per_proc:
+    if info.source != "launcher" and trainer.threads_per_proc:
         set_threads(trainer.threads_per_proc)  # launched ranks get theirs from the launcher
     device, backend = trainer._device_and_backend(info)
     if device.type == "cuda":
@@ -44,7 +42,7 @@ def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_pat
     gdist.init_process_group(info, backend)
     trainer._attach(info, device, task, stage)
     try:
-        _seed_everything(trainer.seed)
+        seed_all(trainer.seed)  # model build; evaluation's samplers (fit reseeds every epoch)
         if stage == "fit":
             out = _fit(trainer, task, ckpt_path)
         else:
@@ -61,12 +59,6 @@ def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_pat
     # sockets), and tearing down first can block in gloo once a peer has exited; under
     # torchrun the group stays up for the process's next fit/test call.
     return out
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def _call(trainer: Any, task: Any, hook: str, *args: Any, monitoring: Optional[bool] = None) -> None:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import distributed as gdist
-from .metrics import MetricStore, infer_batch_size
+from .metrics import MetricStore
 
 
 class GraphTask:

@@ -45,9 +45,11 @@ class Trainer:
         check_val_every_n_epoch: validation frequency.
         seed: seeds the model build, each epoch's id permutation and every rank's
             generators (per epoch, from ``(seed, rank, epoch)``).
-        threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1). Under
-            torchrun or Slurm it applies when given; otherwise the launcher's setting stands
-            (torchrun sets ``OMP_NUM_THREADS=1`` when it starts several processes per node).
+        threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1). In
+            this process (one rank) and under torchrun or Slurm it applies when given;
+            otherwise the process's setting stands (torchrun sets ``OMP_NUM_THREADS=1``
+            when it starts several processes per node). DGL samples with these threads,
+            and its multi-threaded sampling is not repeatable: one thread is.
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.

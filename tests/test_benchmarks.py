@@ -96,20 +96,27 @@ def test_overhead_tiny(tmp_path):
 def test_scaling_tiny(tmp_path):
     proc = run_bench("scaling.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "scaling", proc)
-    rows = {(r["mode"], r["procs"]): r for r in data["summary"]}
-    assert set(rows) == {("plain", 1), ("plain", 2), ("instrumented", 1), ("instrumented", 2)}
+    rows = {(r["mode"], r["procs"], r["default_threads"]): r for r in data["summary"]}
+    cores = os.cpu_count() or 1
+    expected = {(m, n, True) for m in ("plain", "instrumented") for n in (1, 2)}
+    if cores > 1:  # plus 1 process x 1 thread, set by the benchmark
+        expected |= {(m, 1, False) for m in ("plain", "instrumented")}
+    assert set(rows) == expected
     for r in rows.values():
         assert positive(r["throughput"]) and positive(r["step_ms"]) and r["threads"] >= 1
     for n in (1, 2):
-        parts = rows[("instrumented", n)]["ms_per_step"]
+        row = rows[("instrumented", n, True)]
+        parts = row["ms_per_step"]
         assert all(v >= 0 for v in parts.values())
         for name in ("sample", "gather", "forward", "backward", "optimizer"):
             assert parts[name] > 0, (n, name)
         # The parts (with "other") add up to the step's wall time.
-        assert sum(parts.values()) == pytest.approx(rows[("instrumented", n)]["step_ms"], rel=0.02)
-    assert rows[("instrumented", 1)]["ms_per_step"]["allreduce"] == 0
-    assert rows[("instrumented", 2)]["ms_per_step"]["allreduce"] > 0
-    assert rows[("plain", 2)]["threads"] == max(1, (os.cpu_count() or 1) // 2)
+        assert sum(parts.values()) == pytest.approx(row["step_ms"], rel=0.02)
+    assert rows[("instrumented", 1, True)]["ms_per_step"]["allreduce"] == 0
+    assert rows[("instrumented", 2, True)]["ms_per_step"]["allreduce"] > 0
+    assert rows[("plain", 2, True)]["threads"] == max(1, cores // 2)
+    if cores > 1:
+        assert rows[("plain", 1, False)]["threads"] == 1
     (target,) = data["targets"]
     assert positive(target["measured"])
 

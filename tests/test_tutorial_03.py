@@ -72,6 +72,7 @@ def test_fast_run(tmp_path):
     assert s["num_nodes"] == 20_000 and s["num_edges"] == 200_000
     # 8 balanced classes: chance is 0.125; 3 epochs reach about 0.23.
     assert s["best_val_acc"] > 0.17 and s["test_acc"] > 0.17, s
+    assert s["test_nodes"] == 17_000              # every test id scored once over the 2 ranks
     assert Path(s["checkpoint"]).is_file()
     # Only COO before fit; the trainer built CSR and CSC in the parent before forking.
     assert s["formats_before_fit"]["created"] == ["coo"]

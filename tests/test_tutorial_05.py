@@ -31,7 +31,7 @@ def test_tutorial_05_fast(tmp_path):
     assert summary["test_nodes_scored"] == summary["test_nodes"] > 0
     chance = 1.0 / summary["num_classes"]
     assert summary["val_acc_last"] > 4 * chance          # measured: 0.34 (chance 0.024)
-    assert summary["test_acc"] > 4 * chance              # measured: 0.37
+    assert summary["test_acc"] > 4 * chance              # measured: 0.36-0.37 (sampled evaluation)
 
     ckpt_path = Path(summary["checkpoint"])
     assert ckpt_path.is_file() and ckpt_path.parent.parent == Path(summary["log_dir"])

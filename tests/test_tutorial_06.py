@@ -28,10 +28,11 @@ def _free_port() -> int:
 
 
 def _env(**extra: str) -> dict:
+    # No OMP_NUM_THREADS: the ranks' thread count must come from --threads-per-proc.
     env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
            and not k.startswith("SLURM_")}
-    env.update(DGLBACKEND="pytorch", OMP_NUM_THREADS="1", **extra)
+    env.update(DGLBACKEND="pytorch", **extra)
     return env
 
 
@@ -51,12 +52,14 @@ def _finish(procs: List[subprocess.Popen], timeout: float) -> List[str]:
     return outputs
 
 
-def _check_summary(out: Path, launched_by: str) -> dict:
+def _check_summary(out: Path, launched_by: str, threads: int) -> dict:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["launched_by"] == launched_by
     assert summary["world_size"] == 2
     assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1]
     assert sorted(r["node_rank"] for r in summary["ranks"]) == [0, 1]   # one rank per "node"
+    # Trainer(threads_per_proc=...) applied in ranks that torchrun/srun started.
+    assert [r["threads"] for r in summary["ranks"]] == [threads, threads]
     assert summary["epochs"] == 3
     assert summary["train_loss_last"] < summary["train_loss_first"]
     chance = 1.0 / summary["num_classes"]                                # Cora: 7 classes
@@ -75,13 +78,13 @@ def test_two_torchrun_nodes(tmp_path):
     for node in (0, 1):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
-               str(SCRIPT), "--fast", "--out", str(out)]
+               str(SCRIPT), "--fast", "--threads-per-proc", "1", "--out", str(out)]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True))
     outputs = _finish(procs, TIMEOUT)
     for node, (proc, text) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"node {node} failed:\n{text[-3000:]}"
-    summary = _check_summary(out, "torchrun")
+    summary = _check_summary(out, "torchrun", threads=1)
     assert "test_acc" in outputs[0] and "test_acc" not in outputs[1]   # rank 0 reports, alone
     assert summary["log_dir"].startswith(str(out))
 
@@ -121,4 +124,4 @@ def test_sbatch_under_stand_in_srun(tmp_path):
     (text,) = _finish([proc], TIMEOUT)
     assert proc.returncode == 0, text[-3000:]
     assert "rendezvous 127.0.0.1:" in text
-    _check_summary(out, "slurm")
+    _check_summary(out, "slurm", threads=1)   # the sbatch passes SLURM_CPUS_PER_TASK

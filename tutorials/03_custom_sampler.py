@@ -15,7 +15,7 @@ Run it (2 CPU processes, a 100,000-node synthetic graph):
     bash scripts/env.sh python tutorials/03_custom_sampler.py
 
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
-``RESULT`` JSON line is cut short; 11.3 s of wall time in all). ``--fast`` is the CI
+``RESULT`` JSON line is cut short; 14.6 s of wall time in all). ``--fast`` is the CI
 smoke test (``tests/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
 
     synthetic graph: 100000 nodes, 1000000 edges, 64-dim features, 8 classes; train/val/test 10000/5000/85000; weighted sampler, fanouts [5, 5]
@@ -26,28 +26,28 @@ smoke test (``tests/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
     epoch   8  train_loss 0.6611  train_acc 0.7778  val_acc 0.8500  input nodes/batch 12270
     epoch   9  train_loss 0.6367  train_acc 0.7889  val_acc 0.8582  input nodes/batch 12268
     graph formats after fit (the trainer called create_formats_() before launching): {'created': ['coo', 'csr', 'csc'], 'not created': []}
-    fit: 10 epochs in 5.6 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8582.ckpt (val_acc 0.8582)
-    memory at end of fit, rank 0  : PSS   344.0 MB  USS   234.8 MB  RSS   558.4 MB
-    memory at end of fit, rank 1  : PSS   346.0 MB  USS   237.1 MB  RSS   560.1 MB
-    memory at end of fit, launcher: PSS   349.9 MB  USS   244.7 MB  RSS   560.3 MB
-    memory at end of fit, total PSS of all 3 processes: 1040.0 MB (auto launcher)
-    one layer for 2000 training seeds, fanout 5: mean degree of sampled neighbours: uniform 34.1, weighted (1/degree) 17.8; over all edges 31.5
+    fit: 10 epochs in 7.8 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8582.ckpt (val_acc 0.8582)
+    memory at end of fit, rank 0  : PSS   351.2 MB  USS   235.7 MB  RSS   592.8 MB
+    memory at end of fit, rank 1  : PSS   300.5 MB  USS   177.2 MB  RSS   549.7 MB
+    memory at end of fit, launcher: PSS   272.0 MB  USS    70.4 MB  RSS   597.2 MB
+    memory at end of fit, total PSS of all 3 processes: 923.7 MB (auto launcher)
+    one layer for 2000 training seeds, fanout 5: mean degree of sampled neighbours: uniform 33.6, weighted (1/degree) 17.9; over all edges 31.5
     test (best checkpoint, 85000 nodes, exact over 2 ranks): test_acc 0.8565  (chance 0.125)
     RESULT {"tutorial": "03_custom_sampler", "sampler": "weighted", "fanouts": [5, 5], ...}
-    total 8.0 s
+    total 11.9 s
 
 Reading it:
 
-* The weighted sampler halves the degree of the neighbours it picks (17.8 against 34.1
+* The weighted sampler halves the degree of the neighbours it picks (17.9 against 33.6
   for uniform sampling). It does not change the accuracy on this graph, whose labels
   agree along an edge regardless of degree: ``--sampler uniform`` gave test_acc 0.8574
   (val_acc 0.8596). Drawing with probabilities costs more than uniform draws; on this
   shared machine fit times varied too much between identical runs (4-16 s) to rank them.
 * Memory: at 100,000 nodes the graph is small (COO + CSR + CSC about 50 MB, features
-  26 MB) next to what each rank holds privately (USS 190-245 MB per rank in these runs:
+  26 MB) next to what each rank holds privately (USS 177-245 MB per rank in these runs:
   interpreter and library state, model, optimizer, sampled batches), so this is not
-  where fork's sharing shows. Four identical fork runs gave a
-  total PSS of 878, 947, 1,029 and 1,040 MB (the launcher's private memory varied most:
+  where fork's sharing shows. Five identical fork runs gave a total PSS of 878, 924
+  (the run above), 947, 1,029 and 1,040 MB (the launcher's private memory varied most:
   70-245 MB); ``--launcher spawn`` gave 1,339 MB (ranks 426 + 475, launcher 438), with
   the same losses, accuracies and checkpoint as fork. The large-graph figures are below.
 
@@ -58,9 +58,10 @@ distinct in-edges (sampling *without replacement*), drawn with probability propo
 to the edge weight ``g.edata["w"]``, via ``dgl.sampling.sample_neighbors(..., prob="w",
 replace=False)``. The weight here is ``1 / degree`` of the neighbour: the synthetic
 graph has a heavy-tailed degree distribution (mean degree 10), and a uniformly drawn
-neighbour is most likely a hub (its mean degree is 34 in the run above). The script prints the mean degree of the sampled
-neighbours under both samplers to show the bias at work. It is an example weight: put
-your own in ``g.edata["w"]`` (an interaction count, a recency, a similarity).
+neighbour is most likely a hub (its mean degree is 33.6 in the run above). The script
+prints the mean degree of the sampled neighbours under both samplers to show the bias
+at work. It is an example weight: put your own in ``g.edata["w"]`` (an interaction
+count, a recency, a similarity).
 
 DGL 0.7's ``BlockSampler`` called ``sample_frontier`` for you; since DGL 0.8 (2.1 here) the
 base class only asks for ``sample_blocks``, so the sampler writes that loop itself in
@@ -86,7 +87,12 @@ once, whatever N is. Two things break that:
   or after CUDA was used in the parent). A hand-written ``mp.spawn(run, args=(graph,))``
   pickles the graph into every child: N private copies. graphtrainer's spawn launcher
   moves the structure and every node/edge tensor to shared memory once instead, and the
-  ranks attach to it.
+  ranks attach to it. With GPUs, a forked rank cannot use CUDA if the parent already
+  has (``torch.cuda.is_available()`` counts, unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``;
+  ``torch.cuda.device_count()`` is fork-safe): ``launcher="auto"`` then spawns, with a
+  warning, and ``launcher="fork"`` raises a clear error. The same happens, CPU ranks
+  included, on a machine with GPUs when the parent ran a backward pass before ``fit``
+  (autograd's per-device threads do not survive a fork).
 
 How much it matters at scale: fact 9 of the project's design brief
 (``../shared/DESIGN.md``, "Facts measured on the pinned stack (torch 2.2.1, dgl 2.1.0,
@@ -248,6 +254,7 @@ class CustomSamplerTask(GraphTask):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         logits, labels = self._forward(batch)
         self.log("test_acc", accuracy(logits, labels))
+        self.log("test_nodes", labels.numel(), reduce_fx="sum")   # a total over all ranks
 
 
 # ---------------------------------------------------------------------------------------
@@ -375,7 +382,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"{stats['mean_degree_all_edges']:.1f}", flush=True)
 
     test = trainer.test(task, ckpt_path="best")
-    print(f"test (best checkpoint, {len(task.ids['test'])} nodes, exact over 2 ranks): "
+    print(f"test (best checkpoint, {int(test['test_nodes'])} nodes, exact over {args.num_procs} ranks): "
           f"test_acc {test['test_acc']:.4f}  (chance {1 / task.num_classes:.3f})", flush=True)
 
     last = trainer.history[-1]
@@ -385,7 +392,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "num_procs": args.num_procs, "launcher": args.launcher, "epochs": trainer.current_epoch,
         "final_train_loss": last["train_loss"], "final_val_acc": last["val_acc"],
         "input_nodes_per_batch": last["input_nodes"], "best_val_acc": ckpt.best_model_score,
-        "test_acc": test["test_acc"], "checkpoint": ckpt.best_model_path,
+        "test_acc": test["test_acc"], "test_nodes": int(test["test_nodes"]), "checkpoint": ckpt.best_model_path,
         "formats_before_fit": formats_before, "formats_after_fit": formats_after,
         "memory_mb": {name: dict(zip(("pss", "uss", "rss"), row)) for name, row in zip(names, memory.rows)},
         "total_pss_mb": total_pss, "sampling": stats,

@@ -18,7 +18,7 @@ The data is Cora from the shipped files, written to disk in GraphBolt's on-disk
 
 Run it
 ------
-Full settings (2 CPU processes, 30 epochs, about 20 s here)::
+Full settings (2 CPU processes, 30 epochs, about 16 s here)::
 
     bash scripts/env.sh python tutorials/04_graphbolt_pipeline.py
 
@@ -47,8 +47,8 @@ Output of the full run, measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
     validation, last epoch: exact val_acc 0.7600 over 500 nodes; mean of per-rank accuracies (the hand-written reduction) 0.7592
     best checkpoint runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7880.ckpt (val_acc 0.7880)
     test_acc 0.8000 (exact, 1000 nodes; mean of per-rank accuracies 0.7997); from predict(): 0.8000
-    summary written to runs/tutorial04/summary.json (13.1 s)
-    (wall time 0m16.195s)
+    summary written to runs/tutorial04/summary.json (12.6 s)
+    (wall time 0m16.004s)
 
 What the hand-written DGL example does, and what replaces it
 -------------------------------------------------------------
@@ -112,15 +112,21 @@ What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
    (no process group). :class:`EpochShuffledLoader` builds it lazily in ``__iter__``,
    i.e. inside the rank.
 3. **``dgl.seed`` does not reach GraphBolt.** GraphBolt's neighbour sampler has its own
-   generator (``gb.seed``), which the trainer's per-epoch seeding of torch, NumPy and DGL
-   leaves alone, so ``sample_neighbor`` draws differently on every run. Closest working
-   form: the task calls ``gb.seed`` from ``(seed, rank, epoch)`` in
-   ``on_train_epoch_start``; two runs of this script then print identical numbers.
+   generator (``gb.seed``), so a hand-written loop that calls only ``dgl.seed`` samples
+   differently on every run. The trainer seeds it too: each epoch, before
+   ``on_train_epoch_start``, it calls ``gb.seed`` (when ``dgl.graphbolt`` is imported)
+   along with torch, NumPy, ``random`` and ``dgl.seed``, from ``(seed, rank, epoch)``.
+   The task does nothing for it: two runs of the full settings printed identical
+   numbers (and wrote identical ``metrics.csv`` files), while with ``gb.seed`` left out
+   two ``--fast`` runs already differed in the first epoch's loss.
 4. **GPUs need DGL's CUDA build.** The PyPI ``dgl`` wheel is CPU-only: blocks on a GPU
    raise ``DGLError: Device API cuda is not enabled``, and its GraphBolt library holds no
    CUDA code (no GPU sampling or GPU feature fetching); see the README's "GPUs" section.
    On CPU ``copy_to(self.device)`` is a no-op, and the same task runs unchanged with
-   ``Trainer(gpus=N)`` on the CUDA build.
+   ``Trainer(gpus=N)`` on the CUDA build. Its ranks are forked: if the parent has already
+   used CUDA (``torch.cuda.is_available()`` counts unless
+   ``PYTORCH_NVML_BASED_CUDA_CHECK=1``; ``torch.cuda.device_count()`` is fork-safe), the
+   trainer spawns them instead, with a warning (``launcher="fork"`` raises).
 """
 from __future__ import annotations
 
@@ -296,13 +302,9 @@ class GraphBoltNodeClassification(GraphTask):
         return self.model(mb.blocks, mb.node_features["feat"])
 
     def on_train_epoch_start(self) -> None:
+        # No seeding here: before this hook the trainer seeds torch, NumPy, random, DGL and
+        # GraphBolt's own sampler generator (gb.seed) from (seed, rank, epoch).
         self._train_batches = 0
-        # The trainer seeds torch, NumPy, random and DGL's sampler per (seed, rank, epoch),
-        # but GraphBolt's sampler has a generator of its own (DGL 2.1): seed it the same way,
-        # or sample_neighbor draws differently on every run.
-        import dgl.graphbolt as gb
-
-        gb.seed((self.trainer.seed * 1_000_003 + 7919 * (self.rank + 1) + self.current_epoch) % 2**31)
 
     def training_step(self, mb: Any, batch_idx: int) -> torch.Tensor:
         self._train_batches += 1

@@ -15,6 +15,9 @@ This script trains GraphSAGE on Cora (the shipped files). Three ways to run it:
 
       bash scripts/env.sh python tutorials/06_multinode.py --num-procs 2
 
+  (With ``--gpus N`` it forks one rank per GPU; a parent that has already used CUDA,
+  ``torch.cuda.is_available()`` included, makes it spawn them instead, with a warning.)
+
 * Across nodes with torchrun: run this on every node, with ``--node-rank`` 0 on the node
   whose address is ``--master-addr`` and 1, 2, ... on the others (``--nproc-per-node``
   is the GPUs per node; add ``--gpus N`` for GPUs; each node needs the repository, the
@@ -29,6 +32,11 @@ This script trains GraphSAGE on Cora (the shipped files). Three ways to run it:
       python -m torch.distributed.run --nnodes 2 --nproc-per-node 4 --rdzv-id job1 \\
           --rdzv-backend c10d --rdzv-endpoint node01:29500 tutorials/06_multinode.py --gpus 4
 
+  Threads: with several processes per node torchrun sets ``OMP_NUM_THREADS=1``, and
+  that stays unless the script asks for more: ``--threads-per-proc N`` here, i.e.
+  ``Trainer(threads_per_proc=N)``, which each rank applies to torch and DGL (e.g. the
+  node's cores divided by its ranks; neighbour sampling runs on these threads).
+
 * Under Slurm: ``sbatch tutorials/06_multinode.sbatch`` (2 nodes x 4 GPUs, one task per
   GPU started by ``srun``; the file explains every line).
 
@@ -37,23 +45,26 @@ Here, on one 2-core machine, two torchrun "nodes" on 127.0.0.1, one process each
     # terminal 1                                      # terminal 2
     bash scripts/env.sh python -m torch.distributed.run --nnodes 2 --node-rank 0 \\
         --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 29533 \\
-        tutorials/06_multinode.py --out runs/tutorial06
+        tutorials/06_multinode.py --threads-per-proc 1 --out runs/tutorial06
                                                       # the same with --node-rank 1
 
-or both at once, started and watched by this script (``--local-demo``; it picks a free
-port, prefixes each node's output with ``[node i]`` and ends both if one fails or
-``--timeout`` passes)::
+(``--threads-per-proc 1``: the two "nodes" share 2 cores, and torchrun leaves the
+thread count alone when it starts one process per node.) Or both at once, started and
+watched by this script (``--local-demo``; it picks a free port, passes
+``--threads-per-proc`` = cores // 2 unless given, prefixes each node's output with
+``[node i]`` and ends both if one fails or ``--timeout`` passes)::
 
     bash scripts/env.sh python tutorials/06_multinode.py --local-demo
 
-The numbers are the same as those of ``--num-procs 2`` on one machine: the trainer seeds
+The numbers are the same as those of ``--num-procs 2`` on one machine (it printed the
+same 30 epoch lines, best checkpoint and test_acc as the run below): the trainer seeds
 and splits by global rank, whoever started the ranks.
 
 Output of that command (30 epochs), measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
 
-    [demo] node 0: -m torch.distributed.run --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 39247 /work/main/tutorials/06_multinode.py
-    [demo] node 1: -m torch.distributed.run --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 39247 /work/main/tutorials/06_multinode.py
-    [node 0] cora: 2708 nodes, 10556 edges; launched by torchrun: 2 processes, rendezvous at 127.0.0.1:39247
+    [demo] node 0: -m torch.distributed.run --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 48937 /work/main/tutorials/06_multinode.py --threads-per-proc 1
+    [demo] node 1: -m torch.distributed.run --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port 48937 /work/main/tutorials/06_multinode.py --threads-per-proc 1
+    [node 0] cora: 2708 nodes, 10556 edges; launched by torchrun: 2 processes, rendezvous at 127.0.0.1:48937
     [node 0] epoch   0  train_loss 1.9223  val_loss 1.8220  val_acc 0.6920
     [node 0] epoch   1  train_loss 1.6577  val_loss 1.6350  val_acc 0.6900
     [node 0] epoch   2  train_loss 1.3398  val_loss 1.4588  val_acc 0.7580
@@ -64,13 +75,13 @@ Output of that command (30 epochs), measured on 2 CPU cores (torch 2.2.1, dgl 2.
     [node 0] epoch  27  train_loss 0.0618  val_loss 0.7660  val_acc 0.7660
     [node 0] epoch  28  train_loss 0.0627  val_loss 0.7596  val_acc 0.7460
     [node 0] epoch  29  train_loss 0.0608  val_loss 0.7344  val_acc 0.7600
-    [node 0] rank 0: node 0, local rank 0, host vm, pid 17968, cpu
-    [node 0] rank 1: node 1, local rank 0, host vm, pid 17969, cpu
+    [node 0] rank 0: node 0, local rank 0, host vm, pid 408, cpu, 1 thread(s)
+    [node 0] rank 1: node 1, local rank 0, host vm, pid 409, cpu, 1 thread(s)
     [node 0] best checkpoint runs/tutorial06/runs/version_0/checkpoints/epoch=20-val_acc=0.7940.ckpt (val_acc 0.7940)
     [node 0] test_acc 0.7920  (written by rank 0 of 2)
-    [node 0] summary written to runs/tutorial06/summary.json (10.7 s)
+    [node 0] summary written to runs/tutorial06/summary.json (7.1 s)
     [demo] exit codes: node 0 0, node 1 0
-    (wall time 0m30.518s)
+    (wall time 0m20.500s)
 
 Smoke test (3 epochs; ``tests/test_tutorial_06.py`` starts the two torchrun nodes itself
 with timeouts, and also runs the sbatch file under a stand-in ``srun``)::
@@ -100,22 +111,33 @@ PyG's ``distributed_sampling_multinode.py`` and PyTorch's ``multinode.py``
 graphtrainer does 1 and 2 (``graphtrainer.distributed.detect_external_launch``: torchrun's
 variables first, then Slurm's; with Slurm and no ``MASTER_ADDR`` it takes the first host
 of ``SLURM_STEP_NODELIST``/``SLURM_NODELIST``, and without ``MASTER_PORT`` it uses
-``15000 + SLURM_JOB_ID % 20000``, the same on every task of a job), 4 (device from the
-local rank, nccl on GPUs, gloo on CPUs), 5 (a new global permutation each epoch, split
+``15000 + SLURM_JOB_ID % 20000``, the same on every task of a job), 4 (the GPU of the
+local rank, or ``gpus=[...]`` indexed by local rank; ``cuda:0`` when the rank sees
+exactly one GPU, as under Slurm's ``--gpus-per-task=1`` or a per-rank
+``CUDA_VISIBLE_DEVICES``; a clear error naming the rank when its GPU does not exist;
+nccl on GPUs, gloo on CPUs), 5 (a new global permutation each epoch, split
 evenly by global rank), 6 (``Join`` for uneven inputs, exact metric reduction, output
 on rank 0), 7 (validation and test on *all* ranks, each node scored once, reduced
 exactly) and 8 (``ModelCheckpoint``: global rank 0 writes atomically, every rank
 resumes with ``fit(task, ckpt_path=...)``), plus the run directory chosen by rank 0 and
 broadcast, and errors naming the rank. 9 is not needed: the group stays up for the
-process's next ``fit``/``test`` call and goes with the process. 3 stays yours: see
+process's next ``fit``/``test`` call and goes with the process. 3 is not needed for
+the shipped datasets: ``graphtrainer.datasets.load`` holds a file lock while it builds
+DGL's processed cache of Cora/CiteSeer, so ranks that load at the same moment are safe
+(one builds it, the others wait, then read it). For your own data it stays yours: see
 "Files".
 
 Files
 -----
 * **Data**: every process loads the dataset itself. Put the data where every node reads
-  it (``GRAPHTRAINER_DATA``) and load it once before the job starts, so DGL's processed
-  cache is written once rather than by many ranks at the same moment (the sbatch file
-  and ``--local-demo`` do this).
+  it (``GRAPHTRAINER_DATA``). ``datasets.load`` locks its cache build (``flock`` on a
+  file beside the cache, under ``~/.cache/graphtrainer`` or ``GRAPHTRAINER_CACHE``), so
+  concurrent ranks are safe without a warm-up; the sbatch file and ``--local-demo``
+  still load the data once before the ranks start, which only spares the ranks waiting
+  on each other. Across nodes the lock needs a cache filesystem that supports ``flock``
+  (NFS does; Lustre only when mounted with ``flock``); a node-local
+  ``GRAPHTRAINER_CACHE`` avoids the question. A loader of your own that writes a cache
+  needs the same care (a lock, or rank 0 first, then ``dist.barrier()``).
 * **Checkpoints and runs** are written by global rank 0 only. ``trainer.test(task,
   ckpt_path="best")`` then loads that file on every rank, so ``--out`` must be on a
   filesystem all nodes see (on Slurm clusters, the home or scratch filesystem). Only
@@ -134,6 +156,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -150,11 +173,14 @@ class RecordRanks(Callback):
         self.ranks: List[Dict[str, Any]] = []
 
     def on_fit_start(self, trainer: Any, task: Any) -> None:
+        local = os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID"))
         me = {"rank": trainer.rank, "world_size": trainer.world_size,
-              "local_rank": int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", 0))),
+              # Ranks the trainer started itself all run on this machine: local = global.
+              "local_rank": int(local) if local is not None else trainer.rank,
               # torchrun calls the node's index GROUP_RANK; srun calls it SLURM_NODEID.
               "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID", 0))),
-              "host": socket.gethostname(), "pid": os.getpid(), "device": str(trainer.device)}
+              "host": socket.gethostname(), "pid": os.getpid(), "device": str(trainer.device),
+              "threads": torch.get_num_threads()}   # threads_per_proc, or the launcher's setting
         self.ranks = gdist.all_gather_object(me)  # collective: every rank calls it, here outside Join
 
     # Callback state travels back from launched ranks to the caller (and into checkpoints).
@@ -179,7 +205,7 @@ def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     # num_procs (and the count in gpus) only matter when nothing launched us; under torchrun
     # or srun the job's layout comes from the environment.
     trainer = Trainer(gpus=args.gpus or None, num_procs=None if args.gpus else args.num_procs,
-                      max_epochs=args.epochs, seed=args.seed,
+                      max_epochs=args.epochs, seed=args.seed, threads_per_proc=args.threads_per_proc,
                       default_root_dir=Path(args.root_dir or Path(args.out) / "runs"),
                       callbacks=[ckpt, ranks, PrintMetrics(["train_loss", "val_loss", "val_acc"])],
                       progress_bar=False)
@@ -205,7 +231,7 @@ def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     }
     for r in ranks.ranks:
         print(f"rank {r['rank']}: node {r['node_rank']}, local rank {r['local_rank']}, "
-              f"host {r['host']}, pid {r['pid']}, {r['device']}")
+              f"host {r['host']}, pid {r['pid']}, {r['device']}, {r['threads']} thread(s)")
     print(f"best checkpoint {ckpt.best_model_path} (val_acc {ckpt.best_model_score:.4f})")
     print(f"test_acc {test['test_acc']:.4f}  (written by rank 0 of {summary['world_size']})", flush=True)
     out = Path(args.out)
@@ -229,9 +255,14 @@ def torchrun_node_command(node_rank: int, nnodes: int, port: int, script_args: S
 def local_demo(args: argparse.Namespace, script_args: List[str]) -> int:
     from graphtrainer import datasets
 
-    datasets.load("cora")   # warm the processed-data cache once, before the ranks load it
+    # Optional: datasets.load locks DGL's cache build, so ranks loading Cora at once are
+    # safe; building the cache here just spares them waiting for each other.
+    datasets.load("cora")
     port = gdist.free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch"}  # 2 nodes share 2 cores here
+    if args.threads_per_proc is None:      # the 2 "nodes" share this machine's cores
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+        script_args = [*script_args, "--threads-per-proc", str(max(1, cores // 2))]
+    env = {**os.environ, "DGLBACKEND": "pytorch"}
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     procs = []
@@ -280,6 +311,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads-per-proc", type=int, default=None,
+                        help="intra-op threads per rank (default: cores // ranks when the trainer starts "
+                             "the ranks; the launcher's setting under torchrun/srun)")
     parser.add_argument("--out", default="runs/tutorial06", help="runs, checkpoints and summary.json")
     parser.add_argument("--root-dir", default=None, help="run folders and checkpoints (default: OUT/runs)")
     parser.add_argument("--fast", action="store_true", help="3 epochs: a smoke test")
