@@ -435,11 +435,14 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
         probe.fit_start(rank)
     max_steps = cfg.get("max_steps")
     epoch_times: List[float] = []
+    step_ends: List[List[float]] = []  # per epoch: seconds from the epoch's start to each step's end
     step = 0
     for epoch in range(cfg["epochs"]):
         model.train()
         t0 = time.perf_counter()
         total_loss = 0.0
+        ends: List[float] = []
+        step_ends.append(ends)
         with (Join([model]) if cfg.get("join") else contextlib.nullcontext()):
             for it, (input_nodes, output_nodes, blocks) in enumerate(loader):
                 x = blocks[0].srcdata["feat"]
@@ -451,6 +454,7 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
                 opt.step()
                 total_loss += loss.item()
                 step += 1
+                ends.append(time.perf_counter() - t0)
                 if probe is not None:
                     probe.step_end(rank, output_nodes.shape[0])
                 if max_steps is not None and step >= max_steps:
@@ -461,7 +465,7 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
     if rank == 0 and cfg.get("out_file"):
         metrics = evaluate(model.module, g, split_ids(g, "test"))
         with open(cfg["out_file"], "w", encoding="utf-8") as fh:
-            json.dump({"epoch_times_s": epoch_times, **metrics}, fh)
+            json.dump({"epoch_times_s": epoch_times, "step_ends_s": step_ends, **metrics}, fh)
     dist.barrier()
     if cfg.get("join"):
         # torch 2.2 + gloo: under Join, DDP leaves un-awaited async all-reduces behind; freeing

@@ -1,30 +1,18 @@
 """Smoke test of tutorials/01_quickstart_cora.py: the script as a user runs it, ``--fast``."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tutorials" / "01_quickstart_cora.py"
+from tutorial_run import run_fast
 
 
 @pytest.mark.timeout(120)
 def test_fast_run_trains_checkpoints_tests_and_predicts(tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", GRAPHTRAINER_CACHE=str(tmp_path / "cache"))
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    out = tmp_path / "out"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--root-dir", str(tmp_path / "runs"),
-                          "--out", str(out)], capture_output=True, text=True, timeout=100, cwd=ROOT, env=env)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert "RESULT " in run.stdout
-    s = json.loads((out / "summary.json").read_text())
+    s = run_fast("01_quickstart_cora.py", tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=100,
+                 GRAPHTRAINER_CACHE=str(tmp_path / "cache"))
 
     assert s["num_procs"] == 2 and s["epochs"] == 8
     # Every validation/test node scored exactly once over the 2 ranks.

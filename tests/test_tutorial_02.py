@@ -7,28 +7,21 @@ OGB's exact raw layout (``ogbn_arxiv/raw/*.csv.gz``, ``ogbn_arxiv/split/time/*.c
 from __future__ import annotations
 
 import gzip
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tutorials" / "02_multigpu_node_classification.py"
+import tutorial_run
+
+NAME = "02_multigpu_node_classification.py"
 
 # The tiny ogbn-arxiv: 36 nodes, 3 classes, 6 features, years, a 20/8/8 "time" split.
 N, CLASSES, DIM = 36, 3, 6
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("tutorial02", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tutorial_run.load_module(NAME)
 
 
 def _write_csv_gz(path: Path, rows) -> None:
@@ -66,14 +59,6 @@ def write_tiny_arxiv(root: Path) -> dict:
             "year": year, "train": train, "valid": valid, "test": test}
 
 
-def _run(args, timeout=90):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
-
-
 def test_arxiv_loader_builds_dgl_tutorial_graph(tmp_path):
     written = write_tiny_arxiv(tmp_path)
     g = _module().load_ogbn_arxiv(tmp_path)
@@ -109,17 +94,15 @@ def test_arxiv_missing_files_are_named(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_arxiv_cli_message_then_training_on_tiny_files(tmp_path):
-    missing = _run(["--dataset", "ogbn-arxiv", "--ogb-root", str(tmp_path / "nowhere"), "--fast"])
+    missing = tutorial_run.run(NAME, "--dataset", "ogbn-arxiv", "--ogb-root", str(tmp_path / "nowhere"),
+                               "--fast", timeout=90, check=False)
     assert missing.returncode == 2, missing.stderr[-2000:]
     assert "ogbn-arxiv not found under" in missing.stderr and "edge.csv.gz" in missing.stderr
     assert "Traceback" not in missing.stderr
 
     write_tiny_arxiv(tmp_path / "ogb")
-    out = tmp_path / "out"
-    run = _run(["--dataset", "ogbn-arxiv", "--ogb-root", str(tmp_path / "ogb"), "--fast",
-                "--root-dir", str(tmp_path / "runs"), "--out", str(out)])
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = tutorial_run.run_fast(NAME, tmp_path / "out", "--dataset", "ogbn-arxiv", "--ogb-root",
+                                    str(tmp_path / "ogb"), "--root-dir", str(tmp_path / "runs"), timeout=90)
     assert summary["num_nodes"] == N and summary["epochs"] == 3
     assert summary["val_nodes"] == 8 and summary["test_nodes"] == 8      # each id scored once
     assert summary["monitor"] == "val_acc" and 0.0 <= summary["test_acc"] <= 1.0
@@ -129,11 +112,7 @@ def test_arxiv_cli_message_then_training_on_tiny_files(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_fast_run_on_tolokers(tmp_path):
-    out = tmp_path / "out"
-    run = _run(["--fast", "--root-dir", str(tmp_path / "runs"), "--out", str(out)])
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    assert "RESULT " in run.stdout
-    summary = json.loads((out / "summary.json").read_text())
+    summary = tutorial_run.run_fast(NAME, tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=90)
     assert summary["dataset"] == "tolokers" and summary["num_procs"] == 2 and summary["epochs"] == 3
     assert summary["val_nodes"] == 2939 and summary["test_nodes"] == 2940   # every id once, 2 ranks
     # Chance ROC-AUC is 0.5; three epochs of DGL's settings reach about 0.64.

@@ -2,25 +2,18 @@
 then the script as a user runs it, ``--fast``."""
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tutorials" / "03_custom_sampler.py"
+import tutorial_run
+
+NAME = "03_custom_sampler.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("tutorial03", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tutorial_run.load_module(NAME)
 
 
 @pytest.mark.filterwarnings("ignore:Dataloader CPU affinity")
@@ -59,14 +52,7 @@ def test_sampler_fanout_without_replacement_and_weights():
 
 @pytest.mark.timeout(120)
 def test_fast_run(tmp_path):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    out = tmp_path / "out"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--fast", "--root-dir", str(tmp_path / "runs"),
-                          "--out", str(out)], capture_output=True, text=True, timeout=100, cwd=ROOT, env=env)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    s = json.loads((out / "summary.json").read_text())
+    s = tutorial_run.run_fast(NAME, tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=100)
 
     assert s["sampler"] == "weighted" and s["num_procs"] == 2 and s["epochs"] == 3
     assert s["num_nodes"] == 20_000 and s["num_edges"] == 200_000
