@@ -260,8 +260,8 @@ def graph_bytes(num_nodes: int, num_edges: int, feat_dim: int, formats: bool = T
 
 
 def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, world: int) -> float:
-    """Peak memory (MB) of one benchmark run; generous on purpose (at 250k nodes it is 5-60%
-    above the measured peak, see benchmarks/README.md)."""
+    """Peak memory (MB) of one benchmark run; generous on purpose (at 250k and 1M nodes it
+    was 10-80% above the measured peaks)."""
     g = graph_bytes(num_nodes, num_edges, feat_dim)
     graph = g["total"] / MB
     build = 3 * g["coo"] / MB  # random endpoints, dedup/sort temporaries while building
@@ -275,9 +275,17 @@ def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, wo
     if launcher == "gt-spawn":
         return procs + 2 * graph + build  # private copy and shared-memory copy during the move
     if launcher == "naive-spawn":
-        # parent: graph + pickled bytes; each rank, while unpickling: received bytes + its copy
-        return procs + (2 + 2 * world) * graph + build
+        # parent: graph + pickled bytes; each rank its copy; while the parent sends to one
+        # rank, about one more holds received bytes next to the copy it unpickles
+        return procs + (3 + world) * graph + build
     raise ValueError(launcher)
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask), as the trainer counts them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def machine_memory_mb() -> float:
@@ -401,7 +409,8 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
     ``cfg`` keys: fanouts, hidden, batch_size, lr, dropout, epochs, threads, seed;
     optional: probe_dir, pause_at, measure_steps (a :class:`Probe`), max_steps, out_file
     (rank 0 writes epoch times and test metrics), join (run each epoch inside
-    ``Join([model])`` as graphtrainer does: the ablation arm of overhead.py).
+    ``Join([model])`` as graphtrainer does: an ablation arm of overhead.py), fresh_thread
+    (read by ``_naive_child``: train in a new thread, as graphtrainer's ranks do).
     """
     import contextlib
 
@@ -503,9 +512,33 @@ def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[s
 
 
 def _naive_child(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
+    if sys.platform.startswith("linux"):  # die with the launching process (not what tutorials do;
+        try:                              # it keeps a killed benchmark from leaving ranks behind)
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+        except OSError:
+            pass
     box = [conn.recv_bytes()]  # this rank's own copy of the pickled graph
     conn.close()
-    handwritten_rank(rank, world, port, box, cfg)
+    if not cfg.get("fresh_thread"):
+        handwritten_rank(rank, world, port, box, cfg)
+        return
+    # Ablation (overhead.py --thread-arm): train in a new thread, as graphtrainer's launched
+    # ranks do (its work-around for the OpenMP fork hang), instead of the main thread.
+    failed: List[BaseException] = []
+
+    def target() -> None:
+        try:
+            handwritten_rank(rank, world, port, box, cfg)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            failed.append(err)
+
+    worker = threading.Thread(target=target, name=f"naive-rank{rank}-train")
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
 
 
 def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s: float = 60.0) -> None:
@@ -623,13 +656,21 @@ def machine_info() -> Dict[str, Any]:
     import psutil
 
     load = os.getloadavg()[0]
-    cpus = os.cpu_count() or 1
+    cpus = available_cores()
     if load > 0.25 * cpus:
         print(f"[bench] WARNING: 1-minute load average {load:.2f} on {cpus} cores before starting: timings "
               "will be noisy (multi-threaded runs suffer most); memory figures are unaffected", file=sys.stderr,
               flush=True)
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            model = next((l.split(":", 1)[1].strip() for l in fh if l.startswith("model name")), "")
+    except OSError:
+        pass
     return {
         "cpus": os.cpu_count(),
+        "cores_available": available_cores(),
+        "cpu_model": model,
         "ram_gib": round(machine_memory_mb() / 1024, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -676,7 +717,7 @@ def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: s
     paths = {"json": out_dir / f"{name}.json", "md": out_dir / f"{name}.md", "png": out_dir / f"{name}.png"}
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     m = payload["machine"]
-    header = (f"<!-- {name}: {m.get('cpus')} CPUs, {m.get('ram_gib')} GiB RAM, load average "
+    header = (f"<!-- {name}: {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('ram_gib')} GiB RAM, load average "
               f"{m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end -->\n")
     paths["md"].write_text(header + markdown.rstrip() + "\n", encoding="utf-8")
     fig = plt.figure(figsize=tuple(figsize))

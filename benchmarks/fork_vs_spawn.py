@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,9 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--pause-at", type=int, default=3, help="step at which memory is measured")
     p.add_argument("--measure-steps", type=int, default=20, help="steps timed for throughput")
     p.add_argument("--repeats", type=int, default=1, help="passes over the whole (interleaved) matrix")
-    p.add_argument("--no-isolate", action="store_true", help="run every configuration in this process")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="run every configuration in this process (faster; memory figures then carry what "
+                        "earlier runs left behind; --tiny implies it)")
     p.add_argument("--worker", help=argparse_hidden())
     args = p.parse_args(argv)
     if args.tiny:
@@ -108,14 +111,16 @@ def plan(args: Any) -> List[Dict[str, Any]]:
                                  "estimate_mb": round(est), "label": f"{spec['label']} {launcher} x{world}",
                                  "fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
                                  "pause_at": args.pause_at, "measure_steps": args.measure_steps})
+    if args.no_isolate:
+        # All runs share this process: train in it (the 1-process runs) only after every fork
+        # launch, since on a machine with GPUs graphtrainer refuses to fork after a backward pass.
+        runs.sort(key=lambda r: (r["repeat"], r["launcher"] == "single"))
     return runs
 
 
 # ---------------------------------------------------------------------------------------
 def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """One configuration, in this process (the launching process whose tree is measured)."""
-    import torch  # noqa: F401
-
     from graphtrainer import Trainer
 
     spec, launcher, world = cfg["graph"], cfg["launcher"], cfg["world"]
@@ -133,7 +138,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     probe = common.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
     before = common.tree_memory()
     watcher = common.MemoryWatcher(probe_dir, world).start()
-    threads = max(1, (os.cpu_count() or 1) // world)
+    threads = max(1, common.available_cores() // world)
     try:
         t_fit = time.time()
         if launcher == "naive-spawn":
@@ -153,9 +158,12 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     finally:
         watcher.stop()
         graphtrainer.preflight.prepare_graphs = prepare_graphs
-    if watcher.steady is None:
-        raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
-    res = common.collect_probe(probe_dir, world, t_fit)
+    try:
+        if watcher.steady is None:
+            raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
+        res = common.collect_probe(probe_dir, world, t_fit)
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
     steady = watcher.steady
     rank_pids = res.pop("rank_pids")
     by_pid = {p["pid"]: p for p in steady["processes"]}
@@ -325,8 +333,16 @@ def main(argv: Any = None) -> Dict[str, Any]:
         load = os.getloadavg()[0]
         run["loadavg_1min_before"] = round(load, 2)
         t_run = time.perf_counter()
-        with common.LoadMeter() as meter:
-            run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
+        try:
+            with common.LoadMeter() as meter:
+                run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            if args.no_isolate:
+                raise
+            # One failed configuration must not cost the others: record it, go on.
+            run["error"] = str(err)[-4000:]
+            print(f"    FAILED: {str(err)[-2000:]}", flush=True)
+            continue
         run["run_wall_s"] = round(time.perf_counter() - t_run, 1)
         run["result"]["other_cores"] = meter.other_cores
         r = run["result"]
@@ -339,9 +355,15 @@ def main(argv: Any = None) -> Dict[str, Any]:
     payload = {"benchmark": NAME, "machine": machine, "versions": common.versions(),
                "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": rows, "targets": tgts}
-    paths = common.write_outputs(args.out, NAME, payload, render(rows, tgts), plot(rows), figsize=(12, 8))
-    print(render(rows, tgts))
+    failed = [r for r in runs if "error" in r]
+    md = render(rows, tgts)
+    if failed:
+        md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
+    paths = common.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
+    if failed:
+        raise SystemExit(f"[{NAME}] {len(failed)} run(s) failed: {', '.join(r['label'] for r in failed)}")
     return payload
 
 

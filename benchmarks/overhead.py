@@ -2,7 +2,7 @@
 as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and accuracy.
 
     bash scripts/env.sh python benchmarks/overhead.py                # full run
-    bash scripts/env.sh python benchmarks/overhead.py --join-arm     # + hand-written inside Join
+    bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm   # + two ablations
     bash scripts/env.sh python benchmarks/overhead.py --tiny         # seconds (smoke test)
 
 A (hand-written, ``common.handwritten_rank``): the parent pickles the graph and spawns the
@@ -15,7 +15,9 @@ B (graphtrainer): ``Trainer(num_procs=2)`` (fork) on ``common.BenchTask`` (the e
 ``self.log``, i.e. the hand-written step). Same SAGE, Adam, learning rate, dropout,
 fanouts, batch size, epochs, initial weights (both seed 0) and training-seed set.
 Optional A+J (``--join-arm``): A with every epoch inside ``Join([model])``, as graphtrainer
-runs it, to isolate what Join costs per step.
+runs it, to isolate what Join costs per step. Optional A+T (``--thread-arm``): A with each
+rank's training in a new thread, as graphtrainer's launcher runs a rank (its work-around
+for the OpenMP fork hang), to isolate what that costs.
 
 Epoch time: rank 0's wall time of one epoch's training loop (graphtrainer: from
 on_train_epoch_start to on_train_epoch_end, so it includes the trainer's per-epoch metric
@@ -49,6 +51,8 @@ ACC_TOLERANCE = 0.01  # "equal accuracy": mean test metrics within 1 point (abso
 #: What graphtrainer's loop does per step that the hand-written loop does not (from
 #: graphtrainer/loop.py and task.py; see the README for the measured cost).
 PER_STEP_EXTRAS = [
+    "each launched rank trains in a new thread of its process (the launcher's work-around for the "
+    "OpenMP fork hang), not in the main thread (`--thread-arm` measures what that alone costs)",
     "DDP runs inside torch's `Join` context: every forward starts two extra 1-element "
     "all-reduces (join notification, grad-sync flag), asynchronously",
     "`transfer_batch_to_device` walks the batch (a no-op on CPU: every object is already there)",
@@ -103,10 +107,14 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up (default %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="A B pairs, interleaved (default %(default)s)")
     p.add_argument("--join-arm", action="store_true", help="add the hand-written loop inside Join (A+J)")
+    p.add_argument("--thread-arm", action="store_true",
+                   help="add the hand-written loop run in a new thread of each rank, as graphtrainer runs ranks (A+T)")
     p.add_argument("--fanouts", default="10,10")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=512, help="synthetic graphs (Tolokers: 256)")
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--from-json", type=Path, help="re-analyse the runs stored in an earlier overhead.json and "
+                                                   "write the outputs to --out (measures nothing)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size = common.parse_size("20kx5")
@@ -132,17 +140,19 @@ def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
     return int(common.split_ids(graph, "train").numel())
 
 
-def _hand_cfg(args: Any, batch_size: int, out: str, join: bool) -> Dict[str, Any]:
+def _hand_cfg(args: Any, batch_size: int, out: str, join: bool, fresh_thread: bool) -> Dict[str, Any]:
     return {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
             "batch_size": batch_size, "lr": args.lr, "dropout": 0.5, "epochs": args.epochs,
-            "threads": max(1, (os.cpu_count() or 1) // args.world), "seed": 0, "out_file": out, "join": join}
+            "threads": max(1, common.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
+            "fresh_thread": fresh_thread}
 
 
-def run_handwritten(graph: Any, args: Any, batch_size: int, join: bool = False) -> Dict[str, Any]:
+def run_handwritten(graph: Any, args: Any, batch_size: int, join: bool = False,
+                    fresh_thread: bool = False) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hand.json")
         t = time.perf_counter()
-        common.naive_spawn(graph, args.world, _hand_cfg(args, batch_size, out, join))
+        common.naive_spawn(graph, args.world, _hand_cfg(args, batch_size, out, join, fresh_thread))
         res = json.loads(Path(out).read_text())
         res["run_wall_s"] = time.perf_counter() - t
         return res
@@ -150,6 +160,10 @@ def run_handwritten(graph: Any, args: Any, batch_size: int, join: bool = False) 
 
 def run_handwritten_join(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
     return run_handwritten(graph, args, batch_size, join=True)
+
+
+def run_handwritten_thread(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
+    return run_handwritten(graph, args, batch_size, fresh_thread=True)
 
 
 def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
@@ -167,10 +181,11 @@ def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
     metrics = common.evaluate(task.module, graph, common.split_ids(graph, "test"))
     return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
             **metrics, "run_wall_s": wall,
-            "threads": trainer.threads_per_proc or max(1, (os.cpu_count() or 1) // args.world)}
+            "threads": trainer.threads_per_proc or max(1, common.available_cores() // args.world)}
 
 
 ARMS = {"handwritten": ("hand-written", run_handwritten), "handwritten_join": ("hand-written + Join", run_handwritten_join),
+        "handwritten_thread": ("hand-written in a new thread", run_handwritten_thread),
         "graphtrainer": ("graphtrainer", run_graphtrainer)}
 
 
@@ -193,20 +208,21 @@ def graph_specs(args: Any) -> List[Dict[str, Any]]:
 
 
 def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
-    """Split kept epochs into a per-step time and a fixed per-epoch cost.
+    """Split each kept epoch into a per-step time and a fixed cost, then take medians.
 
-    step = median interval between consecutive step ends inside an epoch (one step plus
-    fetching the next batch); fixed = median over epochs of epoch time - steps x step (the
-    first batch's set-up, and what runs after the last step: Join's exit, metric
-    reduction)."""
-    intervals, epochs = [], []
+    step = (last step's end - first step's end) / (steps - 1): the mean time of a step
+    (including fetching the next batch) inside the epoch; fixed = epoch time - steps x
+    step: the epoch's set-up before its first batch, and what runs after its last step
+    (leaving Join, metric reduction)."""
+    steps, fixed = [], []
     for run in runs:
-        for times, ends in list(zip(run["epoch_times_s"], run["step_ends_s"]))[1:]:
-            intervals += [b - a for a, b in zip(ends, ends[1:])]
-            epochs.append((times, len(ends)))
-    step = common.median(intervals)
-    fixed = common.median([t - n * step for t, n in epochs])
-    return {"step_ms": 1000 * step, "epoch_fixed_ms": 1000 * fixed}
+        for total, ends in list(zip(run["epoch_times_s"], run["step_ends_s"]))[1:]:
+            if len(ends) < 2:
+                continue
+            step = (ends[-1] - ends[0]) / (len(ends) - 1)
+            steps.append(step)
+            fixed.append(total - len(ends) * step)
+    return {"step_ms": 1000 * common.median(steps), "epoch_fixed_ms": 1000 * common.median(fixed)}
 
 
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
@@ -235,6 +251,8 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
            "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v)}
     if "handwritten_join" in med:
         out["join_ratio"] = med["handwritten_join"] / med["handwritten"]
+    if "handwritten_thread" in med:
+        out["thread_ratio"] = med["handwritten_thread"] / med["handwritten"]
     return out
 
 
@@ -254,29 +272,75 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
                     + [f"{r['metric_diff']:+.4f}", ("yes" if r["met"] else "**no**") + common.noise_note(r["other_cores"]),
                        f"{r['other_cores']:.2f}"])
     md = common.markdown_table(headers, rows)
-    md += "\n\nPer step, graphtrainer took " + "; ".join(
+    md += "\n\nGraphtrainer took " + "; ".join(
         f"{r['graph']} {r['extra_step_ms']:+.2f} ms/step and {r['extra_epoch_fixed_ms']:+.0f} ms/epoch fixed"
-        for r in results) + " more than the hand-written loop (ms/step: median interval between step ends inside " \
-        "an epoch; fixed: epoch time - steps x ms/step)."
+        for r in results) + " more than the hand-written loop (ms/step: mean interval between step ends inside " \
+        "an epoch, per epoch; fixed: epoch time - steps x ms/step; medians over epochs)."
     md += (f"\n\nEpoch times are medians over every run's epochs except its first ({args.rounds} run(s) per arm, "
            f"{args.epochs} epochs each, {args.world} ranks, interleaved); \"equal metric\" means the mean test "
            f"metrics differ by at most {ACC_TOLERANCE}.")
     if any("join_ratio" in r for r in results):
         md += "\n\nJoin alone (hand-written + Join / hand-written): " + ", ".join(
             f"{r['graph']} {r['join_ratio']:.3f}x" for r in results if "join_ratio" in r) + "."
+    if any("thread_ratio" in r for r in results):
+        md += "\n\nTraining in a new thread alone (hand-written in a new thread / hand-written): " + ", ".join(
+            f"{r['graph']} {r['thread_ratio']:.3f}x" for r in results if "thread_ratio" in r) + "."
     md += "\n\nWhat graphtrainer does per step that the hand-written loop does not:\n\n" + "\n".join(
         f"- {x}" for x in PER_STEP_EXTRAS)
     return md
 
 
+def draw_for(results: List[Dict[str, Any]], world: int) -> Any:
+    def draw(fig: Any) -> None:
+        for i, r in enumerate(results):
+            ax = fig.add_subplot(1, len(results), i + 1)
+            keys = [k for k in ARMS if k in r["runs"]]
+            data = [[t for run in r["runs"][k] for t in steady(run["epoch_times_s"])] for k in keys]
+            ax.boxplot(data)
+            ax.set_xticks(range(1, len(keys) + 1), [ARMS[k][0].replace(" in a ", "\nin a ") for k in keys], fontsize=8)
+            ax.set_ylabel("epoch time (s), warm-up epochs excluded")
+            ax.set_title(f"{r['graph']}: graphtrainer / hand-written {r['ratio']:.3f}x, {world} ranks", fontsize=9)
+    return draw
+
+
+def payload_for(args: Any, machine: Dict[str, Any], versions: Dict[str, str], wall_s: float,
+                results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"benchmark": NAME, "machine": machine, "versions": versions,
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "wall_s": wall_s, "results": results, "per_step_extras": PER_STEP_EXTRAS,
+            "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
+                         "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
+                         "met": r["met"], "other_cores": r["other_cores"],
+                         "valid": r["other_cores"] <= common.NOISY_CORES} for r in results]}
+
+
+def rerender(args: Any) -> Dict[str, Any]:
+    old = json.loads(args.from_json.read_text())
+    cfg = old["config"]
+    for key in ("rounds", "epochs", "world"):
+        setattr(args, key, cfg[key])
+    results = [analyse({"label": r["graph"], "batch_size": r["batch_size"]}, r["train_nodes"], r["runs"],
+                       r["order"], r["world"]) for r in old["results"]]
+    payload = payload_for(args, old["machine"], old["versions"], old["wall_s"], results)
+    payload["config"] = dict(cfg, rerendered_from=str(args.from_json))
+    md = render(results, args)
+    paths = common.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
+    print(md)
+    print(f"[{NAME}] re-analysed {args.from_json}; wrote {', '.join(str(p) for p in paths.values())}")
+    return payload
+
+
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
+    if args.from_json:
+        return rerender(args)
     specs = graph_specs(args)
     common.refuse_if_too_big([{"label": s["label"], "estimate_mb": common.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)} for s in specs])
     machine = common.machine_info()
     t_start = time.time()
-    arms = ["handwritten"] + (["handwritten_join"] if args.join_arm else []) + ["graphtrainer"]
+    arms = ["handwritten"] + (["handwritten_join"] if args.join_arm else []) \
+        + (["handwritten_thread"] if args.thread_arm else []) + ["graphtrainer"]
     results: List[Dict[str, Any]] = []
     for spec in specs:
         graph = common.build_graph(spec)
@@ -300,25 +364,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
         results.append(analyse(spec, n_train, runs, order, args.world))
         del graph
     md = render(results, args)
-
-    def draw(fig: Any) -> None:
-        for i, r in enumerate(results):
-            ax = fig.add_subplot(1, len(results), i + 1)
-            keys = [k for k in ARMS if k in r["runs"]]
-            data = [[t for run in r["runs"][k] for t in steady(run["epoch_times_s"])] for k in keys]
-            ax.boxplot(data)
-            ax.set_xticks(range(1, len(keys) + 1), [ARMS[k][0] for k in keys])
-            ax.set_ylabel("epoch time (s), warm-up epochs excluded")
-            ax.set_title(f"{r['graph']}: graphtrainer / hand-written {r['ratio']:.3f}x, {args.world} ranks", fontsize=9)
-
-    payload = {"benchmark": NAME, "machine": machine, "versions": common.versions(),
-               "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "wall_s": round(time.time() - t_start, 1), "results": results, "per_step_extras": PER_STEP_EXTRAS,
-               "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
-                            "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
-                            "met": r["met"], "other_cores": r["other_cores"],
-                            "valid": r["other_cores"] <= common.NOISY_CORES} for r in results]}
-    paths = common.write_outputs(args.out, NAME, payload, md, draw)
+    payload = payload_for(args, machine, common.versions(), round(time.time() - t_start, 1), results)
+    paths = common.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload

@@ -4,16 +4,17 @@
     bash scripts/env.sh python benchmarks/scaling.py --procs 1 2 4 8 # a machine with more cores
     bash scripts/env.sh python benchmarks/scaling.py --tiny          # seconds (smoke test)
 
-Each run is one ``Trainer(num_procs=N).fit`` (N = 1 trains in this process) of
+Each run is one ``Trainer(num_procs=N).fit`` (N = 1: in the main thread of a fresh worker
+process, as in a user's script; N > 1: launched from this process) of
 ``steptimer.BreakdownTask``: GraphSAGE on a synthetic graph, chosen so that neighbour
 sampling dominates a step (large fanouts, small features, small model; the breakdown table
 shows whether it does on the machine at hand). Threads per process are whatever the
 trainer sets (cores // N for launched ranks; torch's default for N = 1, which is every
-core); both are recorded. The graph is built once, ``create_formats_()`` is called once,
-and every run shares it. One more configuration, "1 process x 1 thread", is run as well
-(``--no-one-thread``: skip it): against it, N processes show how well processes scale per
-core; against the trainer's 1-process default (every core as threads) they show what
-the user gains by choosing N processes.
+core); both are recorded. The graph is built once here, ``create_formats_()`` is called
+once, and every launched run shares it; a 1-process worker builds the same graph (same
+seed) itself. One more configuration, 1 process x 1 thread (``Trainer(threads_per_proc=1)``;
+``--no-one-thread`` skips it), tells scaling per core apart from what the user gains over
+the trainer's 1-process default (every core as threads).
 
 Two kinds of run per N, interleaved over ``--repeats`` (1 2 ... 1 2 ...):
   plain         no hooks, only the end time of every step: the throughput figure;
@@ -24,6 +25,7 @@ Target: the throughput with 2 processes >= 1.7x the 1-process throughput on 2 co
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -56,7 +58,9 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--steps", type=int, default=100, help="steps timed per run (default %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved passes (default %(default)s)")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     if args.tiny:
         args.size = common.parse_size("20kx10")
         args.feat_dim, args.hidden, args.batch_size = 8, 16, 256
@@ -72,7 +76,7 @@ def parse_args(argv: Any = None) -> Any:
 def configs(args: Any) -> List[Tuple[int, Optional[int]]]:
     """``(processes, threads)``; threads None = what the trainer (or torch, for 1) chooses."""
     out: List[Tuple[int, Optional[int]]] = []
-    if not args.no_one_thread and (os.cpu_count() or 1) > 1:
+    if not args.no_one_thread and common.available_cores() > 1:
         out.append((1, 1))
     return out + [(n, None) for n in args.procs]
 
@@ -81,39 +85,68 @@ def label(procs: int, threads: int) -> str:
     return f"{procs} x {threads} thread{'s' if threads > 1 else ''}"
 
 
+def _fit(graph: Any, args: Any, world: int, mode: str, threads: Optional[int], out_dir: str) -> None:
+    from graphtrainer import Trainer
+
+    task = steptimer.BreakdownTask(graph, out_dir, fanouts=[int(f) for f in args.fanouts.split(",")],
+                                   hidden=args.hidden, batch_size=args.batch_size,
+                                   instrument=(mode == "instrumented"))
+    trainer = Trainer(num_procs=world, launcher=args.launcher, max_epochs=10**6, threads_per_proc=threads,
+                      max_steps=args.warmup + args.steps, progress_bar=False, logger=False,
+                      default_root_dir=os.path.join(out_dir, "runs"))
+    trainer.fit(task)
+
+
+def _single_in_fresh_process(args: Any, mode: str, threads: Optional[int], out_dir: str) -> None:
+    """Run a 1-process fit in a fresh Python process, in its main thread, as a user's script
+    would: not in this process (on a machine with GPUs, a backward pass here would make
+    graphtrainer refuse the fork launches that follow), and not in a forked child (it
+    would have to train in a non-main thread to avoid the OpenMP fork hang, and training in
+    a non-main thread measured 20-50% slower per step with 2 threads). The worker rebuilds
+    the same graph (same seed)."""
+    import json
+    import subprocess
+
+    cfg = {"argv": args.argv, "mode": mode, "threads": threads, "out_dir": out_dir}
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the 1-process run ({mode}) failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
+def worker_main(text: str) -> None:
+    import json
+
+    cfg = json.loads(text)
+    args = parse_args(cfg["argv"])
+    _fit(build(args)[0], args, 1, cfg["mode"], cfg["threads"], cfg["out_dir"])
+
+
+def build(args: Any) -> Tuple[Any, float]:
+    s = args.size
+    t = time.perf_counter()
+    graph = common.build_graph({"dataset": "synthetic", "num_nodes": s["num_nodes"], "avg_degree": s["avg_degree"],
+                                "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0})
+    graph.create_formats_()
+    return graph, time.perf_counter() - t
+
+
 def run_one(graph: Any, args: Any, world: int, mode: str, threads: Optional[int] = None) -> Dict[str, Any]:
     import json
 
-    import dgl
-    import torch
-
-    from graphtrainer import Trainer
-
-    saved = (torch.get_num_threads(), dgl.utils.get_num_threads())
-    if threads is not None:  # in-process run with fewer threads than torch's default
-        assert world == 1
-        torch.set_num_threads(threads)
-        dgl.utils.set_num_threads(threads)
-    try:
-        with tempfile.TemporaryDirectory(prefix="gt-scaling-") as tmp:
-            task = steptimer.BreakdownTask(graph, tmp, fanouts=[int(f) for f in args.fanouts.split(",")],
-                                           hidden=args.hidden, batch_size=args.batch_size,
-                                           instrument=(mode == "instrumented"))
-            trainer = Trainer(num_procs=world, launcher=args.launcher, max_epochs=10**6,
-                              max_steps=args.warmup + args.steps, progress_bar=False, logger=False,
-                              default_root_dir=os.path.join(tmp, "runs"))
-            t = time.perf_counter()
-            trainer.fit(task)
-            wall = time.perf_counter() - t
-            ranks = []
-            for r in range(world):
-                path = Path(tmp) / f"rank_{r}.json"
-                if not path.exists():
-                    raise RuntimeError(f"{world} procs, {mode}: rank {r} wrote no timings")
-                ranks.append(steptimer.summarize_rank(json.loads(path.read_text()), args.warmup))
-    finally:
-        torch.set_num_threads(saved[0])
-        dgl.utils.set_num_threads(saved[1])
+    with tempfile.TemporaryDirectory(prefix="gt-scaling-") as tmp:
+        t = time.perf_counter()
+        if world == 1:
+            _single_in_fresh_process(args, mode, threads, tmp)
+        else:
+            _fit(graph, args, world, mode, threads, tmp)
+        wall = time.perf_counter() - t
+        ranks = []
+        for r in range(world):
+            path = Path(tmp) / f"rank_{r}.json"
+            if not path.exists():
+                raise RuntimeError(f"{world} procs, {mode}: rank {r} wrote no timings")
+            ranks.append(steptimer.summarize_rank(json.loads(path.read_text()), args.warmup))
     window = max(r["window_s"] for r in ranks)
     seeds = sum(r["seeds"] for r in ranks)
     parts = {p: sum(r["ms_per_step"][p] for r in ranks) / len(ranks) for p in steptimer.PARTS}
@@ -171,7 +204,7 @@ def render(summary: Dict[str, Any], args: Any, cores: int) -> str:
     md = common.markdown_table(
         ["mode", "processes x threads", "runs", "seeds/s (median)", "each run (other load, cores)", "vs 1 process (default threads)",
          "vs 1 x 1 thread", "ms / step per rank (median)", "other load (cores, median)"],
-        [[r["mode"], r["label"] + ("" if r["default_threads"] else " (set here)"), r["runs"], r["throughput"],
+        [[r["mode"], r["label"] + ("" if r["default_threads"] else " (threads_per_proc=1)"), r["runs"], r["throughput"],
           " / ".join(f"{x:,.0f} ({c:.2f})" for x, c in zip(r["all_throughputs"], r["all_other_cores"])),
           common.fmt_ratio(r["speedup"]),
           common.fmt_ratio(r["speedup_vs_1x1"]), r["step_ms"], f"{r['other_cores']:.2f}"]
@@ -218,6 +251,9 @@ def plot(summary: Dict[str, Any]) -> Any:
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
+    if args.worker:
+        worker_main(args.worker)
+        return {}
     s = args.size
     num_edges = s["num_nodes"] * s["avg_degree"]
     launcher = {"fork": "gt-fork", "spawn": "gt-spawn"}[args.launcher]
@@ -228,11 +264,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     if max(args.procs) > (machine["cpus"] or 1):
         print(f"[{NAME}] note: {max(args.procs)} processes on {machine['cpus']} cores", flush=True)
     t_start = time.time()
-    t = time.perf_counter()
-    graph = common.build_graph({"dataset": "synthetic", "num_nodes": s["num_nodes"], "avg_degree": s["avg_degree"],
-                                "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0})
-    graph.create_formats_()
-    build_s = time.perf_counter() - t
+    graph, build_s = build(args)
     print(f"[{NAME}] graph {common.size_label(s)}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges, "
           f"built in {build_s:.1f} s", flush=True)
     runs = [{"world": n, "threads": t, "default_threads": t is None, "mode": m, "repeat": rep}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import gc
 import inspect
 import multiprocessing as mp
 import os
@@ -71,6 +72,7 @@ def _child_entry(
     target: Callable[..., Any],
     args: Sequence[Any],
     threads: int,
+    fresh_thread: bool,
 ) -> None:
     _die_with_parent()
     port = listener.getsockname()[1]
@@ -83,8 +85,6 @@ def _child_entry(
     outcome: Dict[str, Any] = {}
 
     def run() -> None:
-        # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
-        # parent's OpenMP thread pool hangs at its first parallel region (DESIGN fact 2).
         try:
             set_threads(threads)
             result = target(info, *args)
@@ -97,9 +97,14 @@ def _child_entry(
             except Exception:  # noqa: BLE001 - the pipe itself may be gone
                 pass
 
-    worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
-    worker.start()
-    worker.join()
+    if fresh_thread:
+        # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
+        # parent's OpenMP thread pool hangs at its first parallel region (DESIGN fact 2).
+        worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
+        worker.start()
+        worker.join()
+    else:
+        run()
     conn.close()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -230,17 +235,22 @@ def launch(
     Raises :class:`RankFailedError` for the first rank that fails; no child outlives the call.
     """
     ctx = mp.get_context(method)
+    # Only a fork inherits the parent's OpenMP state, and only a parent with threads
+    # besides its main one can have an OpenMP pool whose state would hang the rank.
+    fresh_thread = method == "fork" and _thread_count() != 1
     procs: List[mp.process.BaseProcess] = []
     conns: Dict[int, Any] = {}
     succeeded = False
     # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
     listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
+    if method == "fork":
+        gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
     try:
         for rank in range(world_size):
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_child_entry,
-                args=(rank, world_size, listener, send, target, args, threads_per_proc),
+                args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread),
                 name=f"graphtrainer-rank{rank}",
                 daemon=False,
             )
@@ -249,15 +259,26 @@ def launch(
             procs.append(proc)
             conns[rank] = recv
         listener.close()
+        if method == "fork":
+            gc.unfreeze()
         result = _watch(procs, conns, method)
         succeeded = True
         return result
     finally:
         listener.close()
+        gc.unfreeze()
         # After success the ranks are only tearing down: give them time to exit.
         _end_all(procs, wait_s=30.0 if succeeded else 0.0)
         for conn in conns.values():
             conn.close()
+
+
+def _thread_count() -> int:
+    """OS threads of this process (0 where /proc is missing: then assume several)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 def _watch(procs: List[Any], conns: Dict[int, Any], method: str) -> Any:

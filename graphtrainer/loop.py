@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -20,7 +22,7 @@ from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_a
 from .launch import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
-from .sampling import check_loader
+from .sampling import NodeLoader, check_loader
 
 STAGES = ("fit", "validate", "test", "predict")
 
@@ -115,9 +117,10 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
         _set_epoch(train_loader, epoch)
         _count_training_batches(trainer, train_loader)  # known to on_train_epoch_start (progress bar)
         _call(trainer, task, "on_train_epoch_start")
-        with (Join([ddp]) if ddp is not None else contextlib.nullcontext()):
+        uneven = ddp is not None and not _same_batch_count(trainer, train_loader)
+        with (Join([ddp]) if uneven else contextlib.nullcontext()):
             _train_batches(trainer, task, ddp, train_loader)
-        if ddp is not None:
+        if uneven:
             _sync_after_join(trainer)
         metrics = task._metrics.reduce()
         if val_loader is not None and (epoch + 1) % trainer.check_val_every_n_epoch == 0:
@@ -150,6 +153,30 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
     task.model = module
     gdist.barrier()
     return trainer._result(task, include_state=True)
+
+
+def _same_batch_count(trainer: Any, loader: Any) -> bool:
+    """True when every rank will run as many batches this epoch, so ``Join`` (two extra
+    all-reduces per step) is not needed. Collective.
+
+    Only loaders whose length is exact are trusted (graphtrainer's, DGL's and torch's
+    map-style ones); with any other iterable a wrong ``len`` would hang a rank, so the
+    answer is then False on every rank.
+    """
+    n = trainer.num_training_batches if _exact_len(loader) else None
+    unknown = float(2**52)  # a rank that cannot tell makes max(n) != min(n)
+    mine = torch.tensor([unknown, unknown] if n is None else [float(n), -float(n)], dtype=torch.float64)
+    high, neg_low = gdist.all_reduce_max(mine).tolist()
+    return high == -neg_low
+
+
+def _exact_len(loader: Any) -> bool:
+    if isinstance(loader, NodeLoader):
+        return True
+    dgl = sys.modules.get("dgl")
+    if dgl is not None and isinstance(loader, dgl.dataloading.DataLoader):
+        return True
+    return isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset)
 
 
 def _sync_after_join(trainer: Any) -> None:

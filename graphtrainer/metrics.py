@@ -13,6 +13,7 @@ Metrics that are not means (ROC-AUC, F1) need every prediction: gather them with
 """
 from __future__ import annotations
 
+import zlib
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -61,9 +62,9 @@ class MetricStore:
         """Epoch values over all ranks (weighted means, or sums); clears the sums. Must be
         called on all processes."""
         local = {name: self._reduce[name] for name in self._sums}
-        if gdist.is_distributed():
+        if gdist.is_distributed() and not _same_on_all_ranks(local):
             merged: Dict[str, str] = {}
-            for kinds in gdist.all_gather_object(local):
+            for kinds in gdist.all_gather_object(local):  # rare: some rank logged other names
                 merged.update(kinds)
             local = merged
         names = sorted(local)
@@ -89,6 +90,14 @@ class MetricStore:
     def clear(self) -> None:
         self._sums.clear()
         self.last.clear()
+
+
+def _same_on_all_ranks(kinds: Dict[str, str]) -> bool:
+    """Whether every rank logged the same names with the same reductions: one small
+    all-reduce of a checksum instead of gathering the names. Collective."""
+    key = float(zlib.crc32(repr(sorted(kinds.items())).encode()))
+    high, neg_low = gdist.all_reduce_max(torch.tensor([key, -key], dtype=torch.float64)).tolist()
+    return high == -neg_low
 
 
 def gather(tensor: torch.Tensor) -> torch.Tensor:

@@ -115,3 +115,43 @@ def test_uneven_batch_counts_finish_in_step_with_exact_metrics(root_dir, tmp_pat
     assert [row["step"] for row in trainer.history] == [7, 14]
     final = load(f"end_r0_e{EPOCHS - 1}.pt")["params"]
     assert _equal_nested({k: v for k, v in task.module.state_dict().items()}, final)
+
+
+# ---- Join only where it is needed ------------------------------------------------------------
+class JoinProbe(RegressionTask):
+    """Records, per training step, whether DDP ran inside ``Join`` (its join hook enabled)."""
+
+    def __init__(self, loader: str):
+        super().__init__(n=64, validate=False, scheduler=None)
+        self.loader = loader
+        self.joined: list = []
+
+    def train_dataloader(self) -> Any:
+        if self.loader == "uneven":
+            return UnevenBatches()
+        from torch.utils.data import DataLoader, TensorDataset
+
+        # Map-style: an exact len, the same on both ranks (shares of 64 rows).
+        return DataLoader(TensorDataset(torch.arange(64)), batch_size=8,
+                          sampler=torch.utils.data.distributed.DistributedSampler(torch.arange(64)))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        idx = batch[0] if isinstance(batch, list) else batch
+        self.joined.append(bool(self.model._join_config.enable))
+        return super().training_step(idx, batch_idx)
+
+    def on_fit_end(self) -> None:
+        self.log("joined_steps", sum(self.joined), reduce_fx="sum")
+        self.log("steps", len(self.joined), reduce_fx="sum")
+        self.trainer.callback_metrics.update(self._metrics.reduce())
+        self.trainer.history.append(dict(self.trainer.callback_metrics))
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("loader, all_joined", [("equal", False), ("uneven", True)])
+def test_join_only_when_batch_counts_differ_or_are_unknown(root_dir, loader, all_joined):
+    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=2, progress_bar=False, default_root_dir=root_dir)
+    trainer.fit(JoinProbe(loader))
+    final = trainer.history[-1]
+    assert final["steps"] > 0
+    assert final["joined_steps"] == (final["steps"] if all_joined else 0)

@@ -46,3 +46,18 @@ def test_unknown_reduction_names_the_choices(root_dir):
 
     with pytest.raises(ValueError, match=r"reduce_fx='max'; choose one of \('mean', 'sum'\)"):
         Trainer(max_epochs=1, progress_bar=False, default_root_dir=root_dir).fit(Bad())
+
+
+class OneRankLogs(RegressionTask):
+    def validation_step(self, idx, batch_idx):
+        super().validation_step(idx, batch_idx)
+        if self.rank == 1:  # the other rank never logs this name
+            self.log("rank1_rows", idx.numel(), reduce_fx="sum")
+
+
+@pytest.mark.timeout(60)
+def test_a_name_logged_on_one_rank_only_is_reduced_on_all(root_dir):
+    trainer = Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir)
+    trainer.fit(OneRankLogs(eval_batch_size=5))
+    assert trainer.history[-1]["rank1_rows"] == 12.0  # rank 1's half of the 24 validation rows
+    assert "val_loss" in trainer.history[-1]
