@@ -51,10 +51,11 @@ ACC_TOLERANCE = 0.01  # "equal accuracy": mean test metrics within 1 point (abso
 #: What graphtrainer's loop does per step that the hand-written loop does not (from
 #: graphtrainer/loop.py and task.py; see the README for the measured cost).
 PER_STEP_EXTRAS = [
-    "each launched rank trains in a new thread of its process (the launcher's work-around for the "
-    "OpenMP fork hang), not in the main thread (`--thread-arm` measures what that alone costs)",
-    "DDP runs inside torch's `Join` context: every forward starts two extra 1-element "
-    "all-reduces (join notification, grad-sync flag), asynchronously",
+    "a forked rank trains in a new thread of its process when the launching process has threads "
+    "(an OpenMP pool: the work-around for the OpenMP fork hang), not in its main thread "
+    "(`--thread-arm` measures what that alone costs)",
+    "no `Join` here: graphtrainer enters it only when ranks' batch counts differ or are unknown "
+    "(one 2-element all-reduce per epoch decides); the padded split gives equal counts",
     "`transfer_batch_to_device` walks the batch (a no-op on CPU: every object is already there)",
     "`infer_batch_size` reads the seed count; `_loss_of` checks the returned loss",
     "`self.log` keeps a float64 running sum (4 tiny tensor ops) instead of `loss.item()`",
