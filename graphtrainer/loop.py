@@ -163,11 +163,7 @@ def _same_batch_count(trainer: Any, loader: Any) -> bool:
     map-style ones); with any other iterable a wrong ``len`` would hang a rank, so the
     answer is then False on every rank.
     """
-    n = trainer.num_training_batches if _exact_len(loader) else None
-    unknown = float(2**52)  # a rank that cannot tell makes max(n) != min(n)
-    mine = torch.tensor([unknown, unknown] if n is None else [float(n), -float(n)], dtype=torch.float64)
-    high, neg_low = gdist.all_reduce_max(mine).tolist()
-    return high == -neg_low
+    return gdist.same_on_all_ranks(trainer.num_training_batches if _exact_len(loader) else None)
 
 
 def _exact_len(loader: Any) -> bool:
@@ -278,7 +274,6 @@ def _count_training_batches(trainer: Any, loader: Any) -> None:
 
 def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> None:
     limit = _limit(loader, trainer.limit_train_batches)
-    _count_training_batches(trainer, loader)
     module = task.module
     acc = trainer.accumulate_grad_batches
     micro = 0

@@ -93,11 +93,9 @@ class MetricStore:
 
 
 def _same_on_all_ranks(kinds: Dict[str, str]) -> bool:
-    """Whether every rank logged the same names with the same reductions: one small
-    all-reduce of a checksum instead of gathering the names. Collective."""
-    key = float(zlib.crc32(repr(sorted(kinds.items())).encode()))
-    high, neg_low = gdist.all_reduce_max(torch.tensor([key, -key], dtype=torch.float64)).tolist()
-    return high == -neg_low
+    """Whether every rank logged the same names with the same reductions, by a checksum
+    instead of gathering the names. Collective."""
+    return gdist.same_on_all_ranks(zlib.crc32(repr(sorted(kinds.items())).encode()))
 
 
 def gather(tensor: torch.Tensor) -> torch.Tensor:

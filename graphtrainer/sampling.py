@@ -150,6 +150,7 @@ class NodeLoader:
         self.seed = seed
         self.epoch = 0
         self.dataloader_kwargs = dataloader_kwargs
+        self._share: Optional[tuple] = None  # (key, ids, share) of the last local_ids()
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose permutation the next iteration uses."""
@@ -161,8 +162,12 @@ class NodeLoader:
         return self
 
     def local_ids(self) -> torch.Tensor:
-        """The ids this rank iterates this epoch, in order."""
+        """The ids this rank iterates this epoch, in order (computed once per epoch: the
+        trainer asks for ``len`` before iterating)."""
         rank, world = gdist.get_rank(), gdist.get_world_size()
+        key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
+        if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
+            return self._share[2]
         share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
                           shuffle=self.shuffle, even=self.even)
         if share.numel() == 0 and self.even == "drop":
@@ -171,6 +176,7 @@ class NodeLoader:
                 "drop_last=True: every rank would get none. Use drop_last=False (pads with "
                 "repeats) or fewer ranks."
             )
+        self._share = (key, self.ids, share)
         return share
 
     def __len__(self) -> int:
