@@ -13,7 +13,7 @@ import torch
 from graphtrainer import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar,
                           RankFailedError, Trainer)
 
-from ckpt_tasks import RegressionTask, Recorder
+from tasks import RegressionTask, Recorder
 
 
 def _trainer(root, epochs, callbacks=(), num_procs=1, **kw):

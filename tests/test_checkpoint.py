@@ -13,7 +13,7 @@ import graphtrainer
 from graphtrainer import Callback, ModelCheckpoint, RankFailedError, Trainer
 from graphtrainer.checkpoint import FORMAT_VERSION, CheckpointError
 
-from ckpt_tasks import RegressionTask, SageTask, make_graph
+from tasks import RegressionTask, SageTask, make_graph
 
 N_EPOCHS, K_EPOCHS = 4, 2
 

@@ -23,7 +23,7 @@ from graphtrainer import GraphTask, RankFailedError, Trainer
 from graphtrainer.sampling import NodeLoader
 
 from conftest import rank_children
-from ckpt_tasks import FullSageTask, RegressionTask, full_sampler, make_graph
+from tasks import FullSageTask, RegressionTask, full_sampler, make_graph
 
 TESTS = Path(__file__).resolve().parent
 
@@ -177,7 +177,7 @@ def test_spawn_without_main_guard_says_how_to_fix(tmp_path):
         import sys
         sys.path.insert(0, {str(TESTS)!r})
         from graphtrainer import Trainer
-        from ckpt_tasks import RegressionTask
+        from tasks import RegressionTask
 
         Trainer(num_procs=2, launcher="spawn", max_epochs=1, progress_bar=False,
                 default_root_dir={str(tmp_path / "runs")!r}).fit(RegressionTask())

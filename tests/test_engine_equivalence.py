@@ -15,7 +15,7 @@ import torch
 
 from graphtrainer import Trainer
 
-from ckpt_tasks import FullSageTask, ParamDump, make_graph
+from tasks import FullSageTask, ParamDump, make_graph
 
 EPOCHS = 3
 B = 8

@@ -9,7 +9,7 @@ import pytest
 from graphtrainer import RankFailedError, Trainer
 
 from conftest import rank_children
-from ckpt_tasks import FailingTask
+from tasks import FailingTask
 
 
 def _fit_failing(root_dir, launcher, how):

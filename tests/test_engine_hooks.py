@@ -12,7 +12,7 @@ import torch
 
 from graphtrainer import Callback, GraphTask, Trainer
 
-from ckpt_tasks import IndexBatches, RegressionTask
+from tasks import IndexBatches, RegressionTask
 
 EPOCHS = 2
 # RegressionTask's data: 32 training rows and 24 validation rows; batches of 8 on 2 ranks.

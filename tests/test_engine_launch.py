@@ -18,7 +18,7 @@ from graphtrainer import Callback, EarlyStopping, ProgressBar, Trainer
 from graphtrainer import distributed as gdist
 
 from conftest import rank_children
-from ckpt_tasks import RegressionTask, SageTask, make_graph
+from tasks import RegressionTask, SageTask, make_graph
 
 TESTS = Path(__file__).resolve().parent
 
@@ -193,7 +193,7 @@ sys.meta_path.insert(0, BlockDGL())
 sys.path.insert(0, sys.argv[1])
 import torch
 from graphtrainer import Callback, Trainer
-from ckpt_tasks import RegressionTask
+from tasks import RegressionTask
 
 class NoDGL(Callback):
     def on_train_epoch_end(self, trainer, task):

@@ -14,7 +14,7 @@ from graphtrainer import Callback, RankFailedError, Trainer
 from graphtrainer.sampling import shard_ids
 
 from conftest import rank_children
-from ckpt_tasks import FullSageTask, ParamDump, full_sampler, make_graph
+from tasks import FullSageTask, ParamDump, full_sampler, make_graph
 
 SEED = 11
 

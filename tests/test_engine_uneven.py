@@ -14,7 +14,7 @@ from graphtrainer import Callback, Trainer
 from graphtrainer import distributed as gdist
 
 from conftest import rank_children
-from ckpt_tasks import RegressionTask
+from tasks import RegressionTask
 
 BATCHES = [3, 7]
 ROWS = [4, 6]

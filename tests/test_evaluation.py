@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from graphtrainer import ModelCheckpoint, Trainer
 
-from ckpt_tasks import SageTask, make_graph, manual_sage_outputs
+from tasks import SageTask, make_graph, manual_sage_outputs
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import graphtrainer.trainer as trainer_module
 from graphtrainer import LearningRateMonitor, ModelCheckpoint, RankFailedError, Trainer
 from graphtrainer.loggers import TensorBoardLogger
 
-from ckpt_tasks import RegressionTask, SageTask, make_graph
+from tasks import RegressionTask, SageTask, make_graph
 from conftest import rank_children
 
 

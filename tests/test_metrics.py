@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from graphtrainer import Trainer
 
-from ckpt_tasks import RegressionTask
+from tasks import RegressionTask
 
 
 class CountingTask(RegressionTask):

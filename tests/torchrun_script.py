@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from graphtrainer import Trainer  # noqa: E402
 
-from ckpt_tasks import RegressionTask  # noqa: E402
+from tasks import RegressionTask  # noqa: E402
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
