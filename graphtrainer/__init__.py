@@ -5,10 +5,15 @@ Subclass :class:`GraphTask`, then ``Trainer(num_procs=2).fit(task)`` (CPU, gloo)
 """
 __version__ = "0.1.0"
 
+from .seeding import install_dgl_stream_claim
+
+install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
+
 from .callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from .checkpoint_file import CheckpointError
 from .launch import RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
 __all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
-           "LearningRateMonitor", "ProgressBar", "RankFailedError", "__version__"]
+           "LearningRateMonitor", "ProgressBar", "RankFailedError", "CheckpointError", "__version__"]

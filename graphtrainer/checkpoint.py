@@ -1,4 +1,4 @@
-"""Checkpoint format, atomic writing, safe loading and resuming.
+"""Checkpoint format: what a checkpoint holds, and resuming from one.
 
 A checkpoint is a dict of plain values and tensors, loadable with
 ``torch.load(path, map_location="cpu", weights_only=True)``:
@@ -9,7 +9,9 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``state_dict``         the plain model's state dict (no ``module.`` prefix)
 ``optimizer_states``   one per optimizer
 ``lr_scheduler_states`` one per scheduler
-``epoch``              epochs completed; resuming starts at this epoch
+``epoch``              the epoch it was written in (0-based, as in its file name)
+``epoch_finished``     True when written after that epoch's end: resuming starts at
+                       ``epoch + 1``; else that epoch restarts
 ``global_step``        optimizer steps taken
 ``callbacks``          ``{callback.state_key: callback.state_dict()}``
 ``hyper_parameters``   ``task.hparams``
@@ -22,64 +24,28 @@ torch, numpy, python and DGL from ``(seed, rank, epoch)`` and the id permutation
 from ``(seed, epoch)``. A checkpoint written mid-epoch (``trainer.save_checkpoint`` in a
 step hook) resumes approximately: that epoch restarts from its first batch with the
 saved weights.
+
+Files are written and verified by :mod:`graphtrainer.checkpoint_file` (atomic, with a
+SHA-256 digest checked before anything is loaded).
 """
 from __future__ import annotations
 
 import os
-import random
 import warnings
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import torch
 from torch import nn
 
 from . import distributed as gdist
+from .checkpoint_file import CheckpointError, atomic_save, read_verified
+from .seeding import rng_state, set_rng_state
 
-FORMAT_VERSION = 1
+#: 2: ``epoch`` is the epoch written in, with ``epoch_finished`` (1: epochs completed).
+FORMAT_VERSION = 2
 
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be read or does not fit the model."""
-
-
-def rng_state() -> Dict[str, Any]:
-    """This process's generator states as weights-only-loadable values."""
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    return {
-        "python": [py_state[0], list(py_state[1]), py_state[2]],
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]),
-                  int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state(),
-    }
-
-
-def set_rng_state(state: Dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-
-
-def seed_all(value: int) -> None:
-    """Seed python, numpy, torch, DGL's samplers and GraphBolt's (each keeps its own generator)."""
-    import sys
-
-    random.seed(value)
-    np.random.seed(value % 2**32)
-    torch.manual_seed(value)
-    if "dgl" in sys.modules:
-        sys.modules["dgl"].seed(value)
-    if "dgl.graphbolt" in sys.modules:
-        sys.modules["dgl.graphbolt"].seed(value)
-
-
-def seed_epoch(seed: int, rank: int, epoch: int) -> None:
-    """Seed every generator a rank uses from ``(seed, rank, epoch)``."""
-    seed_all((int(seed) * 1_000_003 + 7919 * (rank + 1) + epoch) % 2**31)
+__all__ = ["CheckpointError", "FORMAT_VERSION", "atomic_save", "build_checkpoint", "load_checkpoint",
+           "read_checkpoint", "restore_training_state", "save_checkpoint"]
 
 
 def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
@@ -96,7 +62,8 @@ def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
         "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()},
         "optimizer_states": [_to_cpu(opt.state_dict()) for opt in trainer.optimizers],
         "lr_scheduler_states": [cfg.scheduler.state_dict() for cfg in trainer.lr_schedulers],
-        "epoch": trainer.current_epoch + (1 if trainer._epoch_finished else 0),
+        "epoch": trainer.current_epoch,
+        "epoch_finished": bool(trainer._epoch_finished),
         "global_step": trainer.global_step,
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": dict(getattr(task, "hparams", {})),
@@ -119,27 +86,6 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
-def atomic_save(obj: Dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``obj`` to ``path`` so that a crash leaves either the old file or the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def save_checkpoint(trainer: Any, task: Any, path: str | os.PathLike) -> None:
     """Rank 0 writes ``path`` atomically, then all ranks wait. Must be called on all processes."""
     ckpt = build_checkpoint(trainer, task)
@@ -149,15 +95,8 @@ def save_checkpoint(trainer: Any, task: Any, path: str | os.PathLike) -> None:
 
 
 def read_checkpoint(path: str | os.PathLike) -> Dict[str, Any]:
-    """Load a checkpoint on CPU without running code from it (``weights_only=True``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many types for bad files
-        raise CheckpointError(f"checkpoint {path} is truncated, corrupted or not a graphtrainer "
-                              f"checkpoint ({type(err).__name__}: {err})") from err
+    """Verify and load a checkpoint on CPU without running code from it."""
+    ckpt = read_verified(path)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"checkpoint {path} has no 'state_dict': not a graphtrainer checkpoint")
     if ckpt.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
@@ -165,6 +104,15 @@ def read_checkpoint(path: str | os.PathLike) -> Dict[str, Any]:
                               f"graphtrainer reads ({FORMAT_VERSION}): upgrade graphtrainer")
     ckpt["_path"] = str(path)
     return ckpt
+
+
+def resume_epoch(ckpt: Dict[str, Any]) -> int:
+    """The epoch a run resumed from ``ckpt`` starts at."""
+    epoch = int(ckpt.get("epoch", 0))
+    if ckpt.get("format_version", 1) < 2:  # format 1 stored epochs completed
+        return epoch
+    return epoch + (1 if ckpt.get("epoch_finished") else 0)
+
 
 
 def load_checkpoint(path: str | os.PathLike, module: nn.Module) -> Dict[str, Any]:
@@ -198,7 +146,7 @@ def restore_training_state(trainer: Any, task: Any, ckpt: Dict[str, Any]) -> Non
         opt.load_state_dict(state)
     for cfg, state in zip(trainer.lr_schedulers, ckpt.get("lr_scheduler_states", [])):
         cfg.scheduler.load_state_dict(state)
-    trainer.current_epoch = int(ckpt.get("epoch", 0))
+    trainer.current_epoch = resume_epoch(ckpt)
     trainer.global_step = int(ckpt.get("global_step", 0))
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:

@@ -16,7 +16,10 @@ from typing import Any, List, Optional
 import torch
 import torch.distributed as dist
 
-#: How long a collective may wait before the group reports an error (a stuck peer).
+from . import heartbeat
+
+#: How long a collective may wait before the group reports an error (a stuck peer), unless
+#: ``Trainer(timeout=...)`` says otherwise.
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=10)
 
 
@@ -105,7 +108,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
+def init_process_group(info: RankInfo, backend: str, timeout: Optional[datetime.timedelta] = None) -> None:
     """Join the group described by ``info``.
 
     A world of one started by this process needs no group. Under torchrun or Slurm the
@@ -114,6 +117,12 @@ def init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelta
     """
     if dist.is_initialized() or (info.world_size <= 1 and info.source in ("single", "launcher")):
         return
+    timeout = timeout or DEFAULT_TIMEOUT
+    with heartbeat.waiting("init_process_group"):
+        _init_process_group(info, backend, timeout)
+
+
+def _init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelta) -> None:
     if info.source == "launcher":
         # Rank 0's store serves on the socket the parent bound to 127.0.0.1 (a tcp:// URL
         # would listen on every interface, on a port another process may take meanwhile).
@@ -126,11 +135,6 @@ def init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelta
     dist.init_process_group(
         backend=backend, init_method=url, rank=info.rank, world_size=info.world_size, timeout=timeout
     )
-
-
-def destroy_process_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:
@@ -156,27 +160,21 @@ def _collective_device() -> torch.device:
 def barrier() -> None:
     """Wait for every rank. Must be called on all processes."""
     if is_distributed():
-        if dist.get_backend() == "nccl":
-            dist.barrier(device_ids=[torch.cuda.current_device()])
-        else:
-            dist.barrier()
+        with heartbeat.waiting("barrier"):
+            if dist.get_backend() == "nccl":
+                dist.barrier(device_ids=[torch.cuda.current_device()])
+            else:
+                dist.barrier()
 
 
-def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
-    """Element-wise sum over ranks, returned on the input's device. Must be called on all processes."""
+def all_reduce(values: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """Element-wise ``"sum"`` or ``"max"`` over ranks, returned on the input's device. Must be
+    called on all processes."""
     if not is_distributed():
         return values
     buf = values.to(_collective_device())
-    dist.all_reduce(buf, op=dist.ReduceOp.SUM)
-    return buf.to(values.device)
-
-
-def all_reduce_max(values: torch.Tensor) -> torch.Tensor:
-    """Element-wise max over ranks. Must be called on all processes."""
-    if not is_distributed():
-        return values
-    buf = values.to(_collective_device())
-    dist.all_reduce(buf, op=dist.ReduceOp.MAX)
+    with heartbeat.waiting("all_reduce"):
+        dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
     return buf.to(values.device)
 
 
@@ -186,7 +184,7 @@ def same_on_all_ranks(value: Optional[float]) -> bool:
     unknown = float(2**52)
     mine = torch.tensor([unknown, unknown] if value is None else [float(value), -float(value)],
                         dtype=torch.float64)
-    high, neg_low = all_reduce_max(mine).tolist()
+    high, neg_low = all_reduce(mine, "max").tolist()
     return high == -neg_low
 
 
@@ -195,7 +193,8 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     if not is_distributed():
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src, device=_collective_device())
+    with heartbeat.waiting("broadcast"):
+        dist.broadcast_object_list(box, src=src, device=_collective_device())
     return box[0]
 
 
@@ -228,11 +227,13 @@ def all_gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
     local = tensor.detach().to(device).contiguous()
     length = torch.tensor([local.shape[0]], dtype=torch.long, device=device)
     lengths = [torch.zeros_like(length) for _ in range(world)]
-    dist.all_gather(lengths, length)
+    with heartbeat.waiting("all_gather"):
+        dist.all_gather(lengths, length)
     sizes = [int(n.item()) for n in lengths]
     longest = max(sizes)
     padded = torch.zeros((longest,) + tuple(local.shape[1:]), dtype=local.dtype, device=device)
     padded[: local.shape[0]] = local
     parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
+    with heartbeat.waiting("all_gather"):
+        dist.all_gather(parts, padded)
     return torch.cat([p[:n] for p, n in zip(parts, sizes)]).to(tensor.device)

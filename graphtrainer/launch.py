@@ -10,25 +10,34 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import faulthandler
 import gc
 import inspect
+import linecache
 import multiprocessing as mp
 import os
 import pickle
 import signal
 import socket
+import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
 import warnings
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
+from . import heartbeat
+from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
+from .threads import set_threads
 
 #: Seconds a rank gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_S = 3.0
@@ -37,13 +46,20 @@ FAILURE_SETTLE_S = 1.0
 #: Ranks finish together (the run ends with a barrier): once one has reported its result,
 #: a rank still silent after this many seconds is hung and is ended.
 FINISH_SKEW_S = 60.0
+#: A rank that has not reported progress yet (still importing, unpickling) gets at least this long.
+STARTUP_TIMEOUT_S = 120.0
+#: Seconds to wait for a stuck rank's stack dump.
+STACK_DUMP_WAIT_S = 3.0
 
 
 class RankFailedError(RuntimeError):
     """A rank raised, or died. ``rank``, ``error_type``, ``message`` and ``remote_traceback`` say how."""
 
-    def __init__(self, rank: int, error_type: str, message: str, remote_traceback: str = ""):
+    def __init__(self, rank: int, error_type: str, message: str, remote_traceback: str = "",
+                 ranks: Optional[List[int]] = None):
         self.rank = rank
+        #: Every rank blamed (a hang can stop several); ``rank`` is the first of them.
+        self.ranks = ranks if ranks is not None else [rank]
         self.error_type = error_type
         self.message = message
         self.remote_traceback = remote_traceback
@@ -73,8 +89,15 @@ def _child_entry(
     args: Sequence[Any],
     threads: int,
     fresh_thread: bool,
+    board: Any,
+    stack_dir: str,
 ) -> None:
     _die_with_parent()
+    heartbeat.attach(board, rank)
+    # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
+    stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    remove_partials_on_signals()
     port = listener.getsockname()[1]
     listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
     listener.close()
@@ -116,15 +139,6 @@ def _send(conn: Any, message: tuple) -> None:
     # Plain pickle, not multiprocessing's: that one passes tensors as shared-memory file
     # descriptors, which vanish when this process exits right after sending.
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def set_threads(threads: int) -> None:
-    """Intra-op threads for torch and DGL in the calling thread's process."""
-    import torch
-
-    torch.set_num_threads(threads)
-    if "dgl" in sys.modules:
-        sys.modules["dgl"].utils.set_num_threads(threads)
 
 
 #: Why a forked rank could not train, by the probe's exit code.
@@ -229,20 +243,28 @@ def launch(
     world_size: int,
     method: str,
     threads_per_proc: int,
+    hang_timeout: Optional[float] = None,
 ) -> Any:
     """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
 
-    Raises :class:`RankFailedError` for the first rank that fails; no child outlives the call.
+    Raises :class:`RankFailedError` for the first rank that fails, or for the ranks that
+    made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.
     """
     ctx = mp.get_context(method)
-    # Only a fork inherits the parent's OpenMP state, and only a parent with threads
-    # besides its main one can have an OpenMP pool whose state would hang the rank.
-    fresh_thread = method == "fork" and _thread_count() != 1
+    # Only a fork inherits the parent's OpenMP state, only a parent with threads besides
+    # its main one can have an OpenMP pool whose state would hang the rank, and a rank
+    # limited to one thread never enters that pool. Otherwise ranks stay in their main
+    # thread: DGL picks each thread's random stream by the order in which threads first
+    # used its generator in the process, and a forked main thread keeps the parent's
+    # (first) one, while a fresh thread's would depend on what the parent did before fit.
+    fresh_thread = method == "fork" and threads_per_proc > 1 and _thread_count() != 1
     procs: List[mp.process.BaseProcess] = []
     conns: Dict[int, Any] = {}
     succeeded = False
     # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
     listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
+    board = heartbeat.new_board(ctx, world_size)
+    stack_dir = tempfile.mkdtemp(prefix="graphtrainer-stacks-")
     if method == "fork":
         gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
     try:
@@ -250,18 +272,25 @@ def launch(
             recv, send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_child_entry,
-                args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread),
+                args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread,
+                      board, stack_dir),
                 name=f"graphtrainer-rank{rank}",
                 daemon=False,
             )
-            proc.start()
-            send.close()
+            try:
+                _start(proc, method, args)
+            except BaseException:
+                recv.close()
+                raise
+            finally:
+                send.close()
             procs.append(proc)
             conns[rank] = recv
         listener.close()
         if method == "fork":
             gc.unfreeze()
-        result = _watch(procs, conns, method)
+        watch = _Watch(procs, conns, method, board, hang_timeout, stack_dir)
+        result = watch.run()
         succeeded = True
         return result
     finally:
@@ -271,6 +300,47 @@ def launch(
         _end_all(procs, wait_s=30.0 if succeeded else 0.0)
         for conn in conns.values():
             conn.close()
+        for proc in procs:
+            proc.close()  # its sentinel pipe, now rather than at garbage collection
+        shutil.rmtree(stack_dir, ignore_errors=True)
+
+
+def _start(proc: Any, method: str, args: Sequence[Any]) -> None:
+    """Start ``proc``; under spawn, name what could not be pickled."""
+    try:
+        proc.start()
+    except (pickle.PicklingError, TypeError, AttributeError) as err:
+        if method == "fork":
+            raise
+        culprit = _find_unpicklable(args)
+        raise RuntimeError(
+            f"launcher='{method}' must pickle the trainer and the task to send them to each rank, but "
+            f"{culprit or 'something they hold'} cannot be pickled ({type(err).__name__}: {err}). Create "
+            "such objects in setup() or configure_model(), which run in each rank, or use "
+            "launcher='fork', which pickles nothing.") from err
+
+
+def _find_unpicklable(args: Sequence[Any]) -> Optional[str]:
+    """``task.<attr>`` (or ``trainer.<attr>``, one level deeper where it helps) that fails to pickle."""
+    from multiprocessing.reduction import ForkingPickler
+
+    def fails(value: Any) -> bool:
+        try:
+            ForkingPickler.dumps(value)
+            return False
+        except Exception:  # noqa: BLE001 - any failure to pickle
+            return True
+
+    for label, obj in (("task", args[1] if len(args) > 1 else None), ("trainer", args[0] if args else None)):
+        if obj is None or not hasattr(obj, "__dict__"):
+            continue
+        for name, value in vars(obj).items():
+            if not fails(value):
+                continue
+            inner = vars(value).items() if hasattr(value, "__dict__") else ()
+            deeper = next((f"{label}.{name}.{sub} ({type(v).__name__})" for sub, v in inner if fails(v)), None)
+            return deeper or f"{label}.{name} ({type(value).__name__})"
+    return None
 
 
 def _thread_count() -> int:
@@ -281,46 +351,132 @@ def _thread_count() -> int:
         return 0
 
 
-def _watch(procs: List[Any], conns: Dict[int, Any], method: str) -> Any:
-    results: Dict[int, Any] = {}
-    failures: List[tuple] = []  # (time, RankFailedError)
-    open_conns = dict(conns)
-    deadline = None  # once a rank fails, peers get a moment to report, then we pick the cause
-    first_done: Optional[float] = None
-    while len(results) < len(procs):
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        if results and first_done is None:
-            first_done = time.monotonic()
-        if first_done is not None and not failures and time.monotonic() - first_done > FINISH_SKEW_S:
-            done = sorted(results)
-            for rank in range(len(procs)):
-                if rank not in results:
-                    failures.append((time.monotonic(), RankFailedError(
-                        rank, "Hang", f"rank {rank} did not finish within {FINISH_SKEW_S:.0f} s after "
-                        f"rank(s) {done} finished; it was stopped")))
-            break
-        waitables = list(open_conns.values()) + [p.sentinel for r, p in enumerate(procs)
-                                                 if r not in results and p.exitcode is None]
-        if not waitables:
-            break
-        for ready in wait(waitables, timeout=0.2 if deadline else 1.0):
-            rank = next((r for r, c in open_conns.items() if c is ready), None)
-            if rank is not None:
-                _receive(rank, open_conns, results, failures)
-        for rank, proc in enumerate(procs):
-            if rank in results or proc.exitcode is None or any(f[1].rank == rank for f in failures):
+class _Watch:
+    """The launcher's view of its ranks until rank 0's result arrives or one fails."""
+
+    def __init__(self, procs: List[Any], conns: Dict[int, Any], method: str, board: Any,
+                 hang_timeout: Optional[float], stack_dir: str):
+        self.procs, self.method, self.board = procs, method, board
+        self.hang_timeout, self.stack_dir = hang_timeout, Path(stack_dir)
+        self.open_conns = dict(conns)
+        self.results: Dict[int, Any] = {}
+        self.failures: List[tuple] = []  # (time, RankFailedError)
+
+    def run(self) -> Any:
+        deadline = None  # once a rank fails, peers get a moment to report, then we pick the cause
+        first_done: Optional[float] = None
+        procs = self.procs
+        while len(self.results) < len(procs):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if self.results and first_done is None:
+                first_done = time.monotonic()
+            if first_done is not None and not self.failures and time.monotonic() - first_done > FINISH_SKEW_S:
+                self._finish_skew()
+                break
+            waitables = list(self.open_conns.values()) + [p.sentinel for r, p in enumerate(procs)
+                                                          if r not in self.results and p.exitcode is None]
+            if not waitables:
+                break
+            for ready in wait(waitables, timeout=0.2 if deadline else 1.0):
+                rank = next((r for r, c in self.open_conns.items() if c is ready), None)
+                if rank is not None:
+                    self._receive(rank)
+            self._reap_dead()
+            if not self.failures and self.hang_timeout is not None:
+                self._check_hang()
+            if self.failures and deadline is None:
+                deadline = time.monotonic() + FAILURE_SETTLE_S
+        if self.failures:
+            raise min(self.failures, key=_cause_order)[1]
+        return self.results[0]
+
+    def _failed(self, rank: int) -> bool:
+        return any(f[1].rank == rank for f in self.failures)
+
+    def _reap_dead(self) -> None:
+        for rank, proc in enumerate(self.procs):
+            if rank in self.results or proc.exitcode is None or self._failed(rank):
                 continue
             # The process ended: read whatever it managed to send before concluding.
-            while rank in open_conns and open_conns[rank].poll():
-                _receive(rank, open_conns, results, failures)
-            if rank not in results and not any(f[1].rank == rank for f in failures):
-                failures.append((time.monotonic(), _died(rank, proc.exitcode, method)))
-        if failures and deadline is None:
-            deadline = time.monotonic() + FAILURE_SETTLE_S
-    if failures:
-        raise min(failures, key=_cause_order)[1]
-    return results[0]
+            while rank in self.open_conns and self.open_conns[rank].poll():
+                self._receive(rank)
+            if rank not in self.results and not self._failed(rank):
+                self.failures.append((time.monotonic(), _died(rank, proc.exitcode, self.method)))
+
+    def _receive(self, rank: int) -> None:
+        try:
+            kind, _, payload, stamp = pickle.loads(self.open_conns[rank].recv_bytes())
+        except (EOFError, OSError):
+            self.open_conns.pop(rank).close()
+            return
+        if kind == "ok":
+            self.results[rank] = payload
+        else:
+            err_type, message, tb = payload
+            self.failures.append((stamp, RankFailedError(rank, err_type, message, tb)))
+
+    def _finish_skew(self) -> None:
+        done = sorted(self.results)
+        for rank in range(len(self.procs)):
+            if rank not in self.results:
+                self.failures.append((time.monotonic(), RankFailedError(
+                    rank, "Hang", f"rank {rank} did not finish within {FINISH_SKEW_S:.0f} s after "
+                    f"rank(s) {done} finished; it was stopped")))
+
+    def _check_hang(self) -> None:
+        assert self.hang_timeout is not None
+        running = [r for r, p in enumerate(self.procs) if r not in self.results and p.exitcode is None]
+        places = heartbeat.read_board(self.board, len(self.procs))
+        stuck = heartbeat.find_stuck(places, self.hang_timeout, max(self.hang_timeout, STARTUP_TIMEOUT_S),
+                                     running)
+        if stuck is None:
+            return
+        blamed = [p.rank for p in stuck]
+        stacks = self._dump_stacks(blamed)
+        others = [p.describe() for p in places if p.rank in running and p.rank not in blamed]
+        lines = [p.describe() for p in stuck]
+        message = (f"no progress for {self.hang_timeout:g} s (Trainer(hang_timeout=...)): "
+                   + "; ".join(lines) + "." + (f" Waiting for it: {'; '.join(others)}." if others else ""))
+        self.failures.append((time.monotonic(), RankFailedError(blamed[0], "Hang", message, stacks, blamed)))
+
+    def _dump_stacks(self, ranks: List[int]) -> str:
+        """Every blamed rank's Python stack (faulthandler), with each frame's source line."""
+        files = {r: self.stack_dir / f"rank{r}.stack" for r in ranks}
+        for rank in ranks:
+            try:
+                os.kill(self.procs[rank].pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + STACK_DUMP_WAIT_S
+        sizes: Dict[int, int] = {}
+        while time.monotonic() < deadline:
+            now = {r: f.stat().st_size if f.exists() else 0 for r, f in files.items()}
+            if all(now.values()) and now == sizes:
+                break
+            sizes = now
+            time.sleep(0.1)
+        parts = []
+        for rank, path in files.items():
+            text = path.read_text(errors="replace") if path.exists() else ""
+            parts.append(f"rank {rank}:\n" + (_with_source(text) or "(no stack: the rank did not answer SIGUSR1)"))
+        return "\n\n".join(parts)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
+
+
+def _with_source(dump: str) -> str:
+    """faulthandler's dump with the source text under each frame, as in a traceback."""
+    out = []
+    for line in dump.splitlines():
+        out.append(line)
+        match = _FRAME.match(line)
+        if match:
+            source = linecache.getline(match["file"], int(match["line"])).strip()
+            if source:
+                out.append(f"    {source}")
+    return "\n".join(out)
 
 
 def _cause_order(failure: tuple) -> tuple:
@@ -341,19 +497,6 @@ def _is_peer_loss(err: RankFailedError) -> bool:
     text = f"{err.error_type} {err.message}".lower()
     return any(mark in text for mark in ("gloo", "nccl", "connection reset", "connection closed",
                                           "broken pipe", "distbackenderror", "timed out"))
-
-
-def _receive(rank: int, open_conns: Dict[int, Any], results: Dict[int, Any], failures: List[tuple]) -> None:
-    try:
-        kind, _, payload, stamp = pickle.loads(open_conns[rank].recv_bytes())
-    except (EOFError, OSError):
-        open_conns.pop(rank).close()
-        return
-    if kind == "ok":
-        results[rank] = payload
-    else:
-        err_type, message, tb = payload
-        failures.append((stamp, RankFailedError(rank, err_type, message, tb)))
 
 
 def _died(rank: int, exitcode: int, method: str) -> RankFailedError:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import warnings
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
@@ -18,8 +19,10 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as gdist
-from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_all, seed_epoch
-from .launch import set_threads
+from . import heartbeat
+from .checkpoint import _to_cpu, load_checkpoint, restore_training_state
+from .seeding import seed_all, seed_epoch, warn_if_dgl_stream_moved
+from .threads import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
 from .sampling import NodeLoader, check_loader
@@ -41,9 +44,10 @@ def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_pat
             raise RuntimeError("this rank was forked from a process that had already used CUDA, so it "
                                "cannot use the GPU: use launcher='spawn', or keep CUDA calls out of the "
                                "code before fit") from err
-    gdist.init_process_group(info, backend)
+    gdist.init_process_group(info, backend, trainer.timeout)
     trainer._attach(info, device, task, stage)
     try:
+        warn_if_dgl_stream_moved(info.rank)
         seed_all(trainer.seed)  # model build; evaluation's samplers (fit reseeds every epoch)
         if stage == "fit":
             out = _fit(trainer, task, ckpt_path)
@@ -65,6 +69,7 @@ def run_rank(info: gdist.RankInfo, trainer: Any, task: Any, stage: str, ckpt_pat
 
 def _call(trainer: Any, task: Any, hook: str, *args: Any, monitoring: Optional[bool] = None) -> None:
     """Callbacks' hook, then the task's. ``monitoring`` selects a subset of callbacks and skips the task."""
+    heartbeat.beat(hook)
     for cb in trainer.callbacks:
         if monitoring is None or cb.monitoring == monitoring:
             getattr(cb, hook)(trainer, task, *args)
@@ -92,7 +97,7 @@ def _build_model(trainer: Any, task: Any) -> nn.Module:
 def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
     _call(trainer, task, "setup", "fit")
     module = _build_model(trainer, task)
-    checkpoint = load_checkpoint(trainer._resolve_ckpt(ckpt_path), module) if ckpt_path else None
+    checkpoint = load_checkpoint(ckpt_path, module) if ckpt_path else None
 
     ddp: Optional[DDP] = None
     if gdist.is_distributed():
@@ -113,6 +118,7 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
     while trainer.current_epoch < trainer.max_epochs and not trainer.should_stop:
         epoch = trainer.current_epoch
         trainer._epoch_finished = trainer._validated_this_epoch = False
+        heartbeat.set_epoch(epoch)
         seed_epoch(trainer.seed, trainer.rank, epoch)  # makes epoch-boundary resume exact
         _set_epoch(train_loader, epoch)
         _count_training_batches(trainer, train_loader)  # known to on_train_epoch_start (progress bar)
@@ -120,8 +126,11 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
         uneven = ddp is not None and not _same_batch_count(trainer, train_loader)
         with (Join([ddp]) if uneven else contextlib.nullcontext()):
             _train_batches(trainer, task, ddp, train_loader)
+            if uneven:
+                heartbeat.waiting_from_now("Join (uneven inputs)")  # leaving Join waits for the others
         if uneven:
             _sync_after_join(trainer)
+        _report_nonfinite(trainer)
         metrics = task._metrics.reduce()
         if val_loader is not None and (epoch + 1) % trainer.check_val_every_n_epoch == 0:
             metrics.update(_eval_epoch(trainer, task, "validation", val_loader, trainer.limit_val_batches)[0])
@@ -145,7 +154,7 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
             trainer.should_stop = True
         # One rank wanting to stop stops all, at the same epoch.
         flag = torch.tensor([1.0 if trainer.should_stop else 0.0])
-        trainer.should_stop = bool(gdist.all_reduce_max(flag)[0] > 0)
+        trainer.should_stop = bool(gdist.all_reduce(flag, "max")[0] > 0)
         if trainer._after_epoch is not None:
             trainer._after_epoch(trainer, task)
     _call(trainer, task, "on_fit_end")
@@ -225,10 +234,12 @@ def _limit(loader: Any, limit: Optional[float]) -> Optional[int]:
     return int(limit)
 
 
-def _with_last(iterable: Iterable[Any], limit: Optional[int]) -> Iterator[Tuple[int, Any, bool]]:
-    """``(index, item, is_last)`` so accumulation can step on the final batch."""
+def _with_last(iterable: Iterable[Any], limit: Optional[int], place: str) -> Iterator[Tuple[int, Any, bool]]:
+    """``(index, item, is_last)`` so accumulation can step on the final batch. Fetching a
+    batch counts as being in ``place`` (sampling can hang too)."""
     if limit is not None and limit <= 0:
         return
+    heartbeat.beat(place, 0)
     it = iter(iterable)
     try:
         current = next(it)
@@ -240,6 +251,7 @@ def _with_last(iterable: Iterable[Any], limit: Optional[int]) -> Iterator[Tuple[
             yield idx, current, True
             return
         try:
+            heartbeat.beat(place, idx + 1)
             nxt = next(it)
         except StopIteration:
             yield idx, current, True
@@ -254,8 +266,11 @@ def _loss_of(task: Any, out: Any) -> torch.Tensor:
     if loss is None:
         raise ValueError(f"{name} returned {'a dict without a loss' if isinstance(out, dict) else 'None'}: "
                          "return the loss tensor, or a dict with key 'loss'")
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+    if not isinstance(loss, torch.Tensor):
         raise ValueError(f"{name} must return a scalar loss tensor, got {type(loss).__name__}")
+    if loss.numel() != 1:
+        raise ValueError(f"{name} must return a scalar loss tensor, got one of shape {tuple(loss.shape)}: "
+                         "reduce it, e.g. with .mean() or .sum()")
     if not loss.requires_grad:
         raise ValueError(f"{name} returned a loss that does not require grad (computed under no_grad, "
                          "or detached?)")
@@ -277,17 +292,23 @@ def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> 
     module = task.module
     acc = trainer.accumulate_grad_batches
     micro = 0
-    for batch_idx, batch, is_last in _with_last(loader, limit):
+    for batch_idx, batch, is_last in _with_last(loader, limit, "the training loader"):
         batch = task.transfer_batch_to_device(batch, trainer.device)
         task._batch_size = infer_batch_size(batch)
+        task._metrics.start_step()
         micro += 1
         stepping = micro % acc == 0 or is_last
         sync = ddp.no_sync() if (ddp is not None and not stepping) else contextlib.nullcontext()
-        with sync:
+        with sync, torch.autograd.set_detect_anomaly(trainer.detect_anomaly):
+            heartbeat.beat("training_step", batch_idx)
             out = task.training_step(batch, batch_idx)
             loss = _loss_of(task, out)
-            (loss / acc if acc > 1 else loss).backward()
+            _check_finite(trainer, loss, batch_idx)
+            # DDP all-reduces gradients during backward: a rank there waits on its peers.
+            with heartbeat.waiting("backward") if ddp is not None and stepping else contextlib.nullcontext():
+                (loss / acc if acc > 1 else loss).backward()
         if stepping:
+            heartbeat.beat("optimizer step", batch_idx)
             micro = 0
             if trainer.gradient_clip_val:
                 nn.utils.clip_grad_norm_(module.parameters(), trainer.gradient_clip_val)
@@ -301,12 +322,51 @@ def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> 
         _call(trainer, task, "on_train_batch_end", out, batch, batch_idx)
         if trainer.logger is not None and trainer.rank == 0 and stepping \
                 and trainer.global_step % trainer.log_every_n_steps == 0:
-            step_row = {f"{k}_step": float(v) for k, v in task._metrics.last.items()}
+            step_row = {f"{k}_step": float(v) for k, v in task._metrics.step_values.items()}
             step_row.update({"epoch": trainer.current_epoch, "step": trainer.global_step})
             trainer.logger.log_metrics(step_row, step=trainer.global_step)
         if 0 < trainer.max_steps <= trainer.global_step:
             break
     task._batch_size = None
+
+
+def _check_finite(trainer: Any, loss: torch.Tensor, batch_idx: int) -> None:
+    """Stop at a non-finite loss with ``detect_anomaly``; otherwise note the first one on
+    the device (no host sync per step) for :func:`_report_nonfinite`."""
+    if trainer.detect_anomaly:
+        if not bool(torch.isfinite(loss.detach())):
+            raise FloatingPointError(
+                f"rank {trainer.rank}: the training loss is {float(loss)} at epoch {trainer.current_epoch}, "
+                f"batch {batch_idx}, step {trainer.global_step} (Trainer(detect_anomaly=True) stops at the first "
+                "non-finite loss)")
+        return
+    if trainer._nonfinite_reported:
+        return
+    first = trainer._first_nonfinite
+    if first is None:
+        trainer._first_nonfinite = first = torch.full((3,), -1.0, dtype=torch.float64, device=loss.device)
+
+    def scalar(value: float) -> torch.Tensor:  # a fill kernel, not a copy from the host
+        return torch.full((), value, dtype=torch.float64, device=loss.device)
+
+    value = loss.detach().double().reshape(())
+    seen = torch.stack([scalar(trainer.global_step), value, scalar(batch_idx)])
+    first.copy_(torch.where(~torch.isfinite(value) & (first[0] < 0), seen, first))
+
+
+def _report_nonfinite(trainer: Any) -> None:
+    """Warn once per run, from the rank concerned, about its first non-finite loss."""
+    first = trainer._first_nonfinite
+    if first is None or trainer._nonfinite_reported:
+        return
+    step, value, batch_idx = first.tolist()
+    if step < 0:
+        return
+    trainer._nonfinite_reported = True
+    warnings.warn(f"rank {trainer.rank}: the training loss was {value} at epoch {trainer.current_epoch}, batch "
+                  f"{int(batch_idx)}, step {int(step)}; training went on (reported once). "
+                  "Trainer(detect_anomaly=True) stops there instead, and EarlyStopping(check_finite=True) stops "
+                  "on a non-finite monitored value.", RuntimeWarning, stacklevel=2)
 
 
 def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
@@ -323,9 +383,10 @@ def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
         _call(trainer, task, f"on_{hook}_epoch_start")
         step = getattr(task, f"{hook}_step")
         with torch.no_grad():
-            for batch_idx, batch, _ in _with_last(loader, _limit(loader, limit)):
+            for batch_idx, batch, _ in _with_last(loader, _limit(loader, limit), f"the {hook} loader"):
                 batch = task.transfer_batch_to_device(batch, trainer.device)
                 task._batch_size = infer_batch_size(batch)
+                heartbeat.beat(f"{hook}_step", batch_idx)
                 out = step(batch, batch_idx)
                 if stage == "predict":
                     outputs.append(out)
@@ -342,7 +403,7 @@ def _evaluate(trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> 
     _call(trainer, task, "setup", stage)
     module = _build_model(trainer, task)
     if ckpt_path:
-        load_checkpoint(trainer._resolve_ckpt(ckpt_path), module)
+        load_checkpoint(ckpt_path, module)
     getter = {"validate": task.val_dataloader, "test": task.test_dataloader, "predict": task.predict_dataloader}[stage]
     loader = _for_evaluation(getter())
     check_loader(loader, trainer.world_size)

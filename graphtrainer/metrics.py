@@ -33,6 +33,8 @@ class MetricStore:
         self._reduce: Dict[str, str] = {}
         self.prog_bar: set = set()
         self.last: Dict[str, torch.Tensor] = {}
+        #: Values logged since :meth:`start_step` (this rank's own, for the step rows of logs).
+        self.step_values: Dict[str, torch.Tensor] = {}
 
     def add(self, name: str, value: torch.Tensor | float, weight: float, prog_bar: bool = False,
             reduce_fx: str = "mean") -> None:
@@ -52,11 +54,13 @@ class MetricStore:
         total, n = self._sums.get(name, (torch.zeros((), dtype=torch.float64, device=value.device), 0.0))
         self._sums[name] = (total + value * weight, n + weight)
         self.last[name] = value
+        self.step_values[name] = value
         if prog_bar:
             self.prog_bar.add(name)
 
-    def names(self) -> List[str]:
-        return sorted(self._sums)
+    def start_step(self) -> None:
+        """Forget the previous step's values (the next step row holds only its own)."""
+        self.step_values.clear()
 
     def reduce(self) -> Dict[str, float]:
         """Epoch values over all ranks (weighted means, or sums); clears the sums. Must be
@@ -76,7 +80,7 @@ class MetricStore:
                 total, n = self._sums[name]
                 buf[i] = total.cpu()
                 buf[len(names) + i] = n
-        buf = gdist.all_reduce_sum(buf)
+        buf = gdist.all_reduce(buf, "sum")
         self._sums.clear()
         out: Dict[str, float] = {}
         for i, name in enumerate(names):
@@ -86,11 +90,6 @@ class MetricStore:
             else:
                 out[name] = float(buf[i]) / n if n > 0 else float("nan")
         return out
-
-    def clear(self) -> None:
-        self._sums.clear()
-        self.last.clear()
-
 
 def _same_on_all_ranks(kinds: Dict[str, str]) -> bool:
     """Whether every rank logged the same names with the same reductions, by a checksum

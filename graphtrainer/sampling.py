@@ -8,9 +8,10 @@ strided split, so every id is seen once per epoch across the job.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import warnings
-from typing import Any, Iterator, List, Optional, Sequence, Union
+from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -140,6 +141,8 @@ class NodeLoader:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.graph = graph
         self.ids = check_seed_ids(ids, graph.num_nodes())
+        if getattr(sampler, "fanouts", None) is not None:
+            check_fanouts(sampler.fanouts)
         self.sampler = sampler
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
@@ -206,9 +209,28 @@ def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", 
     """
     import dgl
 
+    fanouts = check_fanouts(fanouts)
     feats = [feat_key] if feat_key in graph.ndata else None
     labels = [label_key] if label_key in graph.ndata else None
     return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
+
+
+def check_fanouts(fanouts: Any) -> List[Any]:
+    """``fanouts`` as a list, or a ``ValueError`` saying what is wrong (DGL would fail deep
+    inside sampling, or abort the process, on an empty list or a negative fanout)."""
+    try:
+        fanouts = list(fanouts)
+    except TypeError:
+        raise ValueError(f"fanouts={fanouts!r}: give one fanout per layer, e.g. [10, 10]") from None
+    if not fanouts:
+        raise ValueError("fanouts=[]: give one fanout per GNN layer, e.g. [10, 10] for two layers")
+    for layer, fanout in enumerate(fanouts):
+        values = fanout.values() if isinstance(fanout, dict) else [fanout]
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (value < 1 and value != -1):
+                raise ValueError(f"fanouts={fanouts!r}: layer {layer} has fanout {value!r}; each fanout must be "
+                                 "a positive number of neighbours, or -1 for all of them")
+    return fanouts
 
 
 def prepare_graph(graph: Any) -> Any:
@@ -242,5 +264,3 @@ def find_graphs(obj: Any) -> List[Any]:
         visit(value, 2)
     return found
 
-
-IdsLike = Union[torch.Tensor, Sequence[int]]

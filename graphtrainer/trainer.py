@@ -1,7 +1,9 @@
 """``Trainer``: options, entry points, and handing the work to the right launcher."""
 from __future__ import annotations
 
+import datetime
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -14,15 +16,10 @@ from .callbacks.base import Callback
 from .callbacks.progress import ProgressBar
 from .launch import check_main_guard, fork_blocker, launch
 from .loop import run_rank
+from .run_files import find_checkpoint, remove_if_unused
+from .threads import available_cores
 
 LAUNCHERS = ("auto", "fork", "spawn")
-
-
-def _available_cores() -> int:
-    """Cores this process may run on (its affinity mask, e.g. under taskset or Slurm)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 class Trainer:
@@ -59,6 +56,19 @@ class Trainer:
             batches in between skip DDP's all-reduce (``no_sync``).
         log_every_n_steps: step rows in ``metrics.csv``.
         backend: force a ``torch.distributed`` backend (default nccl on GPU, gloo on CPU).
+        hang_timeout: seconds a launched rank may make no progress (no batch fetched or
+            stepped, no hook entered) before the run is ended with a :class:`RankFailedError`
+            naming it, the hook and batch it was in, and its Python stack. Ranks waiting
+            for it in a collective are not blamed. ``None`` turns the check off; raise it
+            for hooks that legitimately run longer (a long ``setup``, a full-graph
+            inference in ``on_validation_epoch_end``). Under torchrun or Slurm nothing
+            watches the ranks from outside: ``timeout`` applies there.
+        timeout: seconds (or a ``timedelta``) a collective may wait for its peers before
+            the process group raises; default 10 minutes.
+        detect_anomaly: stop at the first non-finite training loss (``FloatingPointError``
+            naming rank, epoch, batch and step) and run backward under autograd's anomaly
+            detection. Without it, the first non-finite loss of a run is reported once as
+            a warning and training goes on.
     """
 
     def __init__(
@@ -82,6 +92,9 @@ class Trainer:
         accumulate_grad_batches: int = 1,
         log_every_n_steps: int = 50,
         backend: Optional[str] = None,
+        hang_timeout: Optional[float] = 300.0,
+        timeout: Union[None, float, datetime.timedelta] = None,
+        detect_anomaly: bool = False,
     ):
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
@@ -95,6 +108,13 @@ class Trainer:
             raise ValueError(f"num_procs must be at least 1, got {num_procs}")
         if threads_per_proc is not None and threads_per_proc < 1:
             raise ValueError(f"threads_per_proc must be at least 1, got {threads_per_proc}")
+        if hang_timeout is not None and not hang_timeout > 0:
+            raise ValueError(f"hang_timeout={hang_timeout!r}: give seconds > 0, or None to turn the check off")
+        if timeout is not None:
+            seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                raise ValueError(f"timeout={timeout!r}: give seconds > 0 or a datetime.timedelta")
+            timeout = datetime.timedelta(seconds=seconds)
         self.device_ids = self._parse_gpus(gpus, num_procs)
         self.num_procs = len(self.device_ids) if self.device_ids else (num_procs or 1)
         self.launcher = launcher
@@ -111,6 +131,9 @@ class Trainer:
         self.accumulate_grad_batches = accumulate_grad_batches
         self.log_every_n_steps = max(1, log_every_n_steps)
         self.backend = backend
+        self.hang_timeout = hang_timeout
+        self.timeout: Optional[datetime.timedelta] = timeout
+        self.detect_anomaly = detect_anomaly
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
@@ -136,30 +159,38 @@ class Trainer:
         self._validated_this_epoch = False
         self._has_val_loader = False
         self._after_epoch: Optional[Callable[[Any, Any], None]] = None
+        self._first_nonfinite: Optional[torch.Tensor] = None
+        self._nonfinite_reported = False
 
     # ---- entry points -----------------------------------------------------------------
     def fit(self, task: Any, ckpt_path: Optional[str] = None) -> "Trainer":
         """Train ``task``; resume from ``ckpt_path`` ("last", "best" or a path) if given.
 
+        Each call is a run of its own: it writes under a new ``version_<n>`` folder (never
+        into the folder of the run it resumes from) and its callbacks start afresh (best
+        score and path, top-k, early-stopping counters). The model's weights carry over
+        from a previous ``fit`` of the same task, as in Lightning; resuming replaces them.
+
         After it returns, :attr:`history` holds one row of exactly reduced metrics per
         epoch, :attr:`log_dir` the run directory, and ``task.model`` the trained weights.
         """
+        ckpt_path = self._resolve_ckpt(ckpt_path)  # before the reset: "best" may use this trainer's last run
         self._reset_run_state()
         self._absorb(task, self._run(task, "fit", ckpt_path))
         return self
 
     def validate(self, task: Any, ckpt_path: Optional[str] = None) -> Dict[str, float]:
         """Run ``validation_step`` over ``val_dataloader()`` on all ranks; exact reduced metrics."""
-        return self._absorb(task, self._run(task, "validate", ckpt_path))["metrics"]
+        return self._absorb(task, self._run(task, "validate", self._resolve_ckpt(ckpt_path)))["metrics"]
 
     def test(self, task: Any, ckpt_path: Optional[str] = None) -> Dict[str, float]:
         """Run ``test_step`` over ``test_dataloader()`` on all ranks; exact reduced metrics."""
-        return self._absorb(task, self._run(task, "test", ckpt_path))["metrics"]
+        return self._absorb(task, self._run(task, "test", self._resolve_ckpt(ckpt_path)))["metrics"]
 
     def predict(self, task: Any, ckpt_path: Optional[str] = None) -> torch.Tensor:
         """``predict_step`` outputs for every id of ``predict_dataloader()``, once each, in the
         order the ids were given, whatever the number of ranks."""
-        return self._absorb(task, self._run(task, "predict", ckpt_path))["predictions"]
+        return self._absorb(task, self._run(task, "predict", self._resolve_ckpt(ckpt_path)))["predictions"]
 
     def save_checkpoint(self, path: Union[str, os.PathLike]) -> None:
         """Write a checkpoint of the running task. Must be called on all processes."""
@@ -172,8 +203,6 @@ class Trainer:
         from .preflight import check_task, prepare_graphs, prepare_run_dir
 
         check_task(task, stage)
-        if ckpt_path in ("best", "last"):
-            self._resolve_ckpt(ckpt_path)  # a clear ValueError here, not one per launched rank
         external = gdist.detect_external_launch()
         if external is not None:
             if self.device_ids and len(self.device_ids) not in (1, external.world_size):
@@ -182,19 +211,34 @@ class Trainer:
             self._launched = False
             if stage == "fit":
                 self.log_dir = None
-            return run_rank(external, self, task, stage, ckpt_path)
+            return self._removing_unused_run_dir(stage, lambda: run_rank(external, self, task, stage, ckpt_path))
         if stage == "fit":
             # Made here, before any process starts, so an unwritable root fails early.
             self.log_dir = prepare_run_dir(self.default_root_dir)
         if self.num_procs == 1:
             self._launched = False
-            return run_rank(gdist.RankInfo(), self, task, stage, ckpt_path)
+            return self._removing_unused_run_dir(stage, lambda: run_rank(gdist.RankInfo(), self, task, stage,
+                                                                          ckpt_path))
 
-        method = self._launch_method()
-        prepare_graphs(task, method)
-        self._launched = True
-        threads = self.threads_per_proc or max(1, _available_cores() // self.num_procs)
-        return launch(run_rank, (self, task, stage, ckpt_path), self.num_procs, method, threads)
+        def launched() -> Dict[str, Any]:
+            method = self._launch_method()
+            prepare_graphs(task, method)
+            self._launched = True
+            threads = self.threads_per_proc or max(1, available_cores() // self.num_procs)
+            return launch(run_rank, (self, task, stage, ckpt_path), self.num_procs, method, threads,
+                          self.hang_timeout)
+
+        return self._removing_unused_run_dir(stage, launched)
+
+    def _removing_unused_run_dir(self, stage: str, run: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+        """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
+        checkpoint), its run folder goes too, so failed starts leave no empty ``version_<n>``."""
+        try:
+            return run()
+        except BaseException:
+            if stage == "fit" and self.log_dir is not None and self.rank == 0:
+                remove_if_unused(self.log_dir)
+            raise
 
     def _launch_method(self) -> str:
         method = self.launcher
@@ -283,30 +327,27 @@ class Trainer:
         if self.logger is not None:
             self.logger.log_hyperparams(dict(getattr(task, "hparams", {})))
 
-    def _resolve_ckpt(self, ckpt_path: str) -> str:
-        if ckpt_path in ("best", "last"):
-            from .callbacks.checkpoint import ModelCheckpoint
+    def _resolve_ckpt(self, ckpt_path: Optional[str]) -> Optional[str]:
+        """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0."""
+        if ckpt_path not in ("best", "last"):
+            return ckpt_path
+        from .callbacks.checkpoint import ModelCheckpoint
 
-            ckpts = [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
-            if not ckpts:
-                raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
-                                 "(none is configured): add one, or pass a file path")
-            path = ckpts[0].best_model_path if ckpt_path == "best" else ckpts[0].last_model_path
-            if not path and ckpt_path == "last":  # a new trainer: look where its callbacks write
-                found = [c.dirpath / "last.ckpt" for c in ckpts
-                         if c.dirpath is not None and (c.dirpath / "last.ckpt").is_file()]
-                path = str(found[0]) if found else ""
-            if not path:
-                raise ValueError(f"ckpt_path={ckpt_path!r}: the ModelCheckpoint has not saved a "
-                                 f"{ckpt_path} checkpoint yet (run fit first"
-                                 + (", with save_last=True" if ckpt_path == "last" else "") + ")")
-            return path
-        return ckpt_path
-
+        ckpts = [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
+        if not ckpts:
+            raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
+                             "(none is configured): add one, or pass a file path")
+        path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir)
+        if gdist.detect_external_launch() is None or gdist.get_rank() == 0:
+            print(f"[graphtrainer] ckpt_path={ckpt_path!r}: using {path}", flush=True)
+        return path
     def _reset_run_state(self) -> None:
         self.current_epoch, self.global_step = 0, 0
         self.history, self.callback_metrics = [], {}
         self.should_stop = False
+        self._first_nonfinite, self._nonfinite_reported = None, False
+        for cb in self.callbacks:
+            cb.reset()
 
     def _result(self, task: Any, include_state: bool) -> Dict[str, Any]:
         """What rank 0 sends back to the caller."""

@@ -365,19 +365,28 @@ class ParamDump(Callback):
 
 
 class FailingTask(RegressionTask):
-    """Rank ``fail_rank`` raises (``how="raise"``) or SIGKILLs itself (``how="kill"``) in
-    ``training_step`` once ``global_step`` reaches ``at_step``."""
+    """Rank ``fail_rank`` misbehaves in ``training_step`` once ``global_step`` reaches
+    ``at_step``: ``how="raise"`` raises, ``"kill"`` SIGKILLs itself, ``"sleep"`` hangs (sleeps
+    for ten minutes), ``"nan"`` returns a NaN loss from then on."""
 
-    def __init__(self, how: str = "raise", at_step: int = 3, fail_rank: int = 1):
-        super().__init__(n=64, batch_size=8, scheduler=None)
+    def __init__(self, how: str = "raise", at_step: int = 3, fail_rank: int = 1, **kwargs: Any):
+        kwargs.setdefault("scheduler", None)
+        super().__init__(n=64, batch_size=8, **kwargs)
         self.how, self.at_step, self.fail_rank = how, at_step, fail_rank
 
     def training_step(self, idx: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        if self.rank == self.fail_rank and self.global_step == self.at_step:
-            if self.how == "kill":
-                import os
-                import signal
+        if self.rank == self.fail_rank and self.global_step >= self.at_step:
+            if self.how == "nan":
+                return super().training_step(idx, batch_idx) * float("nan")
+            if self.global_step == self.at_step:
+                if self.how == "kill":
+                    import os
+                    import signal
 
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise RuntimeError(f"planned failure in training_step at step {self.global_step}")
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if self.how == "sleep":
+                    import time
+
+                    time.sleep(600)  # the hang the launcher must name
+                raise RuntimeError(f"planned failure in training_step at step {self.global_step}")
         return super().training_step(idx, batch_idx)

@@ -65,7 +65,8 @@ def test_top_k_rotation_keeps_exactly_the_k_best(root_dir, tmp_path, mode, kept,
     # Each kept file is the checkpoint of its epoch.
     for name in kept:
         epoch = int(name.split("-")[0].split("=")[1])
-        assert torch.load(tmp_path / "ck" / name, weights_only=True)["epoch"] == epoch + 1
+        saved = torch.load(tmp_path / "ck" / name, weights_only=True)
+        assert saved["epoch"] == epoch and saved["epoch_finished"]  # the file name's epoch
 
 
 def test_filename_format_with_metric(root_dir, tmp_path):
@@ -83,7 +84,7 @@ def test_save_last_and_every_n_epochs(root_dir, tmp_path):
     # 8 steps per epoch; saves after epochs 1 and 3 only.
     assert _files(tmp_path / "ck") == ["epoch=1-step=16.ckpt", "epoch=3-step=32.ckpt", "last.ckpt"]
     last = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True)
-    assert last["epoch"] == 4 and last["global_step"] == 32
+    assert last["epoch"] == 3 and last["epoch_finished"] and last["global_step"] == 32
     assert ckpt.last_model_path == str(tmp_path / "ck" / "last.ckpt")
 
 

@@ -91,7 +91,7 @@ def test_checkpoint_format_after_two_rank_ddp_fit(fork_resume):
     assert len(ckpt["optimizer_states"]) == 1 and ckpt["optimizer_states"][0]["state"]
     assert len(ckpt["lr_scheduler_states"]) == 1
     assert ckpt["lr_scheduler_states"][0]["last_epoch"] == K_EPOCHS
-    assert ckpt["epoch"] == K_EPOCHS
+    assert ckpt["epoch"] == K_EPOCHS - 1 and ckpt["epoch_finished"]  # as in its file name; resumes at K
     assert ckpt["global_step"] == fork_resume["part"].global_step == fork_resume["part"].history[-1]["step"]
     assert ckpt["hyper_parameters"] == task.hparams
     assert list(ckpt["hyper_parameters"]["fanouts"]) == [4, 4]
@@ -121,7 +121,7 @@ def test_resume_two_ranks_fork_is_bit_identical(fork_resume):
     end_resumed = _load(fork_resume["base"] / "resumed" / "last.ckpt")
     assert_nested_equal(end_resumed["optimizer_states"], end_full["optimizer_states"], "optimizer_states")
     assert_nested_equal(end_resumed["lr_scheduler_states"], end_full["lr_scheduler_states"], "lr_scheduler_states")
-    assert end_resumed["epoch"] == end_full["epoch"] == N_EPOCHS
+    assert end_resumed["epoch"] == end_full["epoch"] == N_EPOCHS - 1
     assert end_resumed["global_step"] == end_full["global_step"]
 
 
@@ -245,7 +245,7 @@ def test_resume_two_ranks_spawn_is_bit_identical(root_dir, tmp_path):
     assert resumed.history == full.history[1:]
     assert resumed.global_step == full.global_step == 3 * 4
     end = _load(tmp_path / "resumed" / "last.ckpt")
-    assert end["world_size"] == 2 and end["epoch"] == 3
+    assert end["world_size"] == 2 and end["epoch"] == 2 and end["epoch_finished"]
     assert end["lr_scheduler_states"][0]["last_epoch"] == 3
 
 
@@ -268,13 +268,14 @@ def test_crash_mid_save_keeps_previous_checkpoint(root_dir, tmp_path, monkeypatc
     monkeypatch.setattr(ckpt_module.torch, "save", crashing_save)
     dirpath = tmp_path / "ckpts"
     trainer = _regression_trainer(root_dir, 3, callbacks=[_last_ckpt(dirpath)])
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(CheckpointError, match="No space left on device while writing .*last.ckpt; "
+                                              "earlier checkpoints are intact"):
         trainer.fit(RegressionTask())
     monkeypatch.undo()
     assert len(calls) == 2
     assert sorted(p.name for p in dirpath.iterdir()) == ["last.ckpt"]  # no temporary file left
     ckpt = _load(dirpath / "last.ckpt")
-    assert ckpt["epoch"] == 1 and ckpt["global_step"] == 8  # the epoch-0 checkpoint, intact
+    assert ckpt["epoch"] == 0 and ckpt["global_step"] == 8  # the epoch-0 checkpoint, intact
 
 
 # ---- bad input ----------------------------------------------------------------------------
@@ -365,7 +366,7 @@ def test_checkpoint_hooks_run_callbacks_before_the_task(root_dir, tmp_path):
 def test_seed_epoch_makes_graphbolt_sampling_repeatable():
     import dgl.graphbolt as gb
 
-    from graphtrainer.checkpoint import seed_epoch
+    from graphtrainer.seeding import seed_epoch
 
     g = make_graph(num_nodes=200, avg_degree=12)
     indptr, indices, _ = g.adj_tensors("csc")

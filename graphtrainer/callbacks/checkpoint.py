@@ -20,7 +20,15 @@ class ModelCheckpoint(Callback):
     ``save_top_k=-1`` keeps all, ``0`` none (with ``save_last`` only ``last.ckpt``).
     ``filename`` is formatted with ``epoch``, ``step`` and the logged metrics, each
     written as ``name=value`` (``"{epoch}-{val_loss:.4f}"`` gives
-    ``epoch=3-val_loss=0.4120.ckpt``). ``dirpath`` defaults to ``<log_dir>/checkpoints``.
+    ``epoch=3-val_loss=0.4120.ckpt``; ``epoch`` is the 0-based epoch just finished, the
+    same number the checkpoint's ``"epoch"`` field holds). ``dirpath`` defaults to
+    ``<log_dir>/checkpoints``, the run's own folder: a resumed or repeated fit writes into
+    its new run folder, never into the one it resumed from. A non-finite monitored value
+    is never recorded as best.
+
+    Each ``fit`` starts with no best file and no top-k. Resuming restores the top-k state
+    only when the checkpoint came from this same ``dirpath`` (an explicit one): files of
+    another run are never deleted or overwritten.
 
     Rank 0 decides what to save and delete and broadcasts the decision, so every rank
     agrees; saving itself is collective (rank 0 writes atomically, then a barrier).
@@ -39,18 +47,28 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"save_top_k={save_top_k}: use -1 (all), 0 (none) or a positive count")
         if every_n_epochs < 1:
             raise ValueError("every_n_epochs must be at least 1")
-        self.dirpath = Path(dirpath) if dirpath is not None else None
+        #: The folder given by the user, or None for the run's own ``checkpoints`` folder.
+        self.explicit_dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
         self.save_last = save_last
         self.every_n_epochs = every_n_epochs
+        self.reset()
+
+    def reset(self) -> None:
+        #: Where this run's checkpoints go (known once the run has a folder).
+        self.dirpath: Optional[Path] = self.explicit_dirpath
         self.best_k_models: Dict[str, float] = {}
         self.best_model_path = ""
         self.best_model_score: Optional[float] = None
         self.last_model_path = ""
         self._saved_order: List[str] = []
+
+    def setup(self, trainer: Any, task: Any, stage: str) -> None:
+        if stage == "fit" and self.dirpath is None:
+            self.dirpath = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
 
     @property
     def state_key(self) -> str:
@@ -63,13 +81,16 @@ class ModelCheckpoint(Callback):
                 "dirpath": str(self.dirpath) if self.dirpath else None}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        saved = state.get("dirpath")
+        if self.dirpath is not None and saved is not None and Path(saved) != self.dirpath:
+            return  # another run's folder: its files are not this run's to rank or delete
         self.best_k_models = dict(state.get("best_k_models", {}))
         self.best_model_path = state.get("best_model_path", "")
         self.best_model_score = state.get("best_model_score")
         self.last_model_path = state.get("last_model_path", "")
         self._saved_order = list(state.get("saved_order", []))
-        if self.dirpath is None and state.get("dirpath"):
-            self.dirpath = Path(state["dirpath"])
+        if self.dirpath is None and saved:
+            self.dirpath = Path(saved)
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
@@ -80,14 +101,12 @@ class ModelCheckpoint(Callback):
                 return  # monitored metric comes from validation, which did not run this epoch
             raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which was never logged; "
                            f"logged metrics: {sorted(metrics)}")
-        if self.dirpath is None:
-            self.dirpath = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
         decision = gdist.broadcast_object(self._decide(trainer) if trainer.rank == 0 else None)
+        self.load_state_dict(decision["state"])  # before saving: the file holds the state that includes it
         if decision["save"]:
             save_checkpoint(trainer, task, decision["save"])
         if self.save_last:
             save_checkpoint(trainer, task, decision["last"])
-        self.load_state_dict(decision["state"])
         if trainer.rank == 0:
             for path in decision["delete"]:
                 try:
@@ -109,7 +128,7 @@ class ModelCheckpoint(Callback):
                 if self.save_top_k > 0:
                     delete, order = order[:-self.save_top_k], order[-self.save_top_k:]
                 best_k = {p: float("nan") for p in order}
-            elif score is not None and not math.isnan(score):
+            elif score is not None and math.isfinite(score):
                 if self.save_top_k < 0 or len(best_k) < self.save_top_k or self._better(score, self._worst(best_k)):
                     save = path
                     best_k[path] = score

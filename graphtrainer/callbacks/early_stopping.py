@@ -25,6 +25,9 @@ class EarlyStopping(Callback):
             raise ValueError("patience must be >= 0")
         self.monitor, self.mode, self.patience = monitor, mode, patience
         self.min_delta, self.check_finite, self.verbose = abs(min_delta), check_finite, verbose
+        self.reset()
+
+    def reset(self) -> None:
         self.wait_count = 0
         self.best_score: Optional[float] = None
         self.stopped_epoch: Optional[int] = None

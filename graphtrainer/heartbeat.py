@@ -1,0 +1,155 @@
+"""Where each launched rank is, so the launcher can name a hung rank within seconds.
+
+Each rank writes a few numbers into its row of a small shared-memory array whenever
+it makes progress (a hook entered, a batch fetched or stepped) and marks itself
+*waiting* while inside a collective (DDP's all-reduce in backward, a barrier, a metric
+reduction). The launcher reads the rows: a rank with no progress for ``hang_timeout``
+seconds that is not waiting is stuck; ranks waiting in a collective are waiting for it
+and are not blamed. If every rank is waiting (collectives that do not match), the ranks
+furthest behind are blamed. Writing a row costs a few stores; nothing is sent.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Optional
+
+# Row layout: last progress (time.monotonic, the same clock in every process), waiting
+# flag, place index, epoch, batch index (-1: none), progress count.
+_T, _WAITING, _PLACE, _EPOCH, _BATCH, _COUNT = range(6)
+FIELDS = 6
+#: Every place a rank reports, by index: the same table in the launcher and the ranks.
+PLACES = (
+    "start-up", "graphtrainer", "init_process_group", "setup", "configure_model", "configure_optimizers",
+    "train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader", "on_fit_start",
+    "on_train_epoch_start", "the training loader", "training_step", "backward", "optimizer step",
+    "on_train_batch_end", "Join (uneven inputs)", "on_validation_epoch_start", "the validation loader",
+    "validation_step", "on_validation_epoch_end", "on_test_epoch_start", "the test loader", "test_step",
+    "on_test_epoch_end", "on_predict_epoch_start", "the predict loader", "predict_step",
+    "on_predict_epoch_end", "on_train_epoch_end", "save_checkpoint", "on_save_checkpoint",
+    "on_load_checkpoint", "on_fit_end", "teardown", "on_exception", "barrier", "all_reduce",
+    "all_gather", "broadcast",
+)
+_INDEX = {name: i for i, name in enumerate(PLACES)}
+
+
+def _place_id(name: str) -> int:
+    return _INDEX.get(name, 1)  # unknown places count as framework code
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """What one rank was last doing."""
+
+    rank: int
+    place: str
+    epoch: int
+    batch_idx: int
+    waiting: bool
+    idle_s: float
+    count: int
+
+    def describe(self) -> str:
+        where = f"{'waiting in' if self.waiting else 'in'} {self.place}"
+        if self.place != "start-up":
+            where += f" (epoch {self.epoch}" + (f", batch {self.batch_idx})" if self.batch_idx >= 0 else ")")
+        return f"rank {self.rank} {where} for {self.idle_s:.0f} s"
+
+
+class _Writer:
+    def __init__(self, row: Any):
+        self.row = row
+        self.epoch = 0
+
+    def beat(self, place: str, batch_idx: int = -1, waiting: bool = False) -> None:
+        row = self.row
+        row[_PLACE] = _place_id(place)
+        row[_EPOCH] = self.epoch
+        row[_BATCH] = batch_idx
+        row[_WAITING] = 1.0 if waiting else 0.0
+        row[_COUNT] += 1
+        row[_T] = time.monotonic()
+
+
+_writer: Optional[_Writer] = None
+
+
+def attach(array: Any, rank: int) -> None:
+    """Make this process write ``rank``'s row of ``array`` (a launcher's board)."""
+    global _writer
+    _writer = _Writer(memoryview(array).cast("B").cast("d")[rank * FIELDS:(rank + 1) * FIELDS])
+
+
+def set_epoch(epoch: int) -> None:
+    if _writer is not None:
+        _writer.epoch = epoch
+
+
+def beat(place: str, batch_idx: int = -1) -> None:
+    """Record progress: this rank is now in ``place`` (a hook or a framework phase)."""
+    if _writer is not None:
+        _writer.beat(place, batch_idx)
+
+
+def waiting_from_now(what: str) -> None:
+    """Mark this rank as waiting on its peers until its next :func:`beat`."""
+    if _writer is not None:
+        _writer.beat(what, int(_writer.row[_BATCH]), waiting=True)
+
+
+@contextlib.contextmanager
+def waiting(what: str) -> Iterator[None]:
+    """Mark this rank as waiting on its peers (inside a collective) until the block ends."""
+    if _writer is None:
+        yield
+        return
+    row = _writer.row
+    place, batch = PLACES[int(row[_PLACE])], int(row[_BATCH])
+    _writer.beat(what, batch, waiting=True)
+    try:
+        yield
+    finally:
+        _writer.beat(place, batch)
+
+
+def new_board(ctx: Any, world_size: int) -> Any:
+    """A shared array for ``world_size`` rows, made by the launcher before starting ranks."""
+    board = ctx.RawArray("d", world_size * FIELDS)
+    now = time.monotonic()
+    for rank in range(world_size):
+        board[rank * FIELDS + _T] = now
+        board[rank * FIELDS + _BATCH] = -1
+    return board
+
+
+def read_board(board: Any, world_size: int) -> List[RankPlace]:
+    now = time.monotonic()
+    places = []
+    for rank in range(world_size):
+        row = board[rank * FIELDS:(rank + 1) * FIELDS]
+        index = int(row[_PLACE])
+        places.append(RankPlace(rank=rank, place=PLACES[index] if 0 <= index < len(PLACES) else "graphtrainer",
+                                epoch=int(row[_EPOCH]), batch_idx=int(row[_BATCH]),
+                                waiting=row[_WAITING] > 0, idle_s=now - row[_T], count=int(row[_COUNT])))
+    return places
+
+
+def find_stuck(places: List[RankPlace], timeout: float, startup_timeout: float,
+               running: List[int]) -> Optional[List[RankPlace]]:
+    """The ranks to blame for a hang, or None while the job still moves.
+
+    ``running``: ranks whose process is alive and has not reported.
+    """
+    live = [p for p in places if p.rank in running]
+
+    def overdue(p: RankPlace) -> bool:
+        return p.idle_s >= (startup_timeout if p.count == 0 else timeout)
+
+    stuck = [p for p in live if overdue(p) and not p.waiting]
+    if stuck:
+        return stuck
+    if live and all(overdue(p) for p in live):  # everyone waits: collectives that never match
+        behind = min(p.count for p in live)
+        return [p for p in live if p.count == behind]
+    return None
