@@ -5,10 +5,11 @@ Subclass :class:`GraphTask`, then ``Trainer(num_procs=2).fit(task)`` (CPU, gloo)
 """
 __version__ = "0.1.0"
 
-from .callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, PrintMetrics,
+                        ProgressBar)
 from .launch import RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
 __all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
-           "LearningRateMonitor", "ProgressBar", "RankFailedError", "__version__"]
+           "LearningRateMonitor", "PrintMetrics", "ProgressBar", "RankFailedError", "__version__"]

@@ -160,10 +160,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import ModelCheckpoint, Trainer  # noqa: E402
+from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer import distributed as gdist  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
-from graphtrainer.examples.node_classification import NodeClassification, PrintMetrics  # noqa: E402
+from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 
 
 class RecordRanks(Callback):
