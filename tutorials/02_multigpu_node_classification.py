@@ -63,7 +63,8 @@ The hand-written steps of DGL's tutorial, and what replaces them
        -> ``self.node_dataloader(train_ids, sampler, 1024)``. DGL 2.1's ``use_ddp`` has no
           ``set_epoch`` any more (the tutorial's call fails on 2.1), ignores ``ddp_seed``
           and hands every rank the *same contiguous slice* each epoch, shuffling only inside
-          it (DESIGN.md fact 4). ``node_dataloader`` permutes all ids from ``(seed, epoch)``,
+          it with each process's own ``np.random`` (measured on DGL 2.1).
+          ``node_dataloader`` permutes all ids from ``(seed, epoch)``,
           identically on every rank, then splits: each rank sees new nodes every epoch.
 4. ``model = DDP(Model(...).to(device), device_ids=...)``; ``Adam``.
        -> ``configure_model`` / ``configure_optimizers``.

@@ -94,9 +94,8 @@ once, whatever N is. Two things break that:
   included, on a machine with GPUs when the parent ran a backward pass before ``fit``
   (autograd's per-device threads do not survive a fork).
 
-How much it matters at scale: fact 9 of the project's design brief
-(``../shared/DESIGN.md``, "Facts measured on the pinned stack (torch 2.2.1, dgl 2.1.0,
-gloo, 2 cores)"), for a 2,000,000-node, 20,000,000-edge graph with 64-dim float
+How much it matters at scale, measured on this project's pinned stack (torch 2.2.1,
+dgl 2.1.0, gloo, 2 cores) for a 2,000,000-node, 20,000,000-edge graph with 64-dim float
 features, 2 ranks, total PSS (proportional set size: shared pages divided among the
 processes sharing them, so the figures add up to the real footprint) of all processes:
 
