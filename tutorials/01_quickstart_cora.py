@@ -94,7 +94,6 @@ prefix) loads into the bare model, as the end of :func:`main` shows.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -107,6 +106,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.summary import report  # noqa: E402
 
 
 def full_graph_inference(model: torch.nn.Module, graph: Any) -> torch.Tensor:
@@ -190,12 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "log_dir": str(trainer.log_dir), "fit_seconds": round(fit_s, 1),
         "seconds": round(time.time() - started, 1),
     }
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 

@@ -105,7 +105,6 @@ it looked, and the script exits with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -120,6 +119,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification, standardize_features  # noqa: E402
+from tutorials.summary import report  # noqa: E402
 
 OGB_ROOT_ENV = "OGB_ROOT"
 ARXIV_REQUIRED = ("raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/node-label.csv.gz",
@@ -340,12 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     }
     if task.binary:
         result.update(final_val_auc=last["val_auc"], test_auc=test["test_auc"])
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 

@@ -127,7 +127,6 @@ The classic hand-written workflow, and what replaces it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -140,6 +139,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from graphtrainer import Callback, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
+from tutorials.summary import report  # noqa: E402
 
 import dgl  # noqa: E402
 
@@ -348,12 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "total_pss_mb": total_pss, "sampling": stats,
         "fit_seconds": round(fit_s, 1), "seconds": round(time.time() - started, 1),
     }
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 

@@ -131,7 +131,6 @@ What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -145,6 +144,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.summary import write_summary  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------
@@ -428,9 +428,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     print(f"test_acc {test['test_acc']:.4f} (exact, {int(test['test_nodes_scored'])} nodes; "
           f"mean of per-rank accuracies {test['test_acc_mean_of_rank_means']:.4f}); "
           f"from predict(): {pred_acc:.4f}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {out / 'summary.json'} ({summary['seconds']} s)", flush=True)
+    path = write_summary(args.out, summary)
+    print(f"summary written to {path} ({summary['seconds']} s)", flush=True)
     return summary
 
 

@@ -125,7 +125,6 @@ give one output row per seed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -139,6 +138,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.metrics import accuracy  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.summary import write_summary  # noqa: E402
 
 # Reddit's shape, and what this script uses at full settings (see the docstring).
 REDDIT = {"nodes": 232_965, "edges": 114_615_892, "features": 602, "classes": 41}
@@ -264,10 +264,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"best checkpoint {ckpt.best_model_path} (val_acc {ckpt.best_model_score:.4f})")
     print(f"test_acc {test['test_acc']:.4f} over {summary['test_nodes_scored']:,} of {n_test:,} test nodes "
           f"(chance {1 / task.num_classes:.4f})")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {out / 'summary.json'} ({summary['seconds']} s)", flush=True)
+    path = write_summary(args.out, summary)
+    print(f"summary written to {path} ({summary['seconds']} s)", flush=True)
     return summary
 
 
