@@ -275,7 +275,8 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
                     + [f"{r['ratio']:.3f}x", " / ".join(f"{x:.3f}" for x in r["pair_ratios"])]
                     + [f"{r['costs'][k]['step_ms']:.2f}, {r['costs'][k]['epoch_fixed_ms']:.0f}" for k in arms]
                     + [f"{r['metric'].replace('test_', '')} " + " / ".join(f"{a:.4f}" for a in r["scores"][k]) for k in arms]
-                    + [f"{r['metric_diff']:+.4f}", ("yes" if r["met"] else "**no**") + sysinfo.noise_note(r["other_cores"]),
+                    + [f"{r['metric_diff']:+.4f}",
+                       ("yes" if r["met"] else "**no**") + sysinfo.noise_note(r["other_cores"]),
                        f"{r['other_cores']:.2f}"])
     md = report.markdown_table(headers, rows)
     md += "\n\nGraphtrainer took " + "; ".join(

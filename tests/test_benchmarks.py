@@ -16,6 +16,10 @@ import pytest
 
 from launch_env import env_without_launch
 
+# Each benchmark runs in a subprocess (tiny sizes: 15-25 s each; bad input: ~1.5 s each).
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 TINY_TIMEOUT_S = 420

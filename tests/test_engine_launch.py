@@ -49,6 +49,7 @@ def test_fork_after_heavy_openmp_work_in_parent(root_dir):
 
 
 # ---- torchrun --------------------------------------------------------------------------------
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(180)
 def test_torchrun_two_nodes_train_identical_parameters(root_dir, tmp_path):
     port = gdist.free_port()
@@ -212,6 +213,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(120)
 def test_plain_torch_task_trains_without_dgl(tmp_path):
     script = tmp_path / "plain.py"

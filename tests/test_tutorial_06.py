@@ -17,6 +17,10 @@ import torch
 from graphtrainer.distributed import free_port
 from launch_env import env_without_launch
 
+# Two torchrun "nodes" and a stand-in srun, each in subprocesses: 10 s and more.
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tutorials" / "06_multinode.py"
 SBATCH = ROOT / "tutorials" / "06_multinode.sbatch"
