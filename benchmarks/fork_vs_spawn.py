@@ -38,16 +38,22 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import handwritten  # noqa: E402
+import memory  # noqa: E402
+import probes  # noqa: E402
+import report  # noqa: E402
+import sysinfo  # noqa: E402
+import workload  # noqa: E402
 
 NAME = "fork_vs_spawn"
 LAUNCHERS = ("gt-fork", "gt-spawn", "naive-spawn", "fork-noformats")
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = common.base_parser(NAME, __doc__.split("\n\n")[0])
-    p.add_argument("--datasets", nargs="+", choices=common.DATASETS, default=list(common.DATASETS))
-    p.add_argument("--sizes", nargs="+", type=common.parse_size, default=None,
+    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
+    p.add_argument("--sizes", nargs="+", type=workload.parse_size, default=None,
                    help="synthetic sizes NODESxDEGREE (default: 250kx10 1Mx10 2Mx10)")
     p.add_argument("--feat-dim", type=int, default=64)
     p.add_argument("--launchers", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS))
@@ -64,7 +70,7 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--worker", help=argparse_hidden())
     args = p.parse_args(argv)
     if args.tiny:
-        args.sizes = args.sizes or [common.parse_size("20kx5")]
+        args.sizes = args.sizes or [workload.parse_size("20kx5")]
         if "--datasets" not in (argv if argv is not None else sys.argv[1:]):
             args.datasets = ["synthetic"]
         if "--world-sizes" not in (argv if argv is not None else sys.argv[1:]):
@@ -72,7 +78,7 @@ def parse_args(argv: Any = None) -> Any:
         args.feat_dim, args.hidden, args.batch_size = 16, 32, 256
         args.pause_at, args.measure_steps = 1, 3
         args.no_isolate = True
-    args.sizes = args.sizes or [common.parse_size(s) for s in ("250kx10", "1Mx10", "2Mx10")]
+    args.sizes = args.sizes or [workload.parse_size(s) for s in ("250kx10", "1Mx10", "2Mx10")]
     if any(w < 1 for w in args.world_sizes):
         p.error("--world-sizes must be >= 1")
     return args
@@ -89,7 +95,7 @@ def graph_specs(args: Any) -> List[Dict[str, Any]]:
     specs = []
     if "synthetic" in args.datasets:
         for s in args.sizes:
-            specs.append({"dataset": "synthetic", "label": common.size_label(s), "num_nodes": s["num_nodes"],
+            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
                           "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
                           "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
     if "tolokers" in args.datasets:
@@ -106,7 +112,7 @@ def plan(args: Any) -> List[Dict[str, Any]]:
             for world in sorted(set(args.world_sizes)):
                 launchers = ["single"] if world == 1 else list(args.launchers)
                 for launcher in launchers:
-                    est = common.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
+                    est = memory.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
                     runs.append({"graph": spec, "launcher": launcher, "world": world, "repeat": rep,
                                  "estimate_mb": round(est), "label": f"{spec['label']} {launcher} x{world}",
                                  "fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
@@ -125,7 +131,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
     spec, launcher, world = cfg["graph"], cfg["launcher"], cfg["world"]
     t_build = time.perf_counter()
-    graph = common.build_graph(spec)
+    graph = workload.build_graph(spec)
     build_s = time.perf_counter() - t_build
     import graphtrainer.preflight
 
@@ -135,10 +141,10 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
         # prepare_graphs does), so each forked rank builds CSC itself on first sampling.
         graphtrainer.preflight.prepare_graphs = lambda task, method: None
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
-    probe = common.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
-    before = common.tree_memory()
-    watcher = common.MemoryWatcher(probe_dir, world).start()
-    threads = max(1, common.available_cores() // world)
+    probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
+    before = memory.tree_memory()
+    watcher = probes.MemoryWatcher(probe_dir, world).start()
+    threads = max(1, sysinfo.available_cores() // world)
     try:
         t_fit = time.time()
         if launcher == "naive-spawn":
@@ -146,14 +152,14 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
                     "lr": 3e-3, "dropout": 0.5, "epochs": 10_000, "threads": threads, "seed": 0,
                     "probe_dir": probe_dir, "pause_at": cfg["pause_at"], "measure_steps": cfg["measure_steps"],
                     "max_steps": probe.total_steps}
-            common.naive_spawn(graph, world, hcfg)
+            handwritten.naive_spawn(graph, world, hcfg)
         else:
-            task = common.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
+            task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
                                     batch_size=spec["batch_size"], dropout=0.5)
             method = {"single": "auto", "gt-fork": "fork", "fork-noformats": "fork", "gt-spawn": "spawn"}[launcher]
             trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
-                              callbacks=[common.make_probe_callback(probe)])
+                              callbacks=[probes.make_probe_callback(probe)])
             trainer.fit(task)
     finally:
         watcher.stop()
@@ -161,7 +167,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     try:
         if watcher.steady is None:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
-        res = common.collect_probe(probe_dir, world, t_fit)
+        res = probes.collect_probe(probe_dir, world, t_fit)
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
     steady = watcher.steady
@@ -267,7 +273,7 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 out.append({"graph": g, "what": f"gt-fork start-up / gt-spawn start-up, {w} ranks",
                             "measured": row["startup_vs_gt_spawn"], "target": "<= 0.33",
                             "met": row["startup_vs_gt_spawn"] <= 1 / 3, "other_cores": other,
-                            "valid": other <= common.NOISY_CORES})
+                            "valid": other <= sysinfo.NOISY_CORES})
     return out
 
 
@@ -279,15 +285,15 @@ def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
     for r in rows:
         uss = f"{r['rank_uss_mean_mb']:,.0f} / {r['rank_uss_max_mb']:,.0f}" if r["world"] > 1 and r["rank_uss_mean_mb"] else ""
         body.append([r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"],
-                     r["ready_s"], r["startup_s"], r["total_pss_mb"], common.fmt_ratio(r["pss_ratio"]),
+                     r["ready_s"], r["startup_s"], r["total_pss_mb"], report.fmt_ratio(r["pss_ratio"]),
                      r["peak_total_pss_mb"], r["parent_pss_mb"], uss, r["throughput"],
-                     common.fmt_ratio(r["startup_vs_gt_spawn"]), f"{r['other_cores']:.2f}"])
-    md = common.markdown_table(headers, body)
+                     report.fmt_ratio(r["startup_vs_gt_spawn"]), f"{r['other_cores']:.2f}"])
+    md = report.markdown_table(headers, body)
     if tgts:
-        md += "\n\nTargets\n\n" + common.markdown_table(
+        md += "\n\nTargets\n\n" + report.markdown_table(
             ["graph", "ratio", "measured", "target", "met"],
-            [[t["graph"], t["what"], common.fmt_ratio(t["measured"]), t["target"],
-              ("yes" if t["met"] else "**no**") + common.noise_note(t.get("other_cores", 0.0))] for t in tgts])
+            [[t["graph"], t["what"], report.fmt_ratio(t["measured"]), t["target"],
+              ("yes" if t["met"] else "**no**") + sysinfo.noise_note(t.get("other_cores", 0.0))] for t in tgts])
     return md
 
 
@@ -325,8 +331,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
         worker_main(args.worker)
         return {}
     runs = plan(args)
-    common.refuse_if_too_big(runs)
-    machine = common.machine_info()
+    memory.refuse_if_too_big(runs)
+    machine = sysinfo.machine_info()
     t_start = time.time()
     for i, run in enumerate(runs):
         print(f"[{NAME}] {i + 1}/{len(runs)} {run['label']} (estimate {run['estimate_mb']} MB)", flush=True)
@@ -334,7 +340,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         run["loadavg_1min_before"] = round(load, 2)
         t_run = time.perf_counter()
         try:
-            with common.LoadMeter() as meter:
+            with sysinfo.LoadMeter() as meter:
                 run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             if args.no_isolate:
@@ -352,14 +358,14 @@ def main(argv: Any = None) -> Dict[str, Any]:
               f"{meter.other_cores} cores)", flush=True)
     rows = summarize(runs)
     tgts = targets(rows)
-    payload = {"benchmark": NAME, "machine": machine, "versions": common.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
                "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": rows, "targets": tgts}
     failed = [r for r in runs if "error" in r]
     md = render(rows, tgts)
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
-    paths = common.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    paths = report.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     if failed:

@@ -5,12 +5,12 @@ as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and
     bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm   # + two ablations
     bash scripts/env.sh python benchmarks/overhead.py --tiny         # seconds (smoke test)
 
-A (hand-written, ``common.handwritten_rank``): the parent pickles the graph and spawns the
+A (hand-written, ``handwritten.handwritten_rank``): the parent pickles the graph and spawns the
 ranks (as DGL's classic multi-GPU node-classification tutorial does with mp.spawn); each
 rank runs init_process_group("gloo"), DistributedDataParallel, DGL's
 ``DataLoader(use_ddp=True)`` and calls ``loss.item()`` every step. Threads per rank are set
 to cores // ranks, the same as the trainer does, so neither side oversubscribes the cores.
-B (graphtrainer): ``Trainer(num_procs=2)`` (fork) on ``common.BenchTask`` (the example
+B (graphtrainer): ``Trainer(num_procs=2)`` (fork) on ``workload.BenchTask`` (the example
 ``NodeClassification`` task without validation, its step reduced to forward, loss and one
 ``self.log``, i.e. the hand-written step). Same SAGE, Adam, learning rate, dropout,
 fanouts, batch size, epochs, initial weights (both seed 0) and training-seed set.
@@ -41,7 +41,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import handwritten  # noqa: E402
+import memory  # noqa: E402
+import report  # noqa: E402
+import sysinfo  # noqa: E402
+import workload  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
 
 NAME = "overhead"
@@ -96,9 +101,9 @@ class EpochTimer(Callback):
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = common.base_parser(NAME, __doc__.split("\n\n")[0])
-    p.add_argument("--datasets", nargs="+", choices=common.DATASETS, default=list(common.DATASETS))
-    p.add_argument("--size", type=common.parse_size, default=common.parse_size("1Mx10"),
+    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
+    p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
                    help="synthetic graph NODESxDEGREE (default 1Mx10)")
     p.add_argument("--feat-dim", type=int, default=64)
     p.add_argument("--max-train-nodes", type=int, default=60_000,
@@ -118,7 +123,7 @@ def parse_args(argv: Any = None) -> Any:
                                                    "write the outputs to --out (measures nothing)")
     args = p.parse_args(argv)
     if args.tiny:
-        args.size = common.parse_size("20kx5")
+        args.size = workload.parse_size("20kx5")
         if "--datasets" not in (argv if argv is not None else sys.argv):
             args.datasets = ["synthetic"]
         args.feat_dim, args.hidden, args.batch_size, args.max_train_nodes = 16, 32, 256, 2048
@@ -132,19 +137,19 @@ def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
     """Keep a seeded random ``cap`` of the training nodes (the train mask is rewritten)."""
     import torch
 
-    ids = common.split_ids(graph, "train")
+    ids = workload.split_ids(graph, "train")
     if ids.numel() > cap:
         keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
         mask = torch.zeros(graph.num_nodes(), dtype=torch.bool)
         mask[keep] = True
         graph.ndata["train_mask"] = mask
-    return int(common.split_ids(graph, "train").numel())
+    return int(workload.split_ids(graph, "train").numel())
 
 
 def _hand_cfg(args: Any, batch_size: int, out: str, join: bool, fresh_thread: bool) -> Dict[str, Any]:
     return {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
             "batch_size": batch_size, "lr": args.lr, "dropout": 0.5, "epochs": args.epochs,
-            "threads": max(1, common.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
+            "threads": max(1, sysinfo.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
             "fresh_thread": fresh_thread}
 
 
@@ -153,7 +158,7 @@ def run_handwritten(graph: Any, args: Any, batch_size: int, join: bool = False,
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hand.json")
         t = time.perf_counter()
-        common.naive_spawn(graph, args.world, _hand_cfg(args, batch_size, out, join, fresh_thread))
+        handwritten.naive_spawn(graph, args.world, _hand_cfg(args, batch_size, out, join, fresh_thread))
         res = json.loads(Path(out).read_text())
         res["run_wall_s"] = time.perf_counter() - t
         return res
@@ -171,7 +176,7 @@ def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
     from graphtrainer import Trainer
 
     timer = EpochTimer()
-    task = common.BenchTask(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
+    task = workload.BenchTask(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
                             batch_size=batch_size, lr=args.lr, dropout=0.5)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(num_procs=args.world, max_epochs=args.epochs, progress_bar=False, logger=False,
@@ -179,10 +184,10 @@ def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
         t = time.perf_counter()
         trainer.fit(task)
         wall = time.perf_counter() - t
-    metrics = common.evaluate(task.module, graph, common.split_ids(graph, "test"))
+    metrics = handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))
     return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
             **metrics, "run_wall_s": wall,
-            "threads": trainer.threads_per_proc or max(1, common.available_cores() // args.world)}
+            "threads": trainer.threads_per_proc or max(1, sysinfo.available_cores() // args.world)}
 
 
 ARMS = {"handwritten": ("hand-written", run_handwritten), "handwritten_join": ("hand-written + Join", run_handwritten_join),
@@ -199,7 +204,7 @@ def graph_specs(args: Any) -> List[Dict[str, Any]]:
     for ds in args.datasets:
         if ds == "synthetic":
             s = args.size
-            specs.append({"dataset": "synthetic", "label": common.size_label(s), "num_nodes": s["num_nodes"],
+            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
                           "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
                           "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
         else:
@@ -223,13 +228,13 @@ def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
             step = (ends[-1] - ends[0]) / (len(ends) - 1)
             steps.append(step)
             fixed.append(total - len(ends) * step)
-    return {"step_ms": 1000 * common.median(steps), "epoch_fixed_ms": 1000 * common.median(fixed)}
+    return {"step_ms": 1000 * report.median(steps), "epoch_fixed_ms": 1000 * report.median(fixed)}
 
 
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
             world: int) -> Dict[str, Any]:
-    med = {k: common.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
-    pairs = [common.median(steady(b["epoch_times_s"])) / common.median(steady(a["epoch_times_s"]))
+    med = {k: report.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
+    pairs = [report.median(steady(b["epoch_times_s"])) / report.median(steady(a["epoch_times_s"]))
              for a, b in zip(runs["handwritten"], runs["graphtrainer"])]
     steps = runs["graphtrainer"][0]["steps_per_epoch"][-1]
     metric = "test_auc" if "test_auc" in runs["handwritten"][0] else "test_acc"
@@ -270,9 +275,10 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
                     + [f"{r['ratio']:.3f}x", " / ".join(f"{x:.3f}" for x in r["pair_ratios"])]
                     + [f"{r['costs'][k]['step_ms']:.2f}, {r['costs'][k]['epoch_fixed_ms']:.0f}" for k in arms]
                     + [f"{r['metric'].replace('test_', '')} " + " / ".join(f"{a:.4f}" for a in r["scores"][k]) for k in arms]
-                    + [f"{r['metric_diff']:+.4f}", ("yes" if r["met"] else "**no**") + common.noise_note(r["other_cores"]),
+                    + [f"{r['metric_diff']:+.4f}",
+                       ("yes" if r["met"] else "**no**") + sysinfo.noise_note(r["other_cores"]),
                        f"{r['other_cores']:.2f}"])
-    md = common.markdown_table(headers, rows)
+    md = report.markdown_table(headers, rows)
     md += "\n\nGraphtrainer took " + "; ".join(
         f"{r['graph']} {r['extra_step_ms']:+.2f} ms/step and {r['extra_epoch_fixed_ms']:+.0f} ms/epoch fixed"
         for r in results) + " more than the hand-written loop (ms/step: mean interval between step ends inside " \
@@ -312,7 +318,7 @@ def payload_for(args: Any, machine: Dict[str, Any], versions: Dict[str, str], wa
             "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
                          "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
                          "met": r["met"], "other_cores": r["other_cores"],
-                         "valid": r["other_cores"] <= common.NOISY_CORES} for r in results]}
+                         "valid": r["other_cores"] <= sysinfo.NOISY_CORES} for r in results]}
 
 
 def rerender(args: Any) -> Dict[str, Any]:
@@ -325,7 +331,7 @@ def rerender(args: Any) -> Dict[str, Any]:
     payload = payload_for(args, old["machine"], old["versions"], old["wall_s"], results)
     payload["config"] = dict(cfg, rerendered_from=str(args.from_json))
     md = render(results, args)
-    paths = common.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
+    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
     print(f"[{NAME}] re-analysed {args.from_json}; wrote {', '.join(str(p) for p in paths.values())}")
     return payload
@@ -336,15 +342,15 @@ def main(argv: Any = None) -> Dict[str, Any]:
     if args.from_json:
         return rerender(args)
     specs = graph_specs(args)
-    common.refuse_if_too_big([{"label": s["label"], "estimate_mb": common.estimate_mb(
+    memory.refuse_if_too_big([{"label": s["label"], "estimate_mb": memory.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)} for s in specs])
-    machine = common.machine_info()
+    machine = sysinfo.machine_info()
     t_start = time.time()
     arms = ["handwritten"] + (["handwritten_join"] if args.join_arm else []) \
         + (["handwritten_thread"] if args.thread_arm else []) + ["graphtrainer"]
     results: List[Dict[str, Any]] = []
     for spec in specs:
-        graph = common.build_graph(spec)
+        graph = workload.build_graph(spec)
         n_train = cap_train(graph, args.max_train_nodes)
         graph.create_formats_()  # both sides sample from the same prepared structure
         runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in arms}
@@ -353,7 +359,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
             for name in arms:
                 load = round(os.getloadavg()[0], 2)
                 print(f"[{NAME}] {spec['label']} round {rnd + 1}/{args.rounds}: {name} (load {load})", flush=True)
-                with common.LoadMeter() as meter:
+                with sysinfo.LoadMeter() as meter:
                     res = ARMS[name][1](graph, args, spec["batch_size"])
                 res["loadavg_1min_before"] = load
                 res["other_cores"] = meter.other_cores
@@ -365,8 +371,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
         results.append(analyse(spec, n_train, runs, order, args.world))
         del graph
     md = render(results, args)
-    payload = payload_for(args, machine, common.versions(), round(time.time() - t_start, 1), results)
-    paths = common.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
+    payload = payload_for(args, machine, sysinfo.versions(), round(time.time() - t_start, 1), results)
+    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload

@@ -6,6 +6,8 @@ import os
 import psutil
 import pytest
 
+from launch_env import LAUNCH_VARS
+
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 
@@ -37,6 +39,5 @@ def root_dir(tmp_path):
 def _no_external_launch_env(monkeypatch):
     """Tests start from a clean environment: a stray RANK/WORLD_SIZE would turn the
     trainer into an externally launched rank."""
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"):
+    for name in LAUNCH_VARS:
         monkeypatch.delenv(name, raising=False)

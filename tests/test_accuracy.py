@@ -7,6 +7,10 @@ import torch
 from graphtrainer import ModelCheckpoint, Trainer
 from graphtrainer.examples.node_classification import NodeClassification, standardize_features
 
+# Full training runs on real datasets: minutes.
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 datasets = pytest.importorskip("graphtrainer.datasets")
 
 

@@ -14,16 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from launch_env import env_without_launch
+
+# Each benchmark runs in a subprocess (tiny sizes: 15-25 s each; bad input: ~1.5 s each).
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 TINY_TIMEOUT_S = 420
 
 
 def run_bench(script: str, *args: str, timeout: float = TINY_TIMEOUT_S) -> subprocess.CompletedProcess:
-    env = dict(os.environ, DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"):
-        env.pop(name, None)
+    env = env_without_launch(DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

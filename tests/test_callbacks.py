@@ -1,4 +1,4 @@
-"""Callbacks (ModelCheckpoint, EarlyStopping, ProgressBar, LearningRateMonitor) and
+"""Callbacks (ModelCheckpoint, EarlyStopping, ProgressBar, PrintMetrics, LearningRateMonitor) and
 training controls (optimizer/scheduler forms, gradient clipping, accumulation)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphtrainer import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar,
-                          RankFailedError, Trainer)
+from graphtrainer import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, PrintMetrics,
+                          ProgressBar, RankFailedError, Trainer)
 
 from tasks import RegressionTask, Recorder
 
@@ -211,6 +211,33 @@ def test_progress_bar_only_on_rank_zero(root_dir, capfd):
     assert len(re.findall(r"epoch 0:\s+0%", err)) == 1
     assert len(re.findall(r"epoch 1:\s+0%", err)) == 1
     assert "4/4" in err  # rank 0's share: 32 samples in batches of 8
+
+
+# ---- PrintMetrics ----------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_print_metrics_one_reduced_line_per_epoch_on_rank_zero(root_dir, capfd):
+    # Each rank logs its own score at its validation epoch end: the line shows the mean over
+    # both ranks, so it is printed after validation and after the reduction.
+    script = {"score": [[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]}
+    show = PrintMetrics(["score", "val_loss", "never_logged"], formats={"score": ".2f"})
+    trainer = _trainer(root_dir, 3, [show], num_procs=2)
+    trainer.fit(RegressionTask(script=script))
+    lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("epoch")]
+    # One line per epoch (rank 0 only), numbered as history rows and checkpoint names are.
+    assert [row["epoch"] for row in trainer.history] == [0, 1, 2]
+    assert lines == [f"epoch {row['epoch']:3d}  score {row['score']:.2f}  val_loss {row['val_loss']:.4f}"
+                     for row in trainer.history]
+    assert [row["score"] for row in trainer.history] == [0.5, 1.5, 2.5]
+
+
+def test_print_metrics_keys_patterns_and_formats():
+    metrics = {"train_loss": 0.25, "b_rank1": 2.0, "b_rank0": 3.0, "val_acc": 0.5}
+    show = PrintMetrics(["train_loss", "b_rank*", "val_auc", "train_loss"], formats={"b_rank*": ".0f"})
+    assert show.selected(metrics) == ["train_loss", "b_rank0", "b_rank1"]  # missing left out, once each
+    assert show.format_line(7, metrics, seconds=12.4) == "epoch   7  train_loss 0.2500  b_rank0 3  b_rank1 2  (12 s)"
+    assert PrintMetrics(fmt=".1f").format_line(0, {"z": 1.0, "a": 2.0}) == "epoch   0  a 2.0  z 1.0"
+    with pytest.raises(TypeError, match="sequence of metric names"):
+        PrintMetrics("train_loss")
 
 
 # ---- LearningRateMonitor and configure_optimizers forms -------------------------------------

@@ -226,6 +226,7 @@ def test_mid_epoch_checkpoint_resumes_at_start_of_that_epoch(root_dir, tmp_path)
 
 
 # ---- 2 ranks, spawn ------------------------------------------------------------------------
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(180)
 def test_resume_two_ranks_spawn_is_bit_identical(root_dir, tmp_path):
     # Baseline with fork (cheaper); the same arithmetic runs under spawn.

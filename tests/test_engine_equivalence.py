@@ -17,6 +17,10 @@ from graphtrainer import Trainer
 
 from tasks import FullSageTask, ParamDump, make_graph
 
+# Three 2-rank fits against a 1-rank reference, spawn included: ~10 s each.
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 EPOCHS = 3
 B = 8
 

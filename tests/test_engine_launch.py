@@ -18,6 +18,7 @@ from graphtrainer import Callback, EarlyStopping, ProgressBar, Trainer
 from graphtrainer import distributed as gdist
 
 from conftest import rank_children
+from launch_env import env_without_launch
 from tasks import RegressionTask, SageTask, make_graph
 
 TESTS = Path(__file__).resolve().parent
@@ -48,11 +49,11 @@ def test_fork_after_heavy_openmp_work_in_parent(root_dir):
 
 
 # ---- torchrun --------------------------------------------------------------------------------
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(180)
 def test_torchrun_two_nodes_train_identical_parameters(root_dir, tmp_path):
     port = gdist.free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = env_without_launch()
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
          "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
@@ -212,6 +213,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(120)
 def test_plain_torch_task_trains_without_dgl(tmp_path):
     script = tmp_path / "plain.py"

@@ -8,6 +8,10 @@ import torch
 
 from tutorial_run import run_fast
 
+# The tutorial as a user runs it, in a subprocess: seconds.
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.timeout(120)
 def test_fast_run_trains_checkpoints_tests_and_predicts(tmp_path):

@@ -92,6 +92,7 @@ def test_arxiv_missing_files_are_named(tmp_path):
         module.load_ogbn_arxiv(tmp_path)
 
 
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(120)
 def test_arxiv_cli_message_then_training_on_tiny_files(tmp_path):
     missing = tutorial_run.run(NAME, "--dataset", "ogbn-arxiv", "--ogb-root", str(tmp_path / "nowhere"),
@@ -110,6 +111,7 @@ def test_arxiv_cli_message_then_training_on_tiny_files(tmp_path):
     assert Path(summary["checkpoint"]).is_file()
 
 
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(120)
 def test_fast_run_on_tolokers(tmp_path):
     summary = tutorial_run.run_fast(NAME, tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=90)

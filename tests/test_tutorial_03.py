@@ -50,6 +50,7 @@ def test_sampler_fanout_without_replacement_and_weights():
     assert torch.equal(blocks[1].dstdata["label"], g.ndata["label"][output_nodes])
 
 
+@pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(120)
 def test_fast_run(tmp_path):
     s = tutorial_run.run_fast(NAME, tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=100)

@@ -9,6 +9,10 @@ import torch
 
 from tutorial_run import run_fast
 
+# The tutorial as a user runs it, in a subprocess: seconds.
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.timeout(200)
 def test_tutorial_04_fast(tmp_path):

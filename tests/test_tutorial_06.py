@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,25 +14,22 @@ from typing import List
 import pytest
 import torch
 
+from graphtrainer.distributed import free_port
+from launch_env import env_without_launch
+
+# Two torchrun "nodes" and a stand-in srun, each in subprocesses: 10 s and more.
+# Left out of the quick run, pytest -m "not slow".
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tutorials" / "06_multinode.py"
 SBATCH = ROOT / "tutorials" / "06_multinode.sbatch"
 TIMEOUT = 150
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _env(**extra: str) -> dict:
     # No OMP_NUM_THREADS: the ranks' thread count must come from --threads-per-proc.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
-           and not k.startswith("SLURM_")}
-    env.update(DGLBACKEND="pytorch", **extra)
-    return env
+    return env_without_launch("OMP_NUM_THREADS", "SLURM_*", **{"DGLBACKEND": "pytorch", **extra})
 
 
 def _finish(procs: List[subprocess.Popen], timeout: float) -> List[str]:
@@ -73,7 +69,7 @@ def _check_summary(out: Path, launched_by: str, threads: int) -> dict:
 
 def test_two_torchrun_nodes(tmp_path):
     out = tmp_path / "t06"
-    port = _free_port()
+    port = free_port()
     procs = []
     for node in (0, 1):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
@@ -118,7 +114,7 @@ def test_sbatch_under_stand_in_srun(tmp_path):
     out = tmp_path / "t06_slurm"
     env = _env(PATH=f"{bindir}:{os.environ['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="127.0.0.1",
                SLURM_NTASKS="2", SLURM_NNODES="2", SLURM_SUBMIT_DIR=str(ROOT), SLURM_CPUS_PER_TASK="1",
-               MASTER_PORT=str(_free_port()), GPUS_PER_NODE="0", OUT=str(out))
+               MASTER_PORT=str(free_port()), GPUS_PER_NODE="0", OUT=str(out))
     proc = subprocess.Popen(["bash", str(SBATCH), "--fast"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     (text,) = _finish([proc], TIMEOUT)

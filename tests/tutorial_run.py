@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict
 
+from launch_env import env_without_launch
+
 ROOT = Path(__file__).resolve().parents[1]
-#: A launcher's variables would make the script's trainer act as one externally started rank.
-LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def script(name: str) -> Path:
@@ -20,9 +19,8 @@ def script(name: str) -> Path:
 
 
 def tutorial_env(**extra: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(PYTHONUNBUFFERED="1", DGLBACKEND="pytorch", **extra)
-    return env
+    # A launcher's variables would make the script's trainer act as one externally started rank.
+    return env_without_launch(**{"PYTHONUNBUFFERED": "1", "DGLBACKEND": "pytorch", **extra})
 
 
 def run(name: str, *args: str, timeout: float = 150, check: bool = True,

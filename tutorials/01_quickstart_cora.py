@@ -76,119 +76,37 @@ PyTorch's DDP tutorial) has these steps; the arrow after each says what replaces
                                                 -> ``trainer.test(task, ckpt_path="best")``,
                                                    ``trainer.predict(task, ckpt_path="best")``.
 
+The task
+--------
+The ``GraphTask`` is :class:`graphtrainer.examples.node_classification.NodeClassification`
+(``graphtrainer/examples/node_classification.py``, about 120 lines): read it next to this
+script, each method is one of the steps above. ``__init__`` keeps the graph and the
+split ids; ``configure_model`` builds the SAGE network (step 3); ``train_dataloader``
+returns ``self.node_dataloader(ids, fanouts, batch_size)`` (step 4); ``training_step``
+returns the loss and ``self.log``-s it (step 5); ``validation_step`` logs ``val_loss``,
+``val_acc`` and ``val_nodes`` (step 6; evaluation takes every neighbour, so it is exact);
+``predict_step`` returns class probabilities, one row per seed. This script only picks
+Cora's settings.
+
 The checkpoint is a plain ``torch.save`` dict: ``ckpt["state_dict"]`` (no ``module.``
 prefix) loads into the bare model, as the end of :func:`main` shows.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
-from graphtrainer.metrics import accuracy  # noqa: E402
+from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
+from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
-
-
-class CoraSAGE(GraphTask):
-    """Minibatch GraphSAGE node classification: everything a researcher writes."""
-
-    def __init__(self, graph: Any, fanouts: Sequence[int] = (10, 10), hidden: int = 128,
-                 dropout: float = 0.6, lr: float = 5e-3, weight_decay: float = 5e-4,
-                 batch_size: int = 32, eval_batch_size: int = 512):
-        super().__init__()
-        self.save_hyperparameters()        # plain arguments -> hparams.yaml and checkpoints
-        self.graph = graph                 # shared with the ranks (fork: copy-on-write)
-        self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
-        self.lr, self.weight_decay = lr, weight_decay
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.num_classes = int(graph.ndata["label"].max()) + 1
-        self.ids = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
-
-    # Classic step 3: the model, built inside each rank; the trainer wraps it in DDP.
-    def configure_model(self) -> torch.nn.Module:
-        return SAGE(self.graph.ndata["feat"].shape[1], self.hidden, self.num_classes,
-                    num_layers=len(self.fanouts), dropout=self.dropout)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-
-    # Classic step 4: each rank's share of the seed nodes. A list of fanouts means DGL's
-    # NeighborSampler, prefetching ndata["feat"] for the inputs and ["label"] for the seeds.
-    def train_dataloader(self) -> Any:
-        return self.node_dataloader(self.ids["train"], self.fanouts, self.batch_size)
-
-    # Evaluation takes every neighbour, so it is exact; every id is scored exactly once
-    # over all ranks (the trainer turns off shuffling and padding for these loaders).
-    def _eval_loader(self, split: str) -> Any:
-        import dgl
-
-        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(
-            len(self.fanouts), prefetch_node_feats=["feat"], prefetch_labels=["label"])
-        return self.node_dataloader(self.ids[split], sampler, self.eval_batch_size, shuffle=False)
-
-    def val_dataloader(self) -> Any:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> Any:
-        return self._eval_loader("test")
-
-    def predict_dataloader(self) -> Any:
-        return self._eval_loader("test")
-
-    def _forward(self, batch: Any) -> tuple:
-        input_nodes, seeds, blocks = batch
-        return self.model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
-
-    # Classic step 5: one step. Backward, optimizer step, Join and gradient sync are the trainer's.
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        logits, labels = self._forward(batch)
-        loss = F.cross_entropy(logits, labels)
-        # The batch size (number of seeds) is read from the DGL batch: epoch values are
-        # sum(value * n) / sum(n) over all batches of all ranks.
-        self.log("train_loss", loss, prog_bar=True)
-        self.log("train_acc", accuracy(logits, labels))
-        return loss
-
-    # Classic step 6: every rank scores its share; the trainer reduces exactly.
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        logits, labels = self._forward(batch)
-        self.log("val_loss", F.cross_entropy(logits, labels))
-        self.log("val_acc", accuracy(logits, labels))
-        # A total, not a mean: how many nodes all ranks scored together (each id once,
-        # none padded or dropped). reduce_fx="sum" adds the values of every call on every rank.
-        self.log("val_nodes", labels.numel(), reduce_fx="sum")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        logits, labels = self._forward(batch)
-        self.log("test_acc", accuracy(logits, labels))
-        self.log("test_nodes", labels.numel(), reduce_fx="sum")
-
-    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        logits, _ = self._forward(batch)
-        return torch.softmax(logits, dim=-1)      # one row per seed, in the batch's order
-
-
-class PrintEpoch(Callback):
-    """One line per epoch on rank 0 with the reduced metrics."""
-
-    monitoring = True           # runs after the epoch's metrics are reduced
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            m = trainer.callback_metrics
-            print(f"epoch {trainer.current_epoch:3d}  train_loss {m['train_loss']:.4f}  "
-                  f"train_acc {m['train_acc']:.4f}  val_loss {m['val_loss']:.4f}  "
-                  f"val_acc {m['val_acc']:.4f}", flush=True)
+from tutorials.summary import report  # noqa: E402
 
 
 def full_graph_inference(model: torch.nn.Module, graph: Any) -> torch.Tensor:
@@ -219,15 +137,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     started = time.time()
     graph = datasets.load("cora")       # offline: ../shared/datasets (or $GRAPHTRAINER_DATA)
-    task = CoraSAGE(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
-                    lr=args.lr, dropout=args.dropout, batch_size=args.batch_size)
+    # Cora's settings: small batches (140 training nodes), weight decay, strong dropout.
+    task = NodeClassification(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
+                              dropout=args.dropout, lr=args.lr, weight_decay=5e-4, batch_size=args.batch_size,
+                              eval_batch_size=512)
     print(f"cora: {graph.num_nodes()} nodes, {graph.num_edges()} edges, {graph.ndata['feat'].shape[1]} "
           f"features, {task.num_classes} classes; train/val/test "
-          f"{len(task.ids['train'])}/{len(task.ids['val'])}/{len(task.ids['test'])}", flush=True)
+          f"{len(task.split_ids['train'])}/{len(task.split_ids['val'])}/{len(task.split_ids['test'])}", flush=True)
 
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
+    # One line per epoch on rank 0, after the epoch's metrics are reduced over both ranks.
+    show = PrintMetrics(["train_loss", "train_acc", "val_loss", "val_acc"])
     trainer = Trainer(num_procs=args.num_procs, max_epochs=args.epochs, seed=args.seed,
-                      default_root_dir=args.root_dir, callbacks=[ckpt, PrintEpoch()], progress_bar=False)
+                      default_root_dir=args.root_dir, callbacks=[ckpt, show], progress_bar=False)
     t0 = time.time()
     trainer.fit(task)
     fit_s = time.time() - t0
@@ -241,7 +163,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     # Predict with the best checkpoint: rows come back in the order of the ids given.
     probs = trainer.predict(task, ckpt_path="best")
-    labels = graph.ndata["label"][task.ids["test"]]
+    labels = graph.ndata["label"][task.split_ids["test"]]
     pred_acc = float((probs.argmax(-1) == labels).float().mean())
     print(f"predict (best checkpoint, {args.num_procs} ranks): {probs.shape[0]} rows; accuracy {pred_acc:.4f}",
           flush=True)
@@ -250,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     state = torch.load(ckpt.best_model_path, map_location="cpu", weights_only=True)
     fresh = SAGE(graph.ndata["feat"].shape[1], task.hidden, task.num_classes, num_layers=len(task.fanouts))
     fresh.load_state_dict(state["state_dict"])
-    logits = full_graph_inference(fresh, graph)[task.ids["test"]]
+    logits = full_graph_inference(fresh, graph)[task.split_ids["test"]]
     fresh_acc = float((logits.argmax(-1) == labels).float().mean())
     agree = int((logits.argmax(-1) == probs.argmax(-1)).sum())
     print(f"fresh model + checkpoint state_dict, full-graph inference in this process: test accuracy "
@@ -268,12 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "log_dir": str(trainer.log_dir), "fit_seconds": round(fit_s, 1),
         "seconds": round(time.time() - started, 1),
     }
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 

@@ -63,7 +63,8 @@ The hand-written steps of DGL's tutorial, and what replaces them
        -> ``self.node_dataloader(train_ids, sampler, 1024)``. DGL 2.1's ``use_ddp`` has no
           ``set_epoch`` any more (the tutorial's call fails on 2.1), ignores ``ddp_seed``
           and hands every rank the *same contiguous slice* each epoch, shuffling only inside
-          it (DESIGN.md fact 4). ``node_dataloader`` permutes all ids from ``(seed, epoch)``,
+          it with each process's own ``np.random`` (measured on DGL 2.1).
+          ``node_dataloader`` permutes all ids from ``(seed, epoch)``,
           identically on every rank, then splits: each rank sees new nodes every epoch.
 4. ``model = DDP(Model(...).to(device), device_ids=...)``; ``Adam``.
        -> ``configure_model`` / ``configure_optimizers``.
@@ -104,12 +105,11 @@ it looked, and the script exits with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -117,9 +117,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
-from graphtrainer.metrics import accuracy, roc_auc  # noqa: E402
+from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
+from graphtrainer.examples.node_classification import NodeClassification, standardize_features  # noqa: E402
+from tutorials.summary import report  # noqa: E402
 
 OGB_ROOT_ENV = "OGB_ROOT"
 ARXIV_REQUIRED = ("raw/edge.csv.gz", "raw/node-feat.csv.gz", "raw/node-label.csv.gz",
@@ -217,7 +217,6 @@ def load_graph(name: str, ogb_root: Optional[str]) -> Any:
     if name == "ogbn-arxiv":
         return load_ogbn_arxiv(ogb_root or os.environ.get(OGB_ROOT_ENV) or "dataset")
     from graphtrainer import datasets
-    from graphtrainer.examples.node_classification import standardize_features
 
     graph = datasets.load(name)          # Tolokers: split 0 of its 10 fixed splits
     if name == "tolokers":
@@ -252,105 +251,31 @@ class Model(nn.Module):
 # ---------------------------------------------------------------------------------------
 # 3. The task: steps 3-7 of the hand-written run(), minus the plumbing.
 # ---------------------------------------------------------------------------------------
-class MultiGPUNodeClassification(GraphTask):
-    """DGL's tutorial's training loop; with 2 classes it also reports ROC-AUC."""
+class MultiGPUNodeClassification(NodeClassification):
+    """DGL's tutorial's model and sampler in the example's node-classification task.
+
+    Everything else (loaders, steps, exact evaluation with every neighbour, ROC-AUC from
+    the scores gathered from all ranks) is :class:`NodeClassification`'s, in
+    ``graphtrainer/examples/node_classification.py``. With 2 classes it reports ROC-AUC.
+    """
 
     def __init__(self, graph: Any, fanouts: Sequence[int] = (4, 4), hidden: int = 128,
                  batch_size: int = 1024, lr: float = 1e-3):
-        super().__init__()
-        self.save_hyperparameters()
-        self.graph = graph
-        self.fanouts, self.hidden, self.batch_size, self.lr = list(fanouts), hidden, batch_size, lr
-        self.num_classes = int(graph.ndata["label"].max()) + 1
-        self.binary = self.num_classes == 2
-        self.ids = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
-        self._scores: List[torch.Tensor] = []
-        self._labels: List[torch.Tensor] = []
+        binary = int(graph.ndata["label"].max()) == 1
+        # DGL's tutorial: Adam(lr) without weight decay, evaluation in batches of the same size.
+        super().__init__(graph, fanouts=fanouts, hidden=hidden, lr=lr, batch_size=batch_size,
+                         eval_batch_size=batch_size, metric="roc_auc" if binary else "accuracy")
+        self.binary = binary
 
     def configure_model(self) -> nn.Module:
         return Model(self.graph.ndata["feat"].shape[1], self.hidden, self.num_classes)
 
-    def configure_optimizers(self) -> Any:
-        return torch.optim.Adam(self.model.parameters(), lr=self.lr)   # DGL's: Adam() defaults
-
-    def train_dataloader(self) -> Any:
+    def train_sampler(self) -> Any:
         import dgl
 
         # DGL's sampler, unchanged; use_ddp=True and set_epoch are replaced by node_dataloader.
-        sampler = dgl.dataloading.NeighborSampler(self.fanouts, prefetch_node_feats=["feat"],
-                                                  prefetch_labels=["label"])
-        return self.node_dataloader(self.ids["train"], sampler, self.batch_size, shuffle=True)
-
-    def _eval_loader(self, split: str) -> Any:
-        import dgl
-
-        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(
-            2, prefetch_node_feats=["feat"], prefetch_labels=["label"])
-        return self.node_dataloader(self.ids[split], sampler, self.batch_size, shuffle=False)
-
-    def val_dataloader(self) -> Any:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> Any:
-        return self._eval_loader("test")
-
-    def _forward(self, batch: Any) -> tuple:
-        input_nodes, output_nodes, mfgs = batch
-        return self.model(mfgs, mfgs[0].srcdata["feat"]), mfgs[-1].dstdata["label"]
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        predictions, labels = self._forward(batch)
-        loss = F.cross_entropy(predictions, labels)
-        self.log("train_loss", loss, prog_bar=True)          # DGL's tq.set_postfix(loss=..., acc=...)
-        self.log("train_acc", accuracy(predictions, labels), prog_bar=True)
-        return loss
-
-    # Per-rank evaluation: each rank scores its share; scores are kept for ROC-AUC.
-    def _eval_step(self, batch: Any, prefix: str) -> None:
-        predictions, labels = self._forward(batch)
-        self.log(f"{prefix}_loss", F.cross_entropy(predictions, labels))
-        self.log(f"{prefix}_acc", accuracy(predictions, labels))
-        # A total over all batches of all ranks (each id once), not a mean.
-        self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
-        if self.binary:
-            self._scores.append(torch.softmax(predictions, -1)[:, 1])
-            self._labels.append(labels)
-
-    def _eval_epoch_end(self, prefix: str) -> None:
-        # ROC-AUC is not a mean of per-batch values: it needs every score of every rank.
-        # Collectives are fine here (outside the training step): gather every rank's rows.
-        if not self.binary:
-            return
-        local_scores = torch.cat(self._scores) if self._scores else torch.zeros(0)
-        local_labels = torch.cat(self._labels) if self._labels else torch.zeros(0, dtype=torch.long)
-        scores, labels = self.all_gather(local_scores), self.all_gather(local_labels)
-        self._scores, self._labels = [], []
-        self.log(f"{prefix}_auc", roc_auc(scores, labels), batch_size=1)   # same value on every rank
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
-
-
-class PrintEpoch(Callback):
-    """DGL's ``print('Epoch {} Validation Accuracy {}')``, on rank 0, with exact values."""
-
-    monitoring = True
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            m = trainer.callback_metrics
-            auc = f"  val_auc {m['val_auc']:.4f}" if "val_auc" in m else ""
-            print(f"epoch {trainer.current_epoch:3d}  train_loss {m['train_loss']:.4f}  train_acc "
-                  f"{m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}{auc}", flush=True)
+        return dgl.dataloading.NeighborSampler(self.fanouts, prefetch_node_feats=["feat"],
+                                               prefetch_labels=["label"])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -382,13 +307,16 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     task = MultiGPUNodeClassification(graph, batch_size=args.batch_size, lr=args.lr)
     print(f"{args.dataset}: {graph.num_nodes()} nodes, {graph.num_edges()} edges, "
           f"{graph.ndata['feat'].shape[1]} features, {task.num_classes} classes; train/val/test "
-          f"{len(task.ids['train'])}/{len(task.ids['val'])}/{len(task.ids['test'])}; "
+          f"{len(task.split_ids['train'])}/{len(task.split_ids['val'])}/{len(task.split_ids['test'])}; "
           f"{args.num_procs} CPU processes", flush=True)
 
     monitor = "val_auc" if task.binary else "val_acc"
     ckpt = ModelCheckpoint(monitor=monitor, mode="max", filename="{epoch}-{" + monitor + ":.4f}")
+    # DGL's print('Epoch {} Validation Accuracy {}'), on rank 0, with exact values
+    # (val_auc only exists for binary datasets: a missing metric is left out of the line).
+    show = PrintMetrics(["train_loss", "train_acc", "val_acc", "val_auc"])
     trainer = Trainer(num_procs=args.num_procs, max_epochs=args.epochs, seed=args.seed,
-                      default_root_dir=args.root_dir, callbacks=[ckpt, PrintEpoch()])
+                      default_root_dir=args.root_dir, callbacks=[ckpt, show])
     t0 = time.time()
     trainer.fit(task)
     fit_s = time.time() - t0
@@ -412,12 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     }
     if task.binary:
         result.update(final_val_auc=last["val_auc"], test_auc=test["test_auc"])
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 

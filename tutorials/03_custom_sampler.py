@@ -20,11 +20,11 @@ smoke test (``tests/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
 
     synthetic graph: 100000 nodes, 1000000 edges, 64-dim features, 8 classes; train/val/test 10000/5000/85000; weighted sampler, fanouts [5, 5]
     graph formats before fit: {'created': ['coo'], 'not created': ['csr', 'csc']}
-    epoch   0  train_loss 3.0367  train_acc 0.1839  val_acc 0.3180  input nodes/batch 12274
-    epoch   1  train_loss 1.8403  train_acc 0.3875  val_acc 0.5908  input nodes/batch 12284
+    epoch   0  train_loss 3.0367  train_acc 0.1839  val_acc 0.3180  input_nodes 12274
+    epoch   1  train_loss 1.8403  train_acc 0.3875  val_acc 0.5908  input_nodes 12284
     ...
-    epoch   8  train_loss 0.6611  train_acc 0.7778  val_acc 0.8500  input nodes/batch 12270
-    epoch   9  train_loss 0.6367  train_acc 0.7889  val_acc 0.8582  input nodes/batch 12268
+    epoch   8  train_loss 0.6611  train_acc 0.7778  val_acc 0.8500  input_nodes 12270
+    epoch   9  train_loss 0.6367  train_acc 0.7889  val_acc 0.8582  input_nodes 12268
     graph formats after fit (the trainer called create_formats_() before launching): {'created': ['coo', 'csr', 'csc'], 'not created': []}
     fit: 10 epochs in 7.8 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8582.ckpt (val_acc 0.8582)
     memory at end of fit, rank 0  : PSS   351.2 MB  USS   235.7 MB  RSS   592.8 MB
@@ -94,9 +94,8 @@ once, whatever N is. Two things break that:
   included, on a machine with GPUs when the parent ran a backward pass before ``fit``
   (autograd's per-device threads do not survive a fork).
 
-How much it matters at scale: fact 9 of the project's design brief
-(``../shared/DESIGN.md``, "Facts measured on the pinned stack (torch 2.2.1, dgl 2.1.0,
-gloo, 2 cores)"), for a 2,000,000-node, 20,000,000-edge graph with 64-dim float
+How much it matters at scale, measured on this project's pinned stack (torch 2.2.1,
+dgl 2.1.0, gloo, 2 cores) for a 2,000,000-node, 20,000,000-edge graph with 64-dim float
 features, 2 ranks, total PSS (proportional set size: shared pages divided among the
 processes sharing them, so the figures add up to the real footprint) of all processes:
 
@@ -128,7 +127,6 @@ The classic hand-written workflow, and what replaces it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -136,14 +134,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
-from graphtrainer.metrics import accuracy  # noqa: E402
-from graphtrainer.models import SAGE  # noqa: E402
+from graphtrainer import Callback, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
+from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
+from tutorials.summary import report  # noqa: E402
 
 import dgl  # noqa: E402
 
@@ -197,80 +193,33 @@ def inverse_degree_weights(graph: Any) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 # 2. The task: the sampler goes into node_dataloader.
 # ---------------------------------------------------------------------------------------
-class CustomSamplerTask(GraphTask):
+class CustomSamplerTask(NodeClassification):
+    """The example's node-classification task (``graphtrainer/examples/node_classification.py``:
+    model, steps, exact evaluation with every neighbour) with this sampler for training."""
+
     def __init__(self, graph: Any, fanouts: Sequence[int] = (5, 5), sampler: str = "weighted",
                  hidden: int = 128, lr: float = 3e-3, batch_size: int = 512, eval_batch_size: int = 4096):
-        super().__init__()
-        self.save_hyperparameters()
-        self.graph = graph                 # found by the trainer: create_formats_(), then fork
-        self.fanouts, self.sampler, self.hidden, self.lr = list(fanouts), sampler, hidden, lr
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.num_classes = int(graph.ndata["label"].max()) + 1
-        self.ids = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
+        # self.graph is found by the trainer: create_formats_(), then fork.
+        super().__init__(graph, fanouts=fanouts, hidden=hidden, dropout=0.2, lr=lr,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size)
+        self.save_hyperparameters("sampler")
+        self.sampler = sampler
 
-    def make_sampler(self) -> WeightedFanoutSampler:
+    def train_sampler(self) -> WeightedFanoutSampler:
+        # Any DGL block sampler works here: node_dataloader gives it this rank's share of
+        # the ids, new every epoch.
         return WeightedFanoutSampler(self.fanouts, weight="w" if self.sampler == "weighted" else None)
 
-    def configure_model(self) -> torch.nn.Module:
-        return SAGE(self.graph.ndata["feat"].shape[1], self.hidden, self.num_classes,
-                    num_layers=len(self.fanouts), dropout=0.2)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.Adam(self.model.parameters(), lr=self.lr)
-
-    def train_dataloader(self) -> Any:
-        # Any DGL block sampler works here: this rank's share of the ids, new every epoch.
-        return self.node_dataloader(self.ids["train"], self.make_sampler(), self.batch_size)
-
-    def _eval_loader(self, split: str) -> Any:
-        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(
-            len(self.fanouts), prefetch_node_feats=["feat"], prefetch_labels=["label"])
-        return self.node_dataloader(self.ids[split], sampler, self.eval_batch_size, shuffle=False)
-
-    def val_dataloader(self) -> Any:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> Any:
-        return self._eval_loader("test")
-
-    def _forward(self, batch: Any) -> tuple:
-        _, _, blocks = batch
-        return self.model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
-
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        logits, labels = self._forward(batch)
-        loss = F.cross_entropy(logits, labels)
-        self.log("train_loss", loss, prog_bar=True)
-        self.log("train_acc", accuracy(logits, labels))
+        loss = super().training_step(batch, batch_idx)
         # How many distinct input nodes this batch needed (averaged over batches and ranks).
         self.log("input_nodes", float(batch[0].numel()), batch_size=1)
         return loss
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        logits, labels = self._forward(batch)
-        self.log("val_loss", F.cross_entropy(logits, labels))
-        self.log("val_acc", accuracy(logits, labels))
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        logits, labels = self._forward(batch)
-        self.log("test_acc", accuracy(logits, labels))
-        self.log("test_nodes", labels.numel(), reduce_fx="sum")   # a total over all ranks
-
 
 # ---------------------------------------------------------------------------------------
-# 3. Callbacks: one line per epoch, and each process's memory at the end of fit.
+# 3. A callback: each process's memory at the end of fit.
 # ---------------------------------------------------------------------------------------
-class PrintEpoch(Callback):
-    monitoring = True
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            m = trainer.callback_metrics
-            print(f"epoch {trainer.current_epoch:3d}  train_loss {m['train_loss']:.4f}  train_acc "
-                  f"{m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  input nodes/batch "
-                  f"{m['input_nodes']:.0f}", flush=True)
-
-
 def _memory_mb(pid: Optional[int] = None) -> List[float]:
     import psutil
 
@@ -349,17 +298,18 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     fanouts = [int(f) for f in args.fanouts.split(",")]
     task = CustomSamplerTask(graph, fanouts=fanouts, sampler=args.sampler)
     print(f"synthetic graph: {graph.num_nodes()} nodes, {graph.num_edges()} edges, {args.feat_dim}-dim "
-          f"features, {task.num_classes} classes; train/val/test {len(task.ids['train'])}/"
-          f"{len(task.ids['val'])}/{len(task.ids['test'])}; {args.sampler} sampler, fanouts {fanouts}",
+          f"features, {task.num_classes} classes; train/val/test {len(task.split_ids['train'])}/"
+          f"{len(task.split_ids['val'])}/{len(task.split_ids['test'])}; {args.sampler} sampler, fanouts {fanouts}",
           flush=True)
     formats_before = graph.formats()
     print(f"graph formats before fit: {formats_before}", flush=True)
 
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
     memory = MemoryReport(launcher_pid=os.getpid())
+    show = PrintMetrics(["train_loss", "train_acc", "val_acc", "input_nodes"], formats={"input_nodes": ".0f"})
     trainer = Trainer(num_procs=args.num_procs, launcher=args.launcher, max_epochs=args.epochs,
                       seed=args.seed, default_root_dir=args.root_dir,
-                      callbacks=[ckpt, PrintEpoch(), memory], progress_bar=False)
+                      callbacks=[ckpt, show, memory], progress_bar=False)
     t0 = time.time()
     trainer.fit(task)
     fit_s = time.time() - t0
@@ -375,7 +325,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     print(f"memory at end of fit, total PSS of all {len(memory.rows)} processes: {total_pss:.1f} MB "
           f"({args.launcher} launcher)", flush=True)
 
-    stats = sampled_neighbour_stats(graph, task.ids["train"][:2000], fanouts[-1])
+    stats = sampled_neighbour_stats(graph, task.split_ids["train"][:2000], fanouts[-1])
     print(f"one layer for 2000 training seeds, fanout {fanouts[-1]}: mean degree of sampled "
           f"neighbours: uniform {stats['uniform_mean_neighbour_degree']:.1f}, weighted (1/degree) "
           f"{stats['weighted_mean_neighbour_degree']:.1f}; over all edges "
@@ -398,12 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "total_pss_mb": total_pss, "sampling": stats,
         "fit_seconds": round(fit_s, 1), "seconds": round(time.time() - started, 1),
     }
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 

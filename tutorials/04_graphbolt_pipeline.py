@@ -31,19 +31,19 @@ Output of the full run, measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
     Start to preprocess the on-disk dataset.
     Finish preprocessing the on-disk dataset.
     GraphBolt dataset at runs/tutorial04/graphbolt_cora: 2708 nodes, 10556 edges; train/val/test 140/500/1000
-    epoch   0  train_loss 1.9197  val_loss 1.8458  val_acc 0.6220  batches per rank 3/2
-    epoch   1  train_loss 1.6703  val_loss 1.6866  val_acc 0.6700  batches per rank 3/2
-    epoch   2  train_loss 1.3172  val_loss 1.5412  val_acc 0.7140  batches per rank 3/2
-    epoch   3  train_loss 0.9473  val_loss 1.3406  val_acc 0.7540  batches per rank 3/2
-    epoch   4  train_loss 0.6271  val_loss 1.1470  val_acc 0.7460  batches per rank 3/2
-    epoch   5  train_loss 0.4095  val_loss 0.9578  val_acc 0.7740  batches per rank 3/2
-    epoch   6  train_loss 0.2689  val_loss 0.8535  val_acc 0.7880  batches per rank 3/2
-    epoch   7  train_loss 0.1775  val_loss 0.8325  val_acc 0.7720  batches per rank 3/2
-    epoch   8  train_loss 0.1175  val_loss 0.8227  val_acc 0.7620  batches per rank 3/2
-    epoch   9  train_loss 0.0923  val_loss 0.7622  val_acc 0.7760  batches per rank 3/2
+    epoch   0  train_loss 1.9197  val_loss 1.8458  val_acc 0.6220  train_batches_rank0 3  train_batches_rank1 2
+    epoch   1  train_loss 1.6703  val_loss 1.6866  val_acc 0.6700  train_batches_rank0 3  train_batches_rank1 2
+    epoch   2  train_loss 1.3172  val_loss 1.5412  val_acc 0.7140  train_batches_rank0 3  train_batches_rank1 2
+    epoch   3  train_loss 0.9473  val_loss 1.3406  val_acc 0.7540  train_batches_rank0 3  train_batches_rank1 2
+    epoch   4  train_loss 0.6271  val_loss 1.1470  val_acc 0.7460  train_batches_rank0 3  train_batches_rank1 2
+    epoch   5  train_loss 0.4095  val_loss 0.9578  val_acc 0.7740  train_batches_rank0 3  train_batches_rank1 2
+    epoch   6  train_loss 0.2689  val_loss 0.8535  val_acc 0.7880  train_batches_rank0 3  train_batches_rank1 2
+    epoch   7  train_loss 0.1775  val_loss 0.8325  val_acc 0.7720  train_batches_rank0 3  train_batches_rank1 2
+    epoch   8  train_loss 0.1175  val_loss 0.8227  val_acc 0.7620  train_batches_rank0 3  train_batches_rank1 2
+    epoch   9  train_loss 0.0923  val_loss 0.7622  val_acc 0.7760  train_batches_rank0 3  train_batches_rank1 2
     ...
-    epoch  28  train_loss 0.0725  val_loss 0.7239  val_acc 0.7680  batches per rank 3/2
-    epoch  29  train_loss 0.0685  val_loss 0.7442  val_acc 0.7600  batches per rank 3/2
+    epoch  28  train_loss 0.0725  val_loss 0.7239  val_acc 0.7680  train_batches_rank0 3  train_batches_rank1 2
+    epoch  29  train_loss 0.0685  val_loss 0.7442  val_acc 0.7600  train_batches_rank0 3  train_batches_rank1 2
     validation, last epoch: exact val_acc 0.7600 over 500 nodes; mean of per-rank accuracies (the hand-written reduction) 0.7592
     best checkpoint runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7880.ckpt (val_acc 0.7880)
     test_acc 0.8000 (exact, 1000 nodes; mean of per-rank accuracies 0.7997); from predict(): 0.8000
@@ -131,7 +131,6 @@ What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -143,9 +142,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
+from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.summary import write_summary  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------
@@ -360,20 +359,6 @@ class GraphBoltNodeClassification(GraphTask):
         return torch.softmax(self._forward(mb), dim=-1)
 
 
-class PrintEpoch(Callback):
-    """One line per epoch on rank 0 with the exactly reduced metrics."""
-
-    monitoring = True
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            m = trainer.callback_metrics
-            batches = "/".join(str(int(m[k])) for k in sorted(m) if k.startswith("train_batches_rank"))
-            print(f"epoch {trainer.current_epoch:3d}  train_loss {m['train_loss']:.4f}  "
-                  f"val_loss {m.get('val_loss', float('nan')):.4f}  val_acc {m.get('val_acc', float('nan')):.4f}  "
-                  f"batches per rank {batches}", flush=True)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-procs", type=int, default=2)
@@ -406,8 +391,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     task = GraphBoltNodeClassification(dataset, fanouts=[int(f) for f in args.fanouts.split(",")],
                                        batch_size=args.batch_size)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
+    # "train_batches_rank*": how many batches each rank trained (this task logs one per rank).
+    show = PrintMetrics(["train_loss", "val_loss", "val_acc", "train_batches_rank*"],
+                        formats={"train_batches_rank*": ".0f"})
     trainer = Trainer(num_procs=args.num_procs, max_epochs=args.epochs, seed=args.seed,
-                      default_root_dir=Path(args.root_dir or out), callbacks=[ckpt, PrintEpoch()],
+                      default_root_dir=Path(args.root_dir or out), callbacks=[ckpt, show],
                       progress_bar=False)
     trainer.fit(task)
     last = trainer.history[-1]
@@ -440,9 +428,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     print(f"test_acc {test['test_acc']:.4f} (exact, {int(test['test_nodes_scored'])} nodes; "
           f"mean of per-rank accuracies {test['test_acc_mean_of_rank_means']:.4f}); "
           f"from predict(): {pred_acc:.4f}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {out / 'summary.json'} ({summary['seconds']} s)", flush=True)
+    path = write_summary(args.out, summary)
+    print(f"summary written to {path} ({summary['seconds']} s)", flush=True)
     return summary
 
 

@@ -22,10 +22,10 @@ Smoke test (a 20,000-node graph, batches of 256, 3 epochs; ``tests/test_tutorial
 Output of the full run, measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
 
     synthetic Reddit-sized graph: 232,965 nodes, 11,648,250 edges (Reddit: 114,615,892), 128 features (Reddit: 602), 41 classes; train/val/test 153,757/23,296/55,912; built in 4.6 s
-    epoch  0  train_loss 4.1592  train_acc 0.0941  val_acc 0.4982  (28 s)
-    epoch  1  train_loss 2.0656  train_acc 0.4543  val_acc 0.9008  (43 s)
-    epoch  2  train_loss 0.9003  train_acc 0.7952  val_acc 0.9721  (62 s)
-    epoch  3  train_loss 0.4159  train_acc 0.9171  val_acc 0.9882  (86 s)
+    epoch   0  train_loss 4.1592  train_acc 0.0941  val_acc 0.4982  (28 s)
+    epoch   1  train_loss 2.0656  train_acc 0.4543  val_acc 0.9008  (43 s)
+    epoch   2  train_loss 0.9003  train_acc 0.7952  val_acc 0.9721  (62 s)
+    epoch   3  train_loss 0.4159  train_acc 0.9171  val_acc 0.9882  (86 s)
     val: 23,296 of 23,296 nodes scored, each once; best checkpoint runs/tutorial05/version_0/checkpoints/epoch=3-val_acc=0.9882.ckpt (val_acc 0.9882)
     test_acc 0.9881 over 55,912 of 55,912 test nodes (chance 0.0244)
     summary written to runs/tutorial05/summary.json (101.1 s)
@@ -125,7 +125,6 @@ give one output row per seed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -136,10 +135,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
+from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.metrics import accuracy  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.summary import write_summary  # noqa: E402
 
 # Reddit's shape, and what this script uses at full settings (see the docstring).
 REDDIT = {"nodes": 232_965, "edges": 114_615_892, "features": 602, "classes": 41}
@@ -209,23 +208,6 @@ class RedditSAGE(GraphTask):
         self._eval(batch, "test")
 
 
-class PrintEpoch(Callback):
-    """One line per epoch on rank 0 (like the PyG script's ``if rank == 0: print``), with
-    exact epoch means instead of the last batch's loss."""
-
-    monitoring = True
-
-    def __init__(self) -> None:
-        self.started = time.time()
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            m = trainer.callback_metrics
-            print(f"epoch {trainer.current_epoch:2d}  train_loss {m['train_loss']:.4f}  "
-                  f"train_acc {m['train_acc']:.4f}  val_acc {m['val_acc']:.4f}  "
-                  f"({time.time() - self.started:.0f} s)", flush=True)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-procs", type=int, default=2)
@@ -254,8 +236,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     task = RedditSAGE(graph, fanouts=[25, 10], hidden=256, batch_size=size["batch_size"], lr=1e-3)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
+    # Like the PyG script's `if rank == 0: print`, with exact epoch means instead of the
+    # last batch's loss, and the seconds since this line (the launch included).
+    show = PrintMetrics(["train_loss", "train_acc", "val_acc"], elapsed=True)
     trainer = Trainer(num_procs=args.num_procs, max_epochs=epochs, seed=args.seed,
-                      default_root_dir=Path(args.root_dir or args.out), callbacks=[ckpt, PrintEpoch()],
+                      default_root_dir=Path(args.root_dir or args.out), callbacks=[ckpt, show],
                       progress_bar=False)
     trainer.fit(task)
     fit_seconds = time.time() - started
@@ -279,10 +264,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"best checkpoint {ckpt.best_model_path} (val_acc {ckpt.best_model_score:.4f})")
     print(f"test_acc {test['test_acc']:.4f} over {summary['test_nodes_scored']:,} of {n_test:,} test nodes "
           f"(chance {1 / task.num_classes:.4f})")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {out / 'summary.json'} ({summary['seconds']} s)", flush=True)
+    path = write_summary(args.out, summary)
+    print(f"summary written to {path} ({summary['seconds']} s)", flush=True)
     return summary
 
 

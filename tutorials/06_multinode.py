@@ -146,7 +146,6 @@ Files
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess
@@ -160,10 +159,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import ModelCheckpoint, Trainer  # noqa: E402
+from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer import distributed as gdist  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
-from graphtrainer.examples.node_classification import NodeClassification, PrintMetrics  # noqa: E402
+from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
+from tutorials.summary import write_summary  # noqa: E402
 
 
 class RecordRanks(Callback):
@@ -234,10 +234,8 @@ def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
               f"host {r['host']}, pid {r['pid']}, {r['device']}, {r['threads']} thread(s)")
     print(f"best checkpoint {ckpt.best_model_path} (val_acc {ckpt.best_model_score:.4f})")
     print(f"test_acc {test['test_acc']:.4f}  (written by rank 0 of {summary['world_size']})", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {out / 'summary.json'} ({summary['seconds']} s)", flush=True)
+    path = write_summary(args.out, summary)
+    print(f"summary written to {path} ({summary['seconds']} s)", flush=True)
     return summary
 
 

@@ -1,8 +1,10 @@
-"""Callbacks: checkpointing, early stopping, progress bar, learning-rate monitoring."""
+"""Callbacks: checkpointing, early stopping, progress bar, learning-rate monitoring, epoch lines."""
 from .base import Callback
 from .checkpoint import ModelCheckpoint
 from .early_stopping import EarlyStopping
 from .lr_monitor import LearningRateMonitor
+from .print_metrics import PrintMetrics
 from .progress import ProgressBar
 
-__all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LearningRateMonitor", "ProgressBar"]
+__all__ = ["Callback", "ModelCheckpoint", "EarlyStopping", "LearningRateMonitor", "PrintMetrics",
+           "ProgressBar"]

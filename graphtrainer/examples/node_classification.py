@@ -14,8 +14,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer
-from graphtrainer.callbacks import Callback
+from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer
 from graphtrainer.metrics import accuracy, roc_auc
 from graphtrainer.models import SAGE
 
@@ -25,7 +24,12 @@ class NodeClassification(GraphTask):
 
     Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour
     (DGL's ``MultiLayerFullNeighborSampler``) so it is exact. ``metric`` is
-    ``"accuracy"`` or ``"roc_auc"`` (from gathered positive-class scores).
+    ``"accuracy"`` or ``"roc_auc"`` (from gathered positive-class scores). Epoch metrics:
+    ``train_loss``, ``train_acc``; ``{val,test}_loss``, ``_acc``, ``_nodes`` (how many
+    nodes all ranks scored: each id once) and, with ``"roc_auc"``, ``_auc``.
+
+    The tutorials reuse it by overriding one piece each: :meth:`train_sampler` (a custom
+    DGL sampler), ``configure_model`` (another network), ``training_step`` (extra logs).
     """
 
     def __init__(self, graph: Any, fanouts: Sequence[int] = (10, 10), hidden: int = 256,
@@ -34,8 +38,8 @@ class NodeClassification(GraphTask):
         super().__init__()
         if metric not in ("accuracy", "roc_auc"):
             raise ValueError(f"metric={metric!r}: use 'accuracy' or 'roc_auc'")
-        self.save_hyperparameters()
-        self.graph = graph
+        self.save_hyperparameters()        # plain arguments -> hparams.yaml and checkpoints
+        self.graph = graph                 # shared with the ranks (fork: copy-on-write)
         self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
         self.lr, self.weight_decay, self.metric = lr, weight_decay, metric
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
@@ -44,6 +48,7 @@ class NodeClassification(GraphTask):
         self._scores: List[torch.Tensor] = []
         self._labels: List[torch.Tensor] = []
 
+    # Built inside each rank (ranks must not share parameters); the trainer wraps it in DDP.
     def configure_model(self) -> torch.nn.Module:
         return SAGE(self.graph.ndata["feat"].shape[1], self.hidden, self.num_classes,
                     num_layers=len(self.fanouts), dropout=self.dropout)
@@ -51,9 +56,16 @@ class NodeClassification(GraphTask):
     def configure_optimizers(self) -> Any:
         return torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
-    def train_dataloader(self) -> Any:
-        return self.node_dataloader(self.split_ids["train"], self.fanouts, self.batch_size, shuffle=True)
+    def train_sampler(self) -> Any:
+        """The training sampler: a list of fanouts (DGL's ``NeighborSampler``, prefetching
+        ``feat`` for input nodes and ``label`` for seeds) or any DGL block sampler."""
+        return self.fanouts
 
+    # This rank's share of the seed nodes, from a new global permutation every epoch.
+    def train_dataloader(self) -> Any:
+        return self.node_dataloader(self.split_ids["train"], self.train_sampler(), self.batch_size, shuffle=True)
+
+    # Every id is scored exactly once over all ranks (no shuffling, no padding).
     def _eval_loader(self, split: str) -> Any:
         import dgl
 
@@ -74,6 +86,9 @@ class NodeClassification(GraphTask):
         _, _, blocks = batch
         return self.model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
 
+    # Backward, optimizer step and gradient sync are the trainer's. The batch size (number
+    # of seeds) is read from the DGL batch: epoch values are sum(value * n) / sum(n) over
+    # all batches of all ranks.
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, labels = self._forward(batch)
         loss = F.cross_entropy(logits, labels)
@@ -85,11 +100,14 @@ class NodeClassification(GraphTask):
         logits, labels = self._forward(batch)
         self.log(f"{prefix}_loss", F.cross_entropy(logits, labels))
         self.log(f"{prefix}_acc", accuracy(logits, labels))
+        # A total, not a mean: reduce_fx="sum" adds the values of every call on every rank.
+        self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
         if self.metric == "roc_auc":
             self._scores.append(torch.softmax(logits, dim=-1)[:, 1].cpu())
             self._labels.append(labels.cpu())
 
     def _log_auc(self, prefix: str) -> None:
+        # ROC-AUC is not a mean of per-batch values: it needs every score of every rank.
         if self.metric != "roc_auc":
             return
         scores = torch.cat(self._scores) if self._scores else torch.empty(0)
@@ -112,7 +130,7 @@ class NodeClassification(GraphTask):
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, _ = self._forward(batch)
-        return torch.softmax(logits, dim=-1)
+        return torch.softmax(logits, dim=-1)      # one row per seed, in the batch's order
 
 
 def standardize_features(graph: Any, key: str = "feat") -> None:
@@ -124,21 +142,6 @@ def standardize_features(graph: Any, key: str = "feat") -> None:
     x = graph.ndata[key].float()
     train = x[graph.ndata["train_mask"]]
     graph.ndata[key] = (x - train.mean(0)) / train.std(0).clamp_min(1e-6)
-
-
-class PrintMetrics(Callback):
-    """One line per epoch on rank 0 with the reduced metrics."""
-
-    monitoring = True
-
-    def __init__(self, names: Sequence[str]):
-        self.names = list(names)
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            shown = "  ".join(f"{n} {trainer.callback_metrics[n]:.4f}" for n in self.names
-                              if n in trainer.callback_metrics)
-            print(f"epoch {trainer.current_epoch:3d}  {shown}", flush=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
