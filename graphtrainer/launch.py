@@ -122,7 +122,8 @@ def _child_entry(
 
     if fresh_thread:
         # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
-        # parent's OpenMP thread pool hangs at its first parallel region (DESIGN fact 2).
+        # parent's OpenMP thread pool hangs at its first parallel region (a
+        # 2-rank fork after OpenMP use in the parent sat idle forever).
         worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
         worker.start()
         worker.join()

@@ -86,7 +86,8 @@ def _build_model(trainer: Any, task: Any) -> nn.Module:
                             f"{type(module).__name__}: return a torch.nn.Module")
     elif trainer._launched:
         # Parameters that travelled to a spawned rank live in shared memory, so every
-        # rank's optimizer would step the same storage (DESIGN fact 8): own a copy.
+        # rank's optimizer would step the same storage (one SGD step moved a weight by twice
+        # the update): own a copy.
         for tensor in list(module.parameters()) + list(module.buffers()):
             tensor.data = tensor.data.clone()
     module.to(trainer.device)
