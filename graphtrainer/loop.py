@@ -22,7 +22,7 @@ from .checkpoint import _to_cpu, load_checkpoint, restore_training_state, seed_a
 from .launch import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
-from .sampling import NodeLoader, check_loader
+from .sampling import ShardedLoader, check_loader
 
 STAGES = ("fit", "validate", "test", "predict")
 
@@ -167,7 +167,7 @@ def _same_batch_count(trainer: Any, loader: Any) -> bool:
 
 
 def _exact_len(loader: Any) -> bool:
-    if isinstance(loader, NodeLoader):
+    if isinstance(loader, ShardedLoader):
         return True
     dgl = sys.modules.get("dgl")
     if dgl is not None and isinstance(loader, dgl.dataloading.DataLoader):
@@ -279,7 +279,7 @@ def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> 
     micro = 0
     for batch_idx, batch, is_last in _with_last(loader, limit):
         batch = task.transfer_batch_to_device(batch, trainer.device)
-        task._batch_size = infer_batch_size(batch)
+        task._batch_size, task._step_hook = infer_batch_size(batch), "training_step"
         micro += 1
         stepping = micro % acc == 0 or is_last
         sync = ddp.no_sync() if (ddp is not None and not stepping) else contextlib.nullcontext()
@@ -306,7 +306,7 @@ def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> 
             trainer.logger.log_metrics(step_row, step=trainer.global_step)
         if 0 < trainer.max_steps <= trainer.global_step:
             break
-    task._batch_size = None
+    task._batch_size = task._step_hook = None
 
 
 def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
@@ -325,11 +325,11 @@ def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
         with torch.no_grad():
             for batch_idx, batch, _ in _with_last(loader, _limit(loader, limit)):
                 batch = task.transfer_batch_to_device(batch, trainer.device)
-                task._batch_size = infer_batch_size(batch)
+                task._batch_size, task._step_hook = infer_batch_size(batch), f"{hook}_step"
                 out = step(batch, batch_idx)
                 if stage == "predict":
                     outputs.append(out)
-        task._batch_size = None
+        task._batch_size = task._step_hook = None
         _call(trainer, task, f"on_{hook}_epoch_end")
         metrics = task._metrics.reduce()
     finally:
@@ -367,7 +367,7 @@ def _gather_predictions(loader: Any, outputs: List[Any], device: torch.device) -
     """One row per id, in the order the loader was given the ids. Collective."""
     if outputs:
         if not all(isinstance(o, torch.Tensor) for o in outputs):
-            raise ValueError("predict_step must return a tensor with one row per seed node")
+            raise ValueError("predict_step must return a tensor with one row per seed (node, edge or graph)")
         local = torch.cat([o.detach() for o in outputs])
     else:
         local = None
@@ -386,7 +386,7 @@ def _gather_predictions(loader: Any, outputs: List[Any], device: torch.device) -
     n = ids.numel()
     if gathered.shape[0] != n:
         raise ValueError(f"predict_step returned {gathered.shape[0]} rows for {n} ids: return one row per seed")
-    # NodeLoader's evaluation split gives rank r the positions r, r + world, ...
+    # A ShardedLoader's evaluation split gives rank r the positions r, r + world, ...
     positions = torch.cat([torch.arange(n)[r::world] for r in range(world)])
     ordered = torch.empty_like(gathered)
     ordered[positions] = gathered
