@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
 
-from .sampling import ShardedLoader, check_seed_ids, dgl_iter
+from .sampling import ShardedLoader, check_seed_ids, default_sampler, dgl_iter
 
 EXCLUDE_MODES = (None, "self", "reverse_id")
 
@@ -112,7 +112,8 @@ class _PairSampler:
 class EdgeLoader(ShardedLoader):
     """Link-prediction batches over this rank's share of seed edges.
 
-    ``edges``: edge ids of ``graph`` (1-D integer tensor or boolean mask over edges), or a
+    ``sampler``: a DGL block sampler, or a list of fanouts (``NeighborSampler`` prefetching
+    ``feat``). ``edges``: edge ids of ``graph`` (1-D integer tensor or boolean mask over edges), or a
     pair ``(src, dst)`` of node-id tensors (pairs need not be edges of the graph: held-out
     validation/test edges). ``negatives``: an int ``k`` (``k`` uniform negatives per edge via
     :class:`PerEdgeUniform`), any DGL negative sampler (edge ids only), or ``None``.
@@ -129,6 +130,11 @@ class EdgeLoader(ShardedLoader):
                  even: Optional[str] = None, seed: int = 0, **dataloader_kwargs: Any):
         import dgl
 
+        if isinstance(sampler, (list, tuple)):
+            sampler = default_sampler(graph, sampler, label_key="")
+        if not callable(getattr(sampler, "sample", None)):
+            raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) "
+                             f"or a list of fanouts, got {type(sampler).__name__}")
         if exclude not in EXCLUDE_MODES:
             raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
         if exclude == "reverse_id" and reverse_eids is None:

@@ -254,13 +254,10 @@ class GraphTask:
         here, before any sampling (DGL aborts the process on an out-of-range id).
         """
         from .edge_loader import EdgeLoader
-        from .sampling import default_sampler
 
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
             raise ValueError("edge_dataloader needs a graph: pass graph= or set self.graph")
-        if isinstance(sampler, (list, tuple)):
-            sampler = default_sampler(graph, sampler, label_key="")
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
         return EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,

@@ -48,7 +48,8 @@ class LinkTask(GraphTask):
                  fanouts: Sequence[int] = (10, 10), hidden: int = 64, batch_size: int = 256,
                  eval_batch_size: int = 256, negatives: int = 1, eval_negatives: int = 20,
                  lr: float = 1e-2, optimizer: str = "adam", dropout: float = 0.0,
-                 full_train_sampler: bool = False, record_dir: Optional[str] = None):
+                 full_train_sampler: bool = False, train_even: Optional[str] = None,
+                 record_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters("fanouts", "hidden", "batch_size", "negatives", "lr")
         self.graph, self.train_eids, self.val, self.test = graph, train_eids, val, test
@@ -57,7 +58,7 @@ class LinkTask(GraphTask):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.negatives, self.eval_negatives = negatives, eval_negatives
         self.lr, self.optimizer, self.full_train_sampler = lr, optimizer, full_train_sampler
-        self.record_dir = record_dir
+        self.train_even, self.record_dir = train_even, record_dir
         self.seen: list = []
 
     def configure_model(self) -> nn.Module:
@@ -73,6 +74,12 @@ class LinkTask(GraphTask):
 
     def train_dataloader(self) -> Any:
         sampler = _full(len(self.fanouts)) if self.full_train_sampler else self.fanouts
+        if self.train_even is not None:  # "none": ranks may get different batch counts (Join)
+            from graphtrainer.edge_loader import EdgeLoader
+
+            return EdgeLoader(self.graph, self.train_eids, sampler, self.batch_size, negatives=self.negatives,
+                              exclude=self.exclude, reverse_eids=self.reverse_eids, even=self.train_even,
+                              seed=self.trainer.seed)
         return self.edge_dataloader(self.train_eids, sampler, self.batch_size, negatives=self.negatives,
                                     exclude=self.exclude, reverse_eids=self.reverse_eids)
 
@@ -156,7 +163,8 @@ class GraphClsTask(GraphTask):
 
     def __init__(self, graphs: Any, train_idx: Any = None, val_idx: Any = None, test_idx: Any = None, *,
                  hidden: int = 32, batch_size: int = 32, eval_batch_size: int = 64, lr: float = 1e-2,
-                 optimizer: str = "adam", num_classes: Optional[int] = None, record_dir: Optional[str] = None):
+                 optimizer: str = "adam", num_classes: Optional[int] = None, train_even: Optional[str] = None,
+                 record_dir: Optional[str] = None):
         super().__init__()
         from graphtrainer.graph_loader import PackedGraphs
 
@@ -166,6 +174,7 @@ class GraphClsTask(GraphTask):
         self.train_idx, self.val_idx, self.test_idx = train_idx, val_idx, test_idx
         self.hidden, self.batch_size, self.eval_batch_size = hidden, batch_size, eval_batch_size
         self.lr, self.optimizer, self.record_dir = lr, optimizer, record_dir
+        self.train_even = train_even
         self.num_classes = num_classes or int(self.graphs.labels.max()) + 1
         self.seen: list = []
 
@@ -180,6 +189,11 @@ class GraphClsTask(GraphTask):
         return torch.optim.Adam(self.model.parameters(), lr=self.lr)
 
     def train_dataloader(self) -> Any:
+        if self.train_even is not None:  # "none": ranks may get different batch counts (Join)
+            from graphtrainer.graph_loader import GraphLoader
+
+            return GraphLoader(self.graphs, self.batch_size, self.train_idx, even=self.train_even,
+                               seed=self.trainer.seed)
         return self.graph_dataloader(self.graphs, self.batch_size, self.train_idx)
 
     def val_dataloader(self) -> Any:
