@@ -153,7 +153,7 @@ class EdgeLoader(ShardedLoader):
             ids = torch.arange(src.numel())
         else:
             # Edge ids checked against the number of edges: DGL aborts in C++ otherwise.
-            ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids")
+            ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph = graph
         self.reverse_eids = check_reverse_eids(graph, reverse_eids) if reverse_eids is not None else None

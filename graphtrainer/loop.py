@@ -106,8 +106,8 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
 
     train_loader = task.train_dataloader()
     val_loader = _for_evaluation(task.val_dataloader())
-    for loader in (train_loader, val_loader):
-        check_loader(loader, trainer.world_size)
+    check_loader(train_loader, trainer.world_size)
+    check_loader(val_loader, trainer.world_size, evaluation=True)
     trainer._has_val_loader = val_loader is not None
     _call(trainer, task, "on_fit_start")
     while trainer.current_epoch < trainer.max_epochs and not trainer.should_stop:
@@ -345,7 +345,7 @@ def _evaluate(trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> 
         load_checkpoint(trainer._resolve_ckpt(ckpt_path), module)
     getter = {"validate": task.val_dataloader, "test": task.test_dataloader, "predict": task.predict_dataloader}[stage]
     loader = _for_evaluation(getter())
-    check_loader(loader, trainer.world_size)
+    check_loader(loader, trainer.world_size, evaluation=True)
     if loader is None:
         raise ValueError(f"Trainer.{stage} needs {type(task).__name__}."
                          f"{getter.__name__}() to return a loader; it returned None")

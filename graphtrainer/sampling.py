@@ -58,8 +58,9 @@ def shard_ids(
     return order[rank::world_size]
 
 
-def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Tensor:
-    """``ids`` as a 1-D int64 tensor of node ids, or a ``ValueError`` saying what is wrong.
+def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids", unit: str = "node") -> torch.Tensor:
+    """``ids`` as a 1-D int64 tensor of ids in ``[0, num_nodes)``, or a ``ValueError`` saying
+    what is wrong. ``unit`` names what they count ("node", or "edge" for edge ids).
 
     Boolean masks are turned into ids. DGL aborts the whole process from C++ on an
     out-of-range seed, so this check must run before any sampling.
@@ -68,17 +69,17 @@ def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Te
         try:
             ids = torch.as_tensor(ids)
         except Exception as err:  # noqa: BLE001
-            raise ValueError(f"{what}: expected a tensor of node ids, got {type(ids).__name__}") from err
+            raise ValueError(f"{what}: expected a tensor of {unit} ids, got {type(ids).__name__}") from err
     if ids.dtype == torch.bool:
         if ids.numel() != num_nodes:
-            raise ValueError(f"{what}: a boolean mask must have one entry per node "
+            raise ValueError(f"{what}: a boolean mask must have one entry per {unit} "
                              f"({num_nodes}), got {ids.numel()}")
         ids = ids.nonzero(as_tuple=True)[0]
     if ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{what}: dtype {ids.dtype} is not an integer id type; pass int64 node "
+        raise ValueError(f"{what}: dtype {ids.dtype} is not an integer id type; pass int64 {unit} "
                          "ids (e.g. mask.nonzero().squeeze(1)) or a boolean mask")
     if ids.dim() != 1:
-        raise ValueError(f"{what}: expected a 1-D tensor of node ids, got shape {tuple(ids.shape)}")
+        raise ValueError(f"{what}: expected a 1-D tensor of {unit} ids, got shape {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError(f"{what}: the id set is empty")
     lo, hi = int(ids.min()), int(ids.max())
@@ -88,7 +89,7 @@ def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Te
     return ids.to(torch.int64)
 
 
-def check_loader(loader: Any, world_size: int) -> None:
+def check_loader(loader: Any, world_size: int, evaluation: bool = False) -> None:
     """A clear ``ValueError`` for a loader that would crash its process in C++ or cannot be
     split between ``world_size`` ranks. Run in each rank before the first batch.
 
@@ -98,6 +99,8 @@ def check_loader(loader: Any, world_size: int) -> None:
     reverse edge ids; DGL aborts on out-of-range ids, and 2.1's ``use_ddp`` split pads a
     rank short of half a share with uninitialised ids (tiny id sets), then segfaults.
     DGL's ``GraphDataLoader`` must have graphs, at least one per rank with ``use_ddp``.
+    With ``evaluation``, a DGL loader whose ``use_ddp`` split pads with repeats gets a
+    warning: those ids would be scored twice.
     """
     if isinstance(loader, ShardedLoader):
         loader.check_world(world_size)
@@ -112,6 +115,8 @@ def check_loader(loader: Any, world_size: int) -> None:
         if getattr(loader, "use_ddp", False) and n < world_size:
             raise ValueError(f"GraphDataLoader(use_ddp=True): {n} graphs cannot be split between "
                              f"{world_size} ranks; use fewer ranks")
+        if evaluation and getattr(loader, "use_ddp", False):
+            _warn_padded(n, world_size, "GraphDataLoader(use_ddp=True)", "self.graph_dataloader(...)")
         return
     if not isinstance(loader, dgl.dataloading.DataLoader):
         return
@@ -120,13 +125,16 @@ def check_loader(loader: Any, world_size: int) -> None:
         return
     edge_sampler = getattr(loader, "graph_sampler", None)
     if isinstance(edge_sampler, dgl.dataloading.EdgePredictionSampler):
-        check_seed_ids(ids, graph.num_edges(), "DataLoader edge ids")
+        check_seed_ids(ids, graph.num_edges(), "DataLoader edge ids", unit="edge")
         if getattr(edge_sampler, "reverse_eids", None) is not None:
             from .edge_loader import check_reverse_eids
 
             check_reverse_eids(graph, edge_sampler.reverse_eids)
     else:
         check_seed_ids(ids, graph.num_nodes(), "DataLoader indices")
+    if evaluation and getattr(loader, "use_ddp", False) and not getattr(loader, "drop_last", False):
+        _warn_padded(ids.numel(), world_size, "dgl.dataloading.DataLoader(use_ddp=True)",
+                     "self.node_dataloader(...) or self.edge_dataloader(...)")
     if getattr(loader, "use_ddp", False) and not getattr(loader, "drop_last", False):
         n, share = ids.numel(), math.ceil(ids.numel() / world_size)
         if any(2 * min(share, n - r * share) < share for r in range(world_size)):
@@ -136,6 +144,14 @@ def check_loader(loader: Any, world_size: int) -> None:
                 "self.node_dataloader(...) or self.edge_dataloader(...) (any number of ids), "
                 "drop_last=True, or fewer ranks."
             )
+
+
+def _warn_padded(n: int, world_size: int, what: str, instead: str) -> None:
+    extra = -n % world_size
+    if extra:
+        warnings.warn(f"{what} pads {n} evaluation ids to {n + extra} for {world_size} ranks: {extra} of them "
+                      f"are scored twice and predictions are not in the given order. Use {instead}, which "
+                      "scores each one exactly once.", UserWarning, stacklevel=3)
 
 
 class ShardedLoader:

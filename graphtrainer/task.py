@@ -90,7 +90,8 @@ class GraphTask:
         raise NotImplementedError(f"{type(self).__name__} must override configure_optimizers()")
 
     def train_dataloader(self) -> Iterable[Any]:
-        """Training batches for this rank: usually :meth:`node_dataloader`."""
+        """Training batches for this rank: usually :meth:`node_dataloader`, :meth:`edge_dataloader`
+        (link prediction) or :meth:`graph_dataloader` (graph classification)."""
         raise NotImplementedError(f"{type(self).__name__} must override train_dataloader()")
 
     def val_dataloader(self) -> Optional[Iterable[Any]]:
@@ -113,7 +114,7 @@ class GraphTask:
         raise NotImplementedError(f"{type(self).__name__} must override test_step(batch, batch_idx) to use Trainer.test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """One output row per seed node of the batch, in the batch's seed order."""
+        """One output row per seed of the batch (node, edge or graph), in the batch's order."""
         raise NotImplementedError(f"{type(self).__name__} must override predict_step(batch, batch_idx) to use Trainer.predict")
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device) -> Any:

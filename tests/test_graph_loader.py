@@ -9,6 +9,7 @@ mean over its b graphs and DDP averages the two gradients; plain SGD adds no sta
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -199,3 +200,23 @@ def test_fewer_graphs_than_ranks_fails_with_a_clear_error(root_dir):
     with pytest.raises(RankFailedError, match="1 graphs cannot be split between 2 ranks"):
         trainer.fit(task)
     assert not rank_children()
+
+
+def test_dgl_padded_evaluation_loaders_are_flagged(tmp_path):
+    # DGL's use_ddp loaders need a process group to be built; one rank is enough, the check
+    # is told the world size.
+    import dgl
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        data = numbered_minigc(51)
+        loader = dgl.dataloading.GraphDataLoader(data, batch_size=8, use_ddp=True)
+        with pytest.warns(UserWarning, match=r"pads 51 evaluation ids to 52 for 2 ranks: 1 of them are scored twice"):
+            check_loader(loader, 2, evaluation=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            check_loader(loader, 2)  # training: padding is harmless there
+            check_loader(dgl.dataloading.GraphDataLoader(data[:50], batch_size=8, use_ddp=True), 2, evaluation=True)
+    finally:
+        dist.destroy_process_group()
