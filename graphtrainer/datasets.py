@@ -564,7 +564,10 @@ def minigc(num_graphs: int = 1000, min_nodes: int = 10, max_nodes: int = 20, see
     _check_int("num_graphs", num_graphs, 1)
     if min_nodes < 10:
         raise ValueError(f"min_nodes={min_nodes}: MiniGCDataset needs at least 10 nodes per graph")
-    ds = dgl.data.MiniGCDataset(num_graphs, min_nodes, max_nodes, seed=seed)
+    # Always generated here: nothing read from or written to ~/.dgl (a cache other processes
+    # could race on). Generation seeds numpy's global RNG with `seed`.
+    ds = dgl.data.MiniGCDataset(num_graphs, min_nodes, max_nodes, seed=seed, save_graph=False,
+                                 force_reload=True)
     out = []
     for i in range(len(ds)):
         g, label = ds[i]
