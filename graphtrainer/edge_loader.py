@@ -121,7 +121,9 @@ class EdgeLoader(ShardedLoader):
     only), removing the seed edges (and their reverses) from the sampled blocks.
 
     Yields what DGL's edge loader yields: ``(input_nodes, pair_graph, neg_pair_graph,
-    blocks)``, or ``(input_nodes, pair_graph, blocks)`` without negatives.
+    blocks)``, or ``(input_nodes, pair_graph, blocks)`` without negatives. The negatives
+    of ``negatives=k`` follow ``(seed, epoch)``: new ones each training epoch, and the same
+    ones at every evaluation (evaluation loaders stay at epoch 0).
     """
 
     def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *,

@@ -161,7 +161,7 @@ class GraphTask:
 
         Local only: no collective runs here, so it is safe inside ``training_step``.
         """
-        if batch_size is None and self._batch_size is None and self._step_hook is not None \
+        if batch_size is None and self._batch_size is None and getattr(self, "_step_hook", None) is not None \
                 and reduce_fx == "mean":
             self._warn_unknown_batch_size(name)
         weight = batch_size if batch_size is not None else (self._batch_size or 1)

@@ -255,3 +255,22 @@ def numbered_minigc(num_graphs: int, seed: int = 0) -> list:
         g.ndata["gid"] = torch.full((g.num_nodes(),), float(i))
         out.append((g, y))
     return out
+
+
+class DGLEdgeLoaderTask(LinkTask):
+    """Training batches from DGL's own edge loader with ``use_ddp=True`` (the loader the
+    issue reported as rejected); logs a probe whose weighted mean reveals the batch weights."""
+
+    def train_dataloader(self) -> Any:
+        import dgl
+
+        sampler = dgl.dataloading.as_edge_prediction_sampler(
+            _full(len(self.fanouts)), negative_sampler=dgl.dataloading.negative_sampler.Uniform(1))
+        return dgl.dataloading.DataLoader(self.graph, self.train_eids, sampler, batch_size=self.batch_size,
+                                          use_ddp=True, shuffle=True)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        # Weighted by the inferred batch size n: the epoch value is sum(n * n) / sum(n).
+        self.log("probe", float(batch[1].num_edges()))
+        self.log("edges_seen", batch[1].num_edges(), reduce_fx="sum")
+        return super().training_step(batch, batch_idx)

@@ -244,3 +244,19 @@ def test_out_of_range_edge_ids_fail_every_rank_with_a_clear_error(root_dir):
     with pytest.raises(RankFailedError, match=r"edge ids: ids must lie in \[0, 400\)"):
         trainer.fit(task)
     assert not rank_children()
+
+
+@pytest.mark.timeout(120)
+def test_dgl_own_edge_loader_with_use_ddp_trains_weighted_by_seed_edges(root_dir):
+    from link_tasks import DGLEdgeLoaderTask
+
+    # 96 edge ids above the number of nodes (120): the old check compared them with it.
+    task = DGLEdgeLoaderTask(rand_link_graph(), torch.arange(200, 296), None, fanouts=[2, 2], hidden=8,
+                             batch_size=32)
+    trainer = Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir, logger=False)
+    trainer.fit(task)
+    row = trainer.history[0]
+    assert row["edges_seen"] == 96  # 48 per rank: batches of 32 and 16 on each
+    # Weights = seed edges: (2 * (32 * 32 + 16 * 16)) / 96; one per batch would give 24.
+    assert row["probe"] == pytest.approx(2 * (32 * 32 + 16 * 16) / 96)
+    assert not rank_children()
