@@ -220,3 +220,19 @@ def test_dgl_padded_evaluation_loaders_are_flagged(tmp_path):
             check_loader(dgl.dataloading.GraphDataLoader(data[:50], batch_size=8, use_ddp=True), 2, evaluation=True)
     finally:
         dist.destroy_process_group()
+
+
+def test_spawn_warns_about_a_long_list_of_graphs_on_the_task():
+    from graphtrainer.preflight import MANY_GRAPHS, prepare_graphs
+
+    data = _graphs_with_edata(2) * (MANY_GRAPHS // 2 + 1)  # one list entry per graph object
+    data = [(g.clone(), y) for g, y in data]
+    task = GraphClsTask(data[:4], hidden=4)
+    task.raw = data
+    with pytest.warns(UserWarning, match=rf"holds {len(data)} DGL graphs.*PackedGraphs"):
+        prepare_graphs(task, "spawn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prepare_graphs(task, "fork")  # fork shares them copy-on-write: nothing to say
+        del task.raw
+        prepare_graphs(task, "spawn")  # packed graphs hold no DGLGraph objects
