@@ -33,7 +33,7 @@ def _graphs_with_edata(n=6):
 
     out = []
     for i in range(n):
-        g = dgl.rand_graph(3 + i, 2 * i + 1, )
+        g = dgl.rand_graph(3 + i, 2 * i + 1)
         g.ndata["feat"] = torch.randn(g.num_nodes(), 2)
         g.edata["w"] = torch.rand(g.num_edges())
         out.append((g, torch.tensor(i % 3)))
