@@ -56,7 +56,7 @@ The classic hand-written workflow, and what replaces each step
 2. ``DataLoader(g, train_eids, as_edge_prediction_sampler(sampler, exclude="reverse_id",
    reverse_eids=..., negative_sampler=Uniform(1)), use_ddp=True)``. DGL 2.1's ``use_ddp``
    gives each rank the same slice every epoch, and a wrong ``reverse_eids`` is not
-   noticed (the reverse edges leak into the blocks and the scores look too good).
+   noticed: DGL excludes whichever edges it names, and the true reverses stay in the blocks.
                                                 -> ``self.edge_dataloader(eids, fanouts, bs,
                                                    negatives=1, exclude="reverse_id",
                                                    reverse_eids=...)``: a new global
