@@ -168,13 +168,12 @@ class GraphTask:
         self._metrics.add(name, value, float(weight), prog_bar=prog_bar, reduce_fx=reduce_fx)
 
     def _warn_unknown_batch_size(self, name: str) -> None:
-        # Once per hook: every later call of the same hook has the same problem.
+        # Once per hook (every later call of it has the same problem), from rank 0 only.
         hook = self._step_hook
-        if hook in getattr(self, "_warned_batch_size", set()):
+        warned = self.__dict__.setdefault("_warned_batch_size", set())
+        if hook in warned or self.rank != 0:
             return
-        if not hasattr(self, "_warned_batch_size"):
-            self._warned_batch_size = set()
-        self._warned_batch_size.add(hook)
+        warned.add(hook)
         import warnings
 
         warnings.warn(
