@@ -260,3 +260,33 @@ def test_dgl_own_edge_loader_with_use_ddp_trains_weighted_by_seed_edges(root_dir
     # Weights = seed edges: (2 * (32 * 32 + 16 * 16)) / 96; one per batch would give 24.
     assert row["probe"] == pytest.approx(2 * (32 * 32 + 16 * 16) / 96)
     assert not rank_children()
+
+
+def test_link_split_is_the_classic_split():
+    import dgl
+
+    from graphtrainer.datasets import link_split
+
+    # Both directions of 300 random pairs, plus duplicates and self-loops to be dropped.
+    gen = torch.Generator().manual_seed(0)
+    u, v = torch.randint(0, 80, (300,), generator=gen), torch.randint(0, 80, (300,), generator=gen)
+    g = dgl.graph((torch.cat([u, v, u[:20], torch.arange(5)]), torch.cat([v, u, v[:20], torch.arange(5)])),
+                  num_nodes=80)
+    g.ndata["feat"] = torch.randn(80, 3)
+    undirected = {(min(a, b), max(a, b)) for a, b in zip(u.tolist(), v.tolist()) if a != b}
+    s = link_split(g, seed=1)
+    m, n_val, n_test = s.train_eids.numel(), s.val[0].numel(), s.test[0].numel()
+    assert m + n_val + n_test == len(undirected)
+    assert n_test == int(0.10 * len(undirected)) and n_val == int(0.05 * len(undirected))
+    src, dst = s.graph.edges()
+    assert s.graph.num_edges() == 2 * m and torch.equal(s.train_eids, torch.arange(m))
+    check_reverse_eids(s.graph, s.reverse_eids)  # edge m + i is the reverse of edge i
+    train = {(min(a, b), max(a, b)) for a, b in zip(src[:m].tolist(), dst[:m].tolist())}
+    val = {(min(a, b), max(a, b)) for a, b in zip(*[t.tolist() for t in s.val])}
+    test = {(min(a, b), max(a, b)) for a, b in zip(*[t.tolist() for t in s.test])}
+    assert len(train) == m and len(val) == n_val and len(test) == n_test  # each edge once
+    assert train | val | test == undirected and not (train & val or train & test or val & test)
+    assert torch.equal(s.graph.ndata["feat"], g.ndata["feat"])
+    again = link_split(g, seed=1)
+    assert torch.equal(again.test[0], s.test[0]) and torch.equal(again.test[1], s.test[1])
+    assert not torch.equal(link_split(g, seed=2).test[0], s.test[0])
