@@ -1,4 +1,5 @@
-"""Offline node-classification datasets and a synthetic graph generator.
+"""Offline datasets (node classification, link prediction splits, graph classification)
+and a synthetic graph generator.
 
 :func:`load` reads real datasets from a local, read-only data folder and never
 downloads. The folder is, in order: the ``root=`` argument, ``$GRAPHTRAINER_DATA``,
@@ -10,6 +11,9 @@ argument, ``$GRAPHTRAINER_CACHE``, ``$XDG_CACHE_HOME/graphtrainer``, or
 ``~/.cache/graphtrainer``.
 
 :func:`synthetic` builds a reproducible, learnable graph of any size in memory.
+:func:`link_split` makes the classic 85/5/10 link-prediction split of a graph;
+:func:`minigc` and :func:`read_tu` give graph-classification datasets (generated locally,
+or read from TU-format text files the user brings).
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 import dgl  # noqa: E402
 import dgl.data  # noqa: E402
 
-__all__ = ["DATA_ENV", "CACHE_ENV", "KNOWN", "data_root", "cache_dir", "load", "synthetic"]
+__all__ = ["DATA_ENV", "CACHE_ENV", "KNOWN", "data_root", "cache_dir", "load", "synthetic",
+           "LinkSplit", "link_split", "minigc", "read_tu"]
 
 DATA_ENV = "GRAPHTRAINER_DATA"
 CACHE_ENV = "GRAPHTRAINER_CACHE"
@@ -494,3 +499,137 @@ def synthetic(num_nodes: int, avg_degree: float, feat_dim: int, num_classes: int
     g.ndata["label"] = label
     g.ndata["train_mask"], g.ndata["val_mask"], g.ndata["test_mask"] = masks
     return g
+
+
+# ---------------------------------------------------------------------------
+# Link prediction split, graph classification data
+# ---------------------------------------------------------------------------
+
+class LinkSplit:
+    """Edges of one graph split for link prediction (see :func:`link_split`).
+
+    - ``graph``: the training graph: all nodes and ``ndata``; edge ``i < m`` is the ``i``-th
+      training edge ``(u, v)`` and edge ``m + i`` its reverse ``(v, u)``.
+    - ``train_eids``: ``arange(m)``, each undirected training edge once.
+    - ``reverse_eids``: the reverse of every edge of ``graph``, for ``exclude="reverse_id"``.
+    - ``val``, ``test``: ``(src, dst)`` node pairs of held-out edges, not in ``graph``.
+    """
+
+    def __init__(self, graph: dgl.DGLGraph, train_eids: torch.Tensor, reverse_eids: torch.Tensor,
+                 val: Tuple[torch.Tensor, torch.Tensor], test: Tuple[torch.Tensor, torch.Tensor]):
+        self.graph, self.train_eids, self.reverse_eids = graph, train_eids, reverse_eids
+        self.val, self.test = val, test
+
+    def __repr__(self) -> str:
+        return (f"LinkSplit({self.graph.num_nodes()} nodes; undirected edges train/val/test "
+                f"{self.train_eids.numel()}/{self.val[0].numel()}/{self.test[0].numel()})")
+
+
+def link_split(graph: dgl.DGLGraph, val_frac: float = 0.05, test_frac: float = 0.10,
+               seed: int = 0) -> LinkSplit:
+    """The classic link-prediction split (as in the GAE paper): the graph's undirected
+    edges, each once (self-loops and duplicates dropped), are permuted with ``seed``;
+    ``test_frac`` of them (rounded down) are test edges, the next ``val_frac`` validation
+    edges, and the rest (85 % by default) train. Node data is kept; edge data is not.
+    Negatives are drawn by the loaders (:class:`~graphtrainer.edge_loader.PerEdgeUniform`).
+    """
+    val_frac, test_frac = _check_frac("val_frac", val_frac), _check_frac("test_frac", test_frac)
+    if val_frac + test_frac >= 1:
+        raise ValueError(f"val_frac + test_frac must be below 1, got {val_frac + test_frac}")
+    src, dst = graph.edges()
+    lo, hi = torch.minimum(src, dst), torch.maximum(src, dst)
+    keep = lo != hi
+    n = graph.num_nodes()
+    key = torch.unique(lo[keep].to(torch.int64) * n + hi[keep].to(torch.int64))  # sorted: reproducible
+    if key.numel() < 3:
+        raise ValueError(f"link_split: the graph has {key.numel()} undirected edges; need at least 3")
+    key = key[torch.randperm(key.numel(), generator=torch.Generator().manual_seed(int(seed)))]
+    u, v = key // n, key % n
+    n_test, n_val = int(key.numel() * test_frac), int(key.numel() * val_frac)
+    test = (u[:n_test], v[:n_test])
+    val = (u[n_test:n_test + n_val], v[n_test:n_test + n_val])
+    tu, tv = u[n_test + n_val:], v[n_test + n_val:]
+    m = tu.numel()
+    train = dgl.graph((torch.cat([tu, tv]), torch.cat([tv, tu])), num_nodes=n)
+    for k, value in graph.ndata.items():
+        train.ndata[k] = value
+    reverse = torch.cat([torch.arange(m, 2 * m), torch.arange(m)])
+    return LinkSplit(train, torch.arange(m), reverse, val, test)
+
+
+def minigc(num_graphs: int = 1000, min_nodes: int = 10, max_nodes: int = 20, seed: int = 0) -> list:
+    """DGL's ``MiniGCDataset`` (8 synthetic graph families, generated here, no download) as
+    a list of ``(graph, label)``; each graph gets self-loops and ``ndata["feat"]``, its
+    in-degree as a float column ``[N, 1]`` (the families differ in degree structure)."""
+    _check_int("num_graphs", num_graphs, 1)
+    if min_nodes < 10:
+        raise ValueError(f"min_nodes={min_nodes}: MiniGCDataset needs at least 10 nodes per graph")
+    # Always generated here: nothing read from or written to ~/.dgl (a cache other processes
+    # could race on). Generation seeds numpy's global RNG with `seed`.
+    ds = dgl.data.MiniGCDataset(num_graphs, min_nodes, max_nodes, seed=seed, save_graph=False,
+                                 force_reload=True)
+    out = []
+    for i in range(len(ds)):
+        g, label = ds[i]
+        g = dgl.add_self_loop(g)
+        g.ndata["feat"] = g.in_degrees().float().unsqueeze(1)
+        out.append((g, torch.as_tensor(label, dtype=torch.int64)))
+    return out
+
+
+def read_tu(folder: PathLike, name: str) -> list:
+    """A graph-classification dataset in the TU text format, as a list of ``(graph, label)``.
+
+    Reads ``<name>_A.txt`` (one ``"i, j"`` edge per line, 1-based node ids over the whole
+    dataset), ``<name>_graph_indicator.txt`` (the 1-based graph of each node) and
+    ``<name>_graph_labels.txt`` (one label per graph; mapped to ``0..C-1`` in sorted order),
+    and ``<name>_node_attributes.txt`` when present (comma-separated floats per node →
+    ``ndata["feat"]``; otherwise ``feat`` is the in-degree, ``[N, 1]``). Graphs keep every
+    edge as listed (TU files list both directions of undirected edges).
+    """
+    folder = pathlib.Path(folder)
+    files = {k: folder / f"{name}_{k}.txt" for k in ("A", "graph_indicator", "graph_labels")}
+    for path in files.values():
+        if not path.is_file():
+            raise FileNotFoundError(f"TU dataset {name!r}: {path} is missing (needs {name}_A.txt, "
+                                    f"{name}_graph_indicator.txt and {name}_graph_labels.txt)")
+
+    def rows(path: pathlib.Path) -> list:
+        with open(path) as f:
+            return [[float(x) for x in line.replace(",", " ").split()] for line in f if line.strip()]
+
+    indicator = torch.tensor([int(r[0]) for r in rows(files["graph_indicator"])], dtype=torch.int64) - 1
+    raw_labels = [r[0] for r in rows(files["graph_labels"])]
+    num_graphs = len(raw_labels)
+    if num_graphs == 0:
+        raise ValueError(f"TU dataset {name!r}: {files['graph_labels']} lists no graphs")
+    if indicator.numel() == 0 or int(indicator.min()) < 0 or int(indicator.max()) >= num_graphs:
+        raise ValueError(f"TU dataset {name!r}: graph ids in {files['graph_indicator']} must lie in "
+                         f"[1, {num_graphs}]")
+    edges = torch.tensor(rows(files["A"]), dtype=torch.int64).reshape(-1, 2) - 1
+    num_nodes = indicator.numel()
+    if edges.numel() and (int(edges.min()) < 0 or int(edges.max()) >= num_nodes):
+        raise ValueError(f"TU dataset {name!r}: node ids in {files['A']} must lie in [1, {num_nodes}]")
+    attr_path = folder / f"{name}_node_attributes.txt"
+    feat = torch.tensor(rows(attr_path), dtype=torch.float32) if attr_path.is_file() else None
+    if feat is not None and feat.shape[0] != num_nodes:
+        raise ValueError(f"TU dataset {name!r}: {attr_path} has {feat.shape[0]} rows for {num_nodes} nodes")
+    classes = {v: i for i, v in enumerate(sorted(set(raw_labels)))}
+    labels = torch.tensor([classes[v] for v in raw_labels], dtype=torch.int64)
+    if edges.numel() and bool((indicator[edges[:, 0]] != indicator[edges[:, 1]]).any()):
+        raise ValueError(f"TU dataset {name!r}: an edge in {files['A']} joins two different graphs")
+    if bool((indicator[1:] < indicator[:-1]).any()):
+        raise ValueError(f"TU dataset {name!r}: {files['graph_indicator']} must list each graph's nodes "
+                         "together, graphs in ascending order (as the TU format does)")
+    # Nodes of a graph are contiguous in the TU format; first node id of each graph:
+    counts = torch.bincount(indicator, minlength=num_graphs)
+    first = torch.cumsum(counts, 0) - counts
+    edge_graph = indicator[edges[:, 0]] if edges.numel() else torch.zeros(0, dtype=torch.int64)
+    out = []
+    for gi in range(num_graphs):
+        e = edges[edge_graph == gi] - first[gi]
+        g = dgl.graph((e[:, 0], e[:, 1]), num_nodes=int(counts[gi]))
+        nodes = slice(int(first[gi]), int(first[gi] + counts[gi]))
+        g.ndata["feat"] = feat[nodes] if feat is not None else g.in_degrees().float().unsqueeze(1)
+        out.append((g, labels[gi]))
+    return out

@@ -25,7 +25,7 @@ from .seeding import seed_all, seed_epoch, warn_if_dgl_stream_moved
 from .threads import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
-from .sampling import NodeLoader, check_loader
+from .sampling import ShardedLoader, check_loader
 
 STAGES = ("fit", "validate", "test", "predict")
 
@@ -112,8 +112,8 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
 
     train_loader = task.train_dataloader()
     val_loader = _for_evaluation(task.val_dataloader())
-    for loader in (train_loader, val_loader):
-        check_loader(loader, trainer.world_size)
+    check_loader(train_loader, trainer.world_size)
+    check_loader(val_loader, trainer.world_size, evaluation=True)
     trainer._has_val_loader = val_loader is not None
     _call(trainer, task, "on_fit_start")
     while trainer.current_epoch < trainer.max_epochs and not trainer.should_stop:
@@ -177,7 +177,7 @@ def _same_batch_count(trainer: Any, loader: Any) -> bool:
 
 
 def _exact_len(loader: Any) -> bool:
-    if isinstance(loader, NodeLoader):
+    if isinstance(loader, ShardedLoader):
         return True
     dgl = sys.modules.get("dgl")
     if dgl is not None and isinstance(loader, dgl.dataloading.DataLoader):
@@ -295,7 +295,7 @@ def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> 
     micro = 0
     for batch_idx, batch, is_last in _with_last(loader, limit, "the training loader"):
         batch = task.transfer_batch_to_device(batch, trainer.device)
-        task._batch_size = infer_batch_size(batch)
+        task._batch_size, task._step_hook = infer_batch_size(batch), "training_step"
         task._metrics.start_step()
         micro += 1
         stepping = micro % acc == 0 or is_last
@@ -328,7 +328,7 @@ def _train_batches(trainer: Any, task: Any, ddp: Optional[DDP], loader: Any) -> 
             trainer.logger.log_metrics(step_row, step=trainer.global_step)
         if 0 < trainer.max_steps <= trainer.global_step:
             break
-    task._batch_size = None
+    task._batch_size = task._step_hook = None
 
 
 def _check_finite(trainer: Any, loss: torch.Tensor, batch_idx: int) -> None:
@@ -386,12 +386,12 @@ def _eval_epoch(trainer: Any, task: Any, stage: str, loader: Iterable[Any],
         with torch.no_grad():
             for batch_idx, batch, _ in _with_last(loader, _limit(loader, limit), f"the {hook} loader"):
                 batch = task.transfer_batch_to_device(batch, trainer.device)
-                task._batch_size = infer_batch_size(batch)
+                task._batch_size, task._step_hook = infer_batch_size(batch), f"{hook}_step"
                 heartbeat.beat(f"{hook}_step", batch_idx)
                 out = step(batch, batch_idx)
                 if stage == "predict":
                     outputs.append(out)
-        task._batch_size = None
+        task._batch_size = task._step_hook = None
         _call(trainer, task, f"on_{hook}_epoch_end")
         metrics = task._metrics.reduce()
     finally:
@@ -407,7 +407,7 @@ def _evaluate(trainer: Any, task: Any, stage: str, ckpt_path: Optional[str]) -> 
         load_checkpoint(ckpt_path, module)
     getter = {"validate": task.val_dataloader, "test": task.test_dataloader, "predict": task.predict_dataloader}[stage]
     loader = _for_evaluation(getter())
-    check_loader(loader, trainer.world_size)
+    check_loader(loader, trainer.world_size, evaluation=True)
     if loader is None:
         raise ValueError(f"Trainer.{stage} needs {type(task).__name__}."
                          f"{getter.__name__}() to return a loader; it returned None")
@@ -429,7 +429,7 @@ def _gather_predictions(loader: Any, outputs: List[Any], device: torch.device) -
     """One row per id, in the order the loader was given the ids. Collective."""
     if outputs:
         if not all(isinstance(o, torch.Tensor) for o in outputs):
-            raise ValueError("predict_step must return a tensor with one row per seed node")
+            raise ValueError("predict_step must return a tensor with one row per seed (node, edge or graph)")
         local = torch.cat([o.detach() for o in outputs])
     else:
         local = None
@@ -448,7 +448,7 @@ def _gather_predictions(loader: Any, outputs: List[Any], device: torch.device) -
     n = ids.numel()
     if gathered.shape[0] != n:
         raise ValueError(f"predict_step returned {gathered.shape[0]} rows for {n} ids: return one row per seed")
-    # NodeLoader's evaluation split gives rank r the positions r, r + world, ...
+    # A ShardedLoader's evaluation split gives rank r the positions r, r + world, ...
     positions = torch.cat([torch.arange(n)[r::world] for r in range(world)])
     ordered = torch.empty_like(gathered)
     ordered[positions] = gathered

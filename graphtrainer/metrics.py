@@ -13,6 +13,7 @@ Metrics that are not means (ROC-AUC, F1) need every prediction: gather them with
 """
 from __future__ import annotations
 
+import sys
 import zlib
 from typing import Dict, List, Optional, Tuple
 
@@ -124,13 +125,30 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def infer_batch_size(batch: object) -> Optional[int]:
-    """Seeds in a DGL ``(input_nodes, output_nodes, blocks)`` batch, rows of a tensor, or None."""
+    """The number of seeds in a batch, or None when it cannot tell.
+
+    - DGL edge batches ``(input_nodes, pair_graph, [neg_pair_graph,] blocks)``: the seed
+      edges (edges of the positive pair graph).
+    - DGL node batches ``(input_nodes, output_nodes, blocks)``: the seed nodes.
+    - A batched graph (``dgl.batch``), alone or first in a tuple such as
+      ``(graphs, labels)``: the number of graphs.
+    - A tensor: its rows. A dict: its first value.
+    """
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if _is_graph(batch):
+        return int(batch.batch_size)
     if isinstance(batch, (tuple, list)) and batch:
+        if len(batch) in (3, 4) and _is_graph(batch[1]) and isinstance(batch[-1], (list, tuple)):
+            return int(batch[1].num_edges())
         if len(batch) == 3 and isinstance(batch[1], torch.Tensor):
             return int(batch[1].shape[0])
         return infer_batch_size(batch[0])
     if isinstance(batch, dict) and batch:
         return infer_batch_size(next(iter(batch.values())))
     return None
+
+
+def _is_graph(obj: object) -> bool:
+    dgl = sys.modules.get("dgl")
+    return dgl is not None and isinstance(obj, dgl.DGLGraph)

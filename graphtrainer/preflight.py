@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import errno
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .sampling import find_graphs, prepare_graph
+
+#: More DGL graphs than this on a task draw a warning under spawn (see :func:`prepare_graphs`).
+MANY_GRAPHS = 256
 
 _REQUIRED = {
     "fit": ("training_step", "train_dataloader", "configure_optimizers"),
@@ -62,5 +66,14 @@ def prepare_graphs(task: Any, method: str) -> None:
     own; with spawn, pickling through torch's multiprocessing reductions puts the
     structure and every node/edge tensor in shared memory once, and ranks attach to it.
     """
-    for graph in find_graphs(task):
+    graphs = find_graphs(task)
+    if method == "spawn" and len(graphs) > MANY_GRAPHS:
+        warnings.warn(
+            f"{type(task).__name__} holds {len(graphs)} DGL graphs in its attributes. With launcher='spawn' "
+            "each one travels to the ranks through its own shared-memory files, several file "
+            "descriptors per graph, which fails with 'Too many open files' under the common limit of "
+            "1024 (`ulimit -n`). Pack the dataset once instead, self.graphs = "
+            "graphtrainer.graph_loader.PackedGraphs(dataset), and keep the list of graphs off the task.",
+            UserWarning, stacklevel=3)
+    for graph in graphs:
         prepare_graph(graph)

@@ -59,8 +59,9 @@ def shard_ids(
     return order[rank::world_size]
 
 
-def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Tensor:
-    """``ids`` as a 1-D int64 tensor of node ids, or a ``ValueError`` saying what is wrong.
+def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids", unit: str = "node") -> torch.Tensor:
+    """``ids`` as a 1-D int64 tensor of ids in ``[0, num_nodes)``, or a ``ValueError`` saying
+    what is wrong. ``unit`` names what they count ("node", or "edge" for edge ids).
 
     Boolean masks are turned into ids. DGL aborts the whole process from C++ on an
     out-of-range seed, so this check must run before any sampling.
@@ -69,17 +70,17 @@ def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Te
         try:
             ids = torch.as_tensor(ids)
         except Exception as err:  # noqa: BLE001
-            raise ValueError(f"{what}: expected a tensor of node ids, got {type(ids).__name__}") from err
+            raise ValueError(f"{what}: expected a tensor of {unit} ids, got {type(ids).__name__}") from err
     if ids.dtype == torch.bool:
         if ids.numel() != num_nodes:
-            raise ValueError(f"{what}: a boolean mask must have one entry per node "
+            raise ValueError(f"{what}: a boolean mask must have one entry per {unit} "
                              f"({num_nodes}), got {ids.numel()}")
         ids = ids.nonzero(as_tuple=True)[0]
     if ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{what}: dtype {ids.dtype} is not an integer id type; pass int64 node "
+        raise ValueError(f"{what}: dtype {ids.dtype} is not an integer id type; pass int64 {unit} "
                          "ids (e.g. mask.nonzero().squeeze(1)) or a boolean mask")
     if ids.dim() != 1:
-        raise ValueError(f"{what}: expected a 1-D tensor of node ids, got shape {tuple(ids.shape)}")
+        raise ValueError(f"{what}: expected a 1-D tensor of {unit} ids, got shape {tuple(ids.shape)}")
     if ids.numel() == 0:
         raise ValueError(f"{what}: the id set is empty")
     lo, hi = int(ids.min()), int(ids.max())
@@ -89,61 +90,92 @@ def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids") -> torch.Te
     return ids.to(torch.int64)
 
 
-def check_loader(loader: Any, world_size: int) -> None:
-    """A clear ``ValueError`` for a DGL ``DataLoader`` that would crash its process in C++.
+def check_loader(loader: Any, world_size: int, evaluation: bool = False) -> None:
+    """A clear ``ValueError`` for a loader that would crash its process in C++ or cannot be
+    split between ``world_size`` ranks. Run in each rank before the first batch.
 
-    DGL aborts on out-of-range seed ids, and 2.1's ``use_ddp`` split pads a rank short of
-    half a share with uninitialised ids (tiny id sets), then segfaults.
+    graphtrainer's loaders check their own ids when built and their split here. DGL's own
+    ``DataLoader`` is checked too: node ids against the number of nodes, and for an edge
+    loader (``as_edge_prediction_sampler``) edge ids against the number of edges and the
+    reverse edge ids; DGL aborts on out-of-range ids, and 2.1's ``use_ddp`` split pads a
+    rank short of half a share with uninitialised ids (tiny id sets), then segfaults.
+    DGL's ``GraphDataLoader`` must have graphs, at least one per rank with ``use_ddp``.
+    With ``evaluation``, a DGL loader whose ``use_ddp`` split pads with repeats gets a
+    warning: those ids would be scored twice.
     """
+    if isinstance(loader, ShardedLoader):
+        loader.check_world(world_size)
+        return
     dgl = sys.modules.get("dgl")
-    if dgl is None or not isinstance(loader, dgl.dataloading.DataLoader):
+    if dgl is None:
+        return
+    if isinstance(loader, dgl.dataloading.GraphDataLoader):
+        n = len(loader.dataset)
+        if n == 0:
+            raise ValueError("GraphDataLoader: the dataset has no graphs")
+        if getattr(loader, "use_ddp", False) and n < world_size:
+            raise ValueError(f"GraphDataLoader(use_ddp=True): {n} graphs cannot be split between "
+                             f"{world_size} ranks; use fewer ranks")
+        if evaluation and getattr(loader, "use_ddp", False):
+            _warn_padded(n, world_size, "GraphDataLoader(use_ddp=True)", "self.graph_dataloader(...)")
+        return
+    if not isinstance(loader, dgl.dataloading.DataLoader):
         return
     ids, graph = getattr(loader, "indices", None), getattr(loader, "graph", None)
     if not isinstance(ids, torch.Tensor) or not isinstance(graph, dgl.DGLGraph) or len(graph.ntypes) != 1:
         return
-    check_seed_ids(ids, graph.num_nodes(), "DataLoader indices")
+    edge_sampler = getattr(loader, "graph_sampler", None)
+    if isinstance(edge_sampler, dgl.dataloading.EdgePredictionSampler):
+        check_seed_ids(ids, graph.num_edges(), "DataLoader edge ids", unit="edge")
+        if getattr(edge_sampler, "reverse_eids", None) is not None:
+            from .edge_loader import check_reverse_eids
+
+            check_reverse_eids(graph, edge_sampler.reverse_eids)
+    else:
+        check_seed_ids(ids, graph.num_nodes(), "DataLoader indices")
+    if evaluation and getattr(loader, "use_ddp", False) and not getattr(loader, "drop_last", False):
+        _warn_padded(ids.numel(), world_size, "dgl.dataloading.DataLoader(use_ddp=True)",
+                     "self.node_dataloader(...) or self.edge_dataloader(...)")
     if getattr(loader, "use_ddp", False) and not getattr(loader, "drop_last", False):
         n, share = ids.numel(), math.ceil(ids.numel() / world_size)
         if any(2 * min(share, n - r * share) < share for r in range(world_size)):
             raise ValueError(
                 f"dgl.dataloading.DataLoader(use_ddp=True) cannot split {n} ids between {world_size} "
                 "ranks: DGL 2.1 would pad a rank with uninitialised ids and crash. Use "
-                "self.node_dataloader(...) (any number of ids), drop_last=True, or fewer ranks."
+                "self.node_dataloader(...) or self.edge_dataloader(...) (any number of ids), "
+                "drop_last=True, or fewer ranks."
             )
 
 
-class NodeLoader:
-    """Minibatches of DGL blocks over this rank's share of seed nodes.
+def _warn_padded(n: int, world_size: int, what: str, instead: str) -> None:
+    extra = -n % world_size
+    if extra:
+        warnings.warn(f"{what} pads {n} evaluation ids to {n + extra} for {world_size} ranks: {extra} of them "
+                      f"are scored twice and predictions are not in the given order. Use {instead}, which "
+                      "scores each one exactly once.", UserWarning, stacklevel=3)
 
-    Lazy and rank-agnostic until iterated: it reads rank and world size from the
-    process group at ``__iter__`` (single process when there is none), so it can be
-    built in the launching process and travel to the ranks. The trainer calls
-    :meth:`set_epoch` before each epoch, and :meth:`for_evaluation` for validation,
-    test and predict loaders, where every id must be seen exactly once.
 
-    Yields DGL's ``(input_nodes, output_nodes, blocks)``.
+class ShardedLoader:
+    """Base of graphtrainer's loaders: one global permutation of ``ids`` per epoch, an
+    even split between ranks, and an exact split for evaluation.
+
+    ``ids`` are what is split: node ids, edge ids, positions in a list of node pairs or
+    indices of graphs in a dataset. Subclasses turn a share into batches in
+    :meth:`__iter__`. Lazy and rank-agnostic until iterated: rank and world size are read
+    from the process group when the share is computed (single process when there is
+    none), so a loader can be built in the launching process and travel to the ranks.
+
+    The trainer relies on three properties of every subclass: ``len`` is exact (so it
+    can skip ``Join`` when ranks have as many batches), :meth:`for_evaluation` sees every
+    id exactly once across ranks, and rank ``r`` of ``world`` then holds positions
+    ``r, r + world, ...`` of ``ids`` in order (how predictions are put back in order).
     """
 
-    def __init__(
-        self,
-        graph: Any,
-        ids: Any,
-        sampler: Any,
-        batch_size: int,
-        *,
-        shuffle: bool = True,
-        drop_last: bool = False,
-        even: Optional[str] = None,
-        seed: int = 0,
-        **dataloader_kwargs: Any,
-    ):
-        if batch_size <= 0:
+    def __init__(self, ids: torch.Tensor, batch_size: int, *, shuffle: bool = True,
+                 drop_last: bool = False, even: Optional[str] = None, seed: int = 0):
+        if int(batch_size) <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        self.graph = graph
-        self.ids = check_seed_ids(ids, graph.num_nodes())
-        if getattr(sampler, "fanouts", None) is not None:
-            check_fanouts(sampler.fanouts)
-        self.sampler = sampler
+        self.ids = ids
         self.batch_size = int(batch_size)
         self.shuffle = shuffle
         self.drop_last = drop_last
@@ -152,14 +184,13 @@ class NodeLoader:
             raise ValueError(f"even={self.even!r}: choose one of {EVEN_MODES}")
         self.seed = seed
         self.epoch = 0
-        self.dataloader_kwargs = dataloader_kwargs
         self._share: Optional[tuple] = None  # (key, ids, share) of the last local_ids()
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose permutation the next iteration uses."""
         self.epoch = int(epoch)
 
-    def for_evaluation(self) -> "NodeLoader":
+    def for_evaluation(self) -> "ShardedLoader":
         """Each id exactly once across ranks, in the given order, nothing dropped."""
         self.shuffle, self.drop_last, self.even = False, False, "none"
         return self
@@ -182,24 +213,77 @@ class NodeLoader:
         self._share = (key, self.ids, share)
         return share
 
+    def local_batches(self) -> List[torch.Tensor]:
+        """This rank's share cut into batches of ``batch_size`` (the last one shorter unless
+        ``drop_last``)."""
+        share = self.local_ids()
+        batches = list(torch.split(share, self.batch_size))
+        if self.drop_last and batches and batches[-1].numel() < self.batch_size:
+            batches.pop()
+        return batches
+
     def __len__(self) -> int:
         n = self.local_ids().numel()
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
-    def __iter__(self) -> Iterator[Any]:
-        import dgl
+    def check_world(self, world_size: int) -> None:
+        """Raise ``ValueError`` when the ids cannot be split between ``world_size`` ranks."""
 
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+
+class NodeLoader(ShardedLoader):
+    """Minibatches of DGL blocks over this rank's share of seed nodes.
+
+    The trainer calls :meth:`set_epoch` before each epoch, and :meth:`for_evaluation`
+    for validation, test and predict loaders, where every id must be seen exactly once.
+
+    Yields DGL's ``(input_nodes, output_nodes, blocks)``.
+    """
+
+    def __init__(
+        self,
+        graph: Any,
+        ids: Any,
+        sampler: Any,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        even: Optional[str] = None,
+        seed: int = 0,
+        **dataloader_kwargs: Any,
+    ):
+        super().__init__(check_seed_ids(ids, graph.num_nodes()), batch_size, shuffle=shuffle,
+                         drop_last=drop_last, even=even, seed=seed)
+        self.graph = graph
+        if getattr(sampler, "fanouts", None) is not None:
+            check_fanouts(sampler.fanouts)
+        self.sampler = sampler
+        self.dataloader_kwargs = dataloader_kwargs
+
+    def __iter__(self) -> Iterator[Any]:
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
-        loader = dgl.dataloading.DataLoader(
-            self.graph, share, self.sampler, batch_size=self.batch_size,
-            shuffle=False, drop_last=self.drop_last, num_workers=0, **self.dataloader_kwargs,
-        )
-        with warnings.catch_warnings():
-            # Advice for worker processes, which this loader does not use.
-            warnings.filterwarnings("ignore", message=".*CPU affinity.*")
-            return iter(loader)
+        return dgl_iter(self.graph, share, self.sampler, self.batch_size, self.drop_last,
+                        **self.dataloader_kwargs)
+
+
+def dgl_iter(graph: Any, indices: torch.Tensor, sampler: Any, batch_size: int, drop_last: bool,
+             **dataloader_kwargs: Any) -> Iterator[Any]:
+    """Iterate DGL's own ``DataLoader`` over ``indices`` in order, in this process."""
+    import dgl
+
+    loader = dgl.dataloading.DataLoader(
+        graph, indices, sampler, batch_size=batch_size,
+        shuffle=False, drop_last=drop_last, num_workers=0, **dataloader_kwargs,
+    )
+    with warnings.catch_warnings():
+        # Advice for worker processes, which this loader does not use.
+        warnings.filterwarnings("ignore", message=".*CPU affinity.*")
+        return iter(loader)
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
@@ -251,8 +335,8 @@ def find_graphs(obj: Any) -> List[Any]:
         if isinstance(value, dgl.DGLGraph):
             if all(value is not g for g in found):
                 found.append(value)
-        elif isinstance(value, NodeLoader):
-            visit(value.graph, depth)
+        elif isinstance(value, ShardedLoader):
+            visit(getattr(value, "graph", None), depth)
         elif depth > 0 and isinstance(value, (list, tuple)):
             for item in value:
                 visit(item, depth - 1)

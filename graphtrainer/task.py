@@ -72,6 +72,8 @@ class GraphTask:
         self.device: torch.device = torch.device("cpu")
         self._metrics: MetricStore = MetricStore()
         self._batch_size: Optional[int] = None
+        self._step_hook: Optional[str] = None  # set by the trainer while a *_step runs
+        self._warned_batch_size: set = set()
 
     # ---- what the user provides -------------------------------------------------------
     def configure_model(self) -> nn.Module:
@@ -88,7 +90,8 @@ class GraphTask:
         raise NotImplementedError(f"{type(self).__name__} must override configure_optimizers()")
 
     def train_dataloader(self) -> Iterable[Any]:
-        """Training batches for this rank: usually :meth:`node_dataloader`."""
+        """Training batches for this rank: usually :meth:`node_dataloader`, :meth:`edge_dataloader`
+        (link prediction) or :meth:`graph_dataloader` (graph classification)."""
         raise NotImplementedError(f"{type(self).__name__} must override train_dataloader()")
 
     def val_dataloader(self) -> Optional[Iterable[Any]]:
@@ -111,7 +114,7 @@ class GraphTask:
         raise NotImplementedError(f"{type(self).__name__} must override test_step(batch, batch_idx) to use Trainer.test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        """One output row per seed node of the batch, in the batch's seed order."""
+        """One output row per seed of the batch (node, edge or graph), in the batch's order."""
         raise NotImplementedError(f"{type(self).__name__} must override predict_step(batch, batch_idx) to use Trainer.predict")
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device) -> Any:
@@ -158,8 +161,25 @@ class GraphTask:
 
         Local only: no collective runs here, so it is safe inside ``training_step``.
         """
+        if batch_size is None and self._batch_size is None and getattr(self, "_step_hook", None) is not None \
+                and reduce_fx == "mean":
+            self._warn_unknown_batch_size(name)
         weight = batch_size if batch_size is not None else (self._batch_size or 1)
         self._metrics.add(name, value, float(weight), prog_bar=prog_bar, reduce_fx=reduce_fx)
+
+    def _warn_unknown_batch_size(self, name: str) -> None:
+        # Once per hook (every later call of it has the same problem), from rank 0 only.
+        hook = self._step_hook
+        warned = self.__dict__.setdefault("_warned_batch_size", set())
+        if hook in warned or self.rank != 0:
+            return
+        warned.add(hook)
+        import warnings
+
+        warnings.warn(
+            f"{type(self).__name__}.{hook}: the batch size of this batch could not be inferred, so "
+            f"self.log({name!r}, ...) weighs each call equally and its epoch value is a mean of "
+            f"per-batch means. Pass batch_size=... to self.log in {hook}.", UserWarning, stacklevel=3)
 
     def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
                  prog_bar: bool = False, reduce_fx: str = "mean") -> None:
@@ -213,6 +233,55 @@ class GraphTask:
             seed = self.trainer.seed if self.trainer is not None else 0
         return NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
                           seed=seed, **dataloader_kwargs)
+
+    def edge_dataloader(self, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
+                        exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
+                        drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
+                        **dataloader_kwargs: Any) -> Any:
+        """An :class:`~graphtrainer.edge_loader.EdgeLoader`: link-prediction batches over this
+        rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
+
+        ``edges``: edge ids of the graph (or a boolean mask over edges), or a ``(src, dst)``
+        pair of node-id tensors (e.g. held-out edges that are not in the graph).
+        ``sampler``: a DGL block sampler or a list of fanouts (``NeighborSampler`` prefetching
+        ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it. ``negatives``: ``k``
+        uniform negatives per edge, reproducible from ``(seed, epoch, edge)``, or a DGL
+        negative sampler, or ``None``. ``exclude``: ``"self"`` or ``"reverse_id"`` (with
+        ``reverse_eids``) keeps the seed edges (and reverses) out of the blocks.
+
+        Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch
+        size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
+        here, before any sampling (DGL aborts the process on an out-of-range id).
+        """
+        from .edge_loader import EdgeLoader
+
+        graph = graph if graph is not None else getattr(self, "graph", None)
+        if graph is None:
+            raise ValueError("edge_dataloader needs a graph: pass graph= or set self.graph")
+        if seed is None:
+            seed = self.trainer.seed if self.trainer is not None else 0
+        return EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
+                          reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                          **dataloader_kwargs)
+
+    def graph_dataloader(self, dataset: Any, batch_size: int, indices: Any = None, *, shuffle: bool = True,
+                         drop_last: bool = False, seed: Optional[int] = None) -> Any:
+        """A :class:`~graphtrainer.graph_loader.GraphLoader`: ``(dgl.batch(graphs), labels)``
+        batches over this rank's share of the graphs ``indices`` (default: all) of
+        ``dataset``, split like :meth:`node_dataloader`'s ids.
+
+        ``dataset``: a :class:`~graphtrainer.graph_loader.PackedGraphs`, a ``DGLDataset`` or
+        a sequence of ``(graph, label)``. Pack it once in ``__init__``
+        (``self.graphs = PackedGraphs(dataset)``): the packed tensors are shared by the
+        ranks (shared memory with spawn) instead of each rank packing its own copy.
+        Evaluation sees every graph once; ``Trainer.predict`` returns one row per graph in
+        the order of ``indices``. The batch size ``self.log`` uses is the number of graphs.
+        """
+        from .graph_loader import GraphLoader
+
+        if seed is None:
+            seed = self.trainer.seed if self.trainer is not None else 0
+        return GraphLoader(dataset, batch_size, indices, shuffle=shuffle, drop_last=drop_last, seed=seed)
 
 
 def _is_plain(value: Any) -> bool:
