@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
+import random
 import socket
 from dataclasses import dataclass
 from typing import Any, List, Optional
@@ -88,8 +89,9 @@ def detect_external_launch() -> Optional[RankInfo]:
         )
         port = _int_env("MASTER_PORT")
         if port is None:
-            # Same on every task of the job, different between concurrent jobs.
-            port = 15000 + (_int_env("SLURM_JOB_ID") or 0) % 20000
+            # Same on every task of the job, different between concurrent jobs, and below
+            # the ephemeral range (32768 by default; see free_port).
+            port = 15000 + (_int_env("SLURM_JOB_ID") or 0) % 17000
         return RankInfo(
             rank=procid,
             local_rank=_int_env("SLURM_LOCALID") or 0,
@@ -102,10 +104,35 @@ def detect_external_launch() -> Optional[RankInfo]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port that is free on ``host`` right now, below the kernel's ephemeral range.
+
+    The port is handed to a server that binds it later (a torchrun agent, a store). Ports
+    in the ephemeral range are also given to outgoing connections as their source port,
+    and a client that retries connecting to such a port before its server listens can even
+    be connected to itself; either makes the server's bind fail. Below the range neither
+    happens.
+    """
+    start = _ephemeral_start()
+    pick = random.SystemRandom()  # not the seeded global generators
+    for _ in range(64):
+        port = pick.randrange(max(1024, start - 12000), start)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded range: any free port
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def init_process_group(info: RankInfo, backend: str, timeout: Optional[datetime.timedelta] = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,7 @@ def test_detect_external_launch_slurm(monkeypatch):
     monkeypatch.setenv("SLURM_NODELIST", "other[1-2]")
     info = gdist.detect_external_launch()
     assert info == gdist.RankInfo(rank=3, local_rank=1, world_size=4, master_addr="gpu-node07",
-                                  master_port=15000 + 123456 % 20000, source="slurm")
+                                  master_port=15000 + 123456 % 17000, source="slurm")
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.5")
     monkeypatch.setenv("MASTER_PORT", "29400")
     info = gdist.detect_external_launch()
@@ -222,3 +223,14 @@ def test_plain_torch_task_trains_without_dgl(tmp_path):
                           capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["fork ok 8", "spawn ok 8"]
+
+
+def test_free_port_is_below_the_ephemeral_range():
+    # Ports there are never another connection's source port: a server told to use one can
+    # always bind it (the two-node torchrun test failed once when it could not).
+    start = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    for _ in range(20):
+        port = gdist.free_port()
+        assert 1024 <= port < start
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))

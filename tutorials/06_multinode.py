@@ -111,7 +111,7 @@ PyG's ``distributed_sampling_multinode.py`` and PyTorch's ``multinode.py``
 graphtrainer does 1 and 2 (``graphtrainer.distributed.detect_external_launch``: torchrun's
 variables first, then Slurm's; with Slurm and no ``MASTER_ADDR`` it takes the first host
 of ``SLURM_STEP_NODELIST``/``SLURM_NODELIST``, and without ``MASTER_PORT`` it uses
-``15000 + SLURM_JOB_ID % 20000``, the same on every task of a job), 4 (the GPU of the
+``15000 + SLURM_JOB_ID % 17000``, the same on every task of a job), 4 (the GPU of the
 local rank, or ``gpus=[...]`` indexed by local rank; ``cuda:0`` when the rank sees
 exactly one GPU, as under Slurm's ``--gpus-per-task=1`` or a per-rank
 ``CUDA_VISIBLE_DEVICES``; a clear error naming the rank when its GPU does not exist;
