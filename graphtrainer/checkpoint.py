@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch import nn
 
+from . import __version__
 from . import distributed as gdist
 from .checkpoint_file import CheckpointError, atomic_save, read_verified
 from .seeding import rng_state, set_rng_state
@@ -50,8 +51,6 @@ __all__ = ["CheckpointError", "FORMAT_VERSION", "atomic_save", "build_checkpoint
 
 def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
     """The checkpoint dict on rank 0, None elsewhere. Must be called on all processes."""
-    from . import __version__
-
     rngs = gdist.all_gather_object(rng_state())
     if trainer.rank != 0:
         return None
@@ -63,7 +62,7 @@ def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
         "optimizer_states": [_to_cpu(opt.state_dict()) for opt in trainer.optimizers],
         "lr_scheduler_states": [cfg.scheduler.state_dict() for cfg in trainer.lr_schedulers],
         "epoch": trainer.current_epoch,
-        "epoch_finished": bool(trainer._epoch_finished),
+        "epoch_finished": bool(trainer.state.epoch_finished),
         "global_step": trainer.global_step,
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": dict(getattr(task, "hparams", {})),
@@ -146,8 +145,8 @@ def restore_training_state(trainer: Any, task: Any, ckpt: Dict[str, Any]) -> Non
         opt.load_state_dict(state)
     for cfg, state in zip(trainer.lr_schedulers, ckpt.get("lr_scheduler_states", [])):
         cfg.scheduler.load_state_dict(state)
-    trainer.current_epoch = resume_epoch(ckpt)
-    trainer.global_step = int(ckpt.get("global_step", 0))
+    trainer.state.current_epoch = resume_epoch(ckpt)
+    trainer.state.global_step = int(ckpt.get("global_step", 0))
     states = ckpt.get("callbacks", {})
     for cb in trainer.callbacks:
         if cb.state_key in states:

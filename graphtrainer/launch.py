@@ -31,6 +31,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import torch
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
@@ -160,8 +161,6 @@ def fork_blocker(uses_gpu: bool) -> Optional[str]:
     backward). Only a forked child can see those marks, so a throw-away child is forked
     to look and answers with its exit code.
     """
-    import torch
-
     if uses_gpu and torch.cuda.is_initialized():
         return _FORK_BLOCKERS[1]
     if not hasattr(os, "fork") or torch.cuda.device_count() == 0:  # NVML count: safe here

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import yaml
+
 
 class Logger:
     """Interface: every method is called on every rank; only rank 0's instance writes."""
@@ -32,8 +34,6 @@ class CSVLogger(Logger):
         self._columns: List[str] = []
 
     def log_hyperparams(self, params: Dict[str, Any]) -> None:
-        import yaml
-
         with open(self.log_dir / "hparams.yaml", "w", encoding="utf-8") as fh:
             yaml.safe_dump(params, fh, sort_keys=True)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import zlib
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 

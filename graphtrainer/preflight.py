@@ -1,10 +1,7 @@
 """Checks and preparation done in the launching process, before any rank starts."""
 from __future__ import annotations
 
-import errno
-import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 from .sampling import find_graphs, prepare_graph
@@ -35,28 +32,6 @@ def check_task(task: Any, stage: str) -> None:
     if task.module is None and type(task).configure_model is GraphTask.configure_model:
         raise NotImplementedError(f"{type(task).__name__} has no model: override configure_model() "
                                   "or assign self.model in __init__")
-
-
-def prepare_run_dir(root: Path) -> Path:
-    """Create and return ``root/version_<n>`` with the next free ``n``; clear error if unwritable."""
-    root = Path(root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        if not os.access(root, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, "not writable", str(root))
-        taken = [int(p.name.split("_", 1)[1]) for p in root.glob("version_*")
-                 if p.name.split("_", 1)[1].isdigit()]
-        n = max(taken, default=-1) + 1
-        while True:
-            path = root / f"version_{n}"
-            try:
-                path.mkdir()
-                return path
-            except FileExistsError:
-                n += 1
-    except OSError as err:
-        raise PermissionError(f"default_root_dir {root} cannot be written ({err.strerror or err}): "
-                              "pass Trainer(default_root_dir=...) a writable directory") from err
 
 
 def prepare_graphs(task: Any, method: str) -> None:

@@ -3,15 +3,40 @@ folder that a failed start left with nothing in it."""
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any, List
 
+from .checkpoint import read_checkpoint
+
 _VERSION = re.compile(r"^version_(\d+)$")
 #: What a fit writes into its folder before its first epoch ends.
 _START_FILES = {"hparams.yaml", "metrics.csv"}
+
+
+def prepare_run_dir(root: Path) -> Path:
+    """Create and return ``root/version_<n>`` with the next free ``n``; clear error if unwritable."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(root))
+        taken = [int(p.name.split("_", 1)[1]) for p in root.glob("version_*")
+                 if p.name.split("_", 1)[1].isdigit()]
+        n = max(taken, default=-1) + 1
+        while True:
+            path = root / f"version_{n}"
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                n += 1
+    except OSError as err:
+        raise PermissionError(f"default_root_dir {root} cannot be written ({err.strerror or err}): "
+                              "pass Trainer(default_root_dir=...) a writable directory") from err
 
 
 def run_dirs(root: Path) -> List[Path]:
@@ -52,8 +77,6 @@ def _last_in(folder: Path) -> str | None:
 
 
 def _best_in(folder: Path, state_key: str) -> str | None:
-    from .checkpoint import read_checkpoint
-
     if not folder.is_dir():
         return None
     for newest in sorted(folder.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True):

@@ -18,6 +18,7 @@ import importlib.machinery
 import os
 import random
 import sys
+import threading
 import warnings
 from typing import Any, Dict, Optional
 
@@ -122,8 +123,6 @@ class _ClaimAfterDGLImport(importlib.abc.MetaPathFinder):
 
 
 def _claim_in_main_thread() -> None:
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         try:
             claim_dgl_stream()

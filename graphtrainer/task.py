@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+import warnings
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Union
 
 import torch
 from torch import nn
 
 from . import distributed as gdist
+from .edge_loader import EdgeLoader
+from .graph_loader import GraphLoader
 from .metrics import MetricStore
+from .sampling import NodeLoader, default_sampler
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 
 class GraphTask:
@@ -19,7 +26,8 @@ class GraphTask:
 
     Hook order of ``Trainer.fit``, on every rank. For each hook below that
     :class:`~graphtrainer.callbacks.Callback` also has, the trainer's callbacks run theirs
-    first, except that monitoring callbacks (``ModelCheckpoint``, ``EarlyStopping``) run
+    first, except that callbacks acting on reduced metrics (``after_reduction``: ``ModelCheckpoint``,
+    ``EarlyStopping``, ``PrintMetrics``) run
     their ``on_train_epoch_end`` after the task's, so they see what it logs::
 
         setup("fit")
@@ -55,9 +63,10 @@ class GraphTask:
         on_validation_epoch_end()
         teardown(stage)
 
-    Inside ``training_step`` ``self.model`` is the ``DistributedDataParallel`` wrapper:
-    call it (not a submodule) so gradients are synchronised. Everywhere else it is the
-    plain model; :attr:`module` is always the plain model.
+    During ``fit`` (training steps and the fit hooks) ``self.model`` is the
+    ``DistributedDataParallel`` wrapper: call it (not a submodule) so gradients are
+    synchronised. In evaluation steps and hooks, and in ``validate``/``test``/``predict``,
+    it is the plain model; :attr:`module` is always the plain model.
     """
 
     #: The network. Set it in ``__init__`` or return it from :meth:`configure_model`.
@@ -66,7 +75,7 @@ class GraphTask:
     def __init__(self) -> None:
         self.model = None
         self.hparams: Dict[str, Any] = {}
-        self.trainer: Any = None
+        self.trainer: Optional["Trainer"] = None
         self.rank: int = 0
         self.world_size: int = 1
         self.device: torch.device = torch.device("cpu")
@@ -174,8 +183,6 @@ class GraphTask:
         if hook in warned or self.rank != 0:
             return
         warned.add(hook)
-        import warnings
-
         warnings.warn(
             f"{type(self).__name__}.{hook}: the batch size of this batch could not be inferred, so "
             f"self.log({name!r}, ...) weighs each call equally and its epoch value is a mean of "
@@ -222,8 +229,6 @@ class GraphTask:
         launches anything; built in ``train_dataloader()`` (run in each rank), every rank
         raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
         """
-        from .sampling import NodeLoader, default_sampler
-
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
             raise ValueError("node_dataloader needs a graph: pass graph= or set self.graph")
@@ -253,8 +258,6 @@ class GraphTask:
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
         here, before any sampling (DGL aborts the process on an out-of-range id).
         """
-        from .edge_loader import EdgeLoader
-
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
             raise ValueError("edge_dataloader needs a graph: pass graph= or set self.graph")
@@ -277,8 +280,6 @@ class GraphTask:
         Evaluation sees every graph once; ``Trainer.predict`` returns one row per graph in
         the order of ``indices``. The batch size ``self.log`` uses is the number of graphs.
         """
-        from .graph_loader import GraphLoader
-
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
         return GraphLoader(dataset, batch_size, indices, shuffle=shuffle, drop_last=drop_last, seed=seed)
@@ -307,6 +308,3 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         return batch if batch.device == device else batch.to(device)
     return batch
 
-
-Hooks = Sequence[str]
-BatchList = List[Any]

@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import sys
 
+import torch
+
 
 def set_threads(threads: int) -> None:
     """Intra-op threads for torch and DGL in the calling thread's process."""
-    import torch
-
     torch.set_num_threads(threads)
     if "dgl" in sys.modules:
         sys.modules["dgl"].utils.set_num_threads(threads)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -13,10 +12,15 @@ import torch
 
 from . import distributed as gdist
 from .callbacks.base import Callback
+from .callbacks.checkpoint import ModelCheckpoint
 from .callbacks.progress import ProgressBar
+from .checkpoint import save_checkpoint
 from .launch import check_main_guard, fork_blocker, launch
-from .loop import run_rank
-from .run_files import find_checkpoint, remove_if_unused
+from .preflight import check_task, prepare_graphs
+from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
+from .runtime import run_rank
+from .state import RunResult, RunState, TrainerConfig
+from .task import GraphTask
 from .threads import available_cores
 
 LAUNCHERS = ("auto", "fork", "spawn")
@@ -115,55 +119,114 @@ class Trainer:
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
                 raise ValueError(f"timeout={timeout!r}: give seconds > 0 or a datetime.timedelta")
             timeout = datetime.timedelta(seconds=seconds)
-        self.device_ids = self._parse_gpus(gpus, num_procs)
-        self.num_procs = len(self.device_ids) if self.device_ids else (num_procs or 1)
-        self.launcher = launcher
-        self.max_epochs = max_epochs if max_epochs >= 1 else sys.maxsize
-        self.max_steps = max_steps
-        self.limit_train_batches = limit_train_batches
-        self.limit_val_batches = limit_val_batches
-        self.limit_test_batches = limit_test_batches
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.seed = seed
-        self.threads_per_proc = threads_per_proc
-        self.default_root_dir = Path(default_root_dir)
-        self.gradient_clip_val = gradient_clip_val
-        self.accumulate_grad_batches = accumulate_grad_batches
-        self.log_every_n_steps = max(1, log_every_n_steps)
-        self.backend = backend
-        self.hang_timeout = hang_timeout
-        self.timeout: Optional[datetime.timedelta] = timeout
-        self.detect_anomaly = detect_anomaly
+        device_ids = self._parse_gpus(gpus, num_procs)
+        #: Every option, checked, frozen.
+        self.config = TrainerConfig(
+            device_ids=tuple(device_ids), num_procs=len(device_ids) if device_ids else (num_procs or 1),
+            launcher=launcher, max_epochs=max_epochs if max_epochs >= 1 else sys.maxsize, max_steps=max_steps,
+            limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches, check_val_every_n_epoch=check_val_every_n_epoch, seed=seed,
+            threads_per_proc=threads_per_proc, default_root_dir=Path(default_root_dir),
+            gradient_clip_val=gradient_clip_val, accumulate_grad_batches=accumulate_grad_batches,
+            log_every_n_steps=max(1, log_every_n_steps), backend=backend, hang_timeout=hang_timeout,
+            timeout=timeout, detect_anomaly=detect_anomaly, logger=logger)
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
-        self._logger_option = logger
-        self.logger: Any = None
+        #: The state of the current (or last) run; see :class:`~graphtrainer.state.RunState`.
+        self.state = RunState()
 
-        # Run state: in each rank during a run; copied back to the caller after it.
-        self.rank = 0
-        self.world_size = 1
-        self.device = torch.device("cpu")
-        self.current_epoch = 0
-        self.global_step = 0
-        self.history: List[Dict[str, float]] = []
-        self.callback_metrics: Dict[str, float] = {}
-        self.should_stop = False
-        self.num_training_batches: Optional[int] = None
-        self.last_loss: Optional[torch.Tensor] = None
-        self.optimizers: List[torch.optim.Optimizer] = []
-        self.lr_schedulers: List[Any] = []
-        self.log_dir: Optional[Path] = None
-        self._launched = False
-        self._epoch_finished = False
-        self._validated_this_epoch = False
-        self._has_val_loader = False
-        self._after_epoch: Optional[Callable[[Any, Any], None]] = None
-        self._first_nonfinite: Optional[torch.Tensor] = None
-        self._nonfinite_reported = False
+    # ---- the run's state, as callbacks and tasks read it ----------------------------------
+    @property
+    def current_epoch(self) -> int:
+        """The epoch running (0-based); after ``fit``, the epochs completed."""
+        return self.state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self.state.global_step
+
+    @property
+    def history(self) -> List[Dict[str, float]]:
+        """One row of exactly reduced metrics per finished epoch of the last ``fit``."""
+        return self.state.history
+
+    @property
+    def callback_metrics(self) -> Dict[str, float]:
+        """The latest reduced value of every logged metric."""
+        return self.state.callback_metrics
+
+    @property
+    def should_stop(self) -> bool:
+        """Set it to True (on any rank) to stop training after this epoch."""
+        return self.state.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        self.state.should_stop = bool(value)
+
+    @property
+    def log_dir(self) -> Optional[Path]:
+        """The folder of the last ``fit`` run (``<default_root_dir>/version_<n>``)."""
+        return self.state.log_dir
+
+    @property
+    def rank(self) -> int:
+        return self.state.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.state.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        return self.state.optimizers
+
+    @property
+    def lr_schedulers(self) -> List[Any]:
+        return self.state.lr_schedulers
+
+    @property
+    def logger(self) -> Any:
+        """This rank's logger during a ``fit`` (None off rank 0 or with ``logger=False``)."""
+        return self.state.logger
+
+    @property
+    def num_training_batches(self) -> Optional[int]:
+        return self.state.num_training_batches
+
+    @property
+    def last_loss(self) -> Optional[torch.Tensor]:
+        return self.state.last_loss
+
+    # A few options users read often (all are in :attr:`config`).
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def num_procs(self) -> int:
+        return self.config.num_procs
+
+    @property
+    def max_epochs(self) -> int:
+        return self.config.max_epochs
+
+    @property
+    def default_root_dir(self) -> Path:
+        return self.config.default_root_dir
+
+    @property
+    def threads_per_proc(self) -> Optional[int]:
+        return self.config.threads_per_proc
 
     # ---- entry points -----------------------------------------------------------------
-    def fit(self, task: Any, ckpt_path: Optional[str] = None) -> "Trainer":
+    def fit(self, task: GraphTask, ckpt_path: Optional[str] = None) -> "Trainer":
         """Train ``task``; resume from ``ckpt_path`` ("last", "best" or a path) if given.
 
         Each call is a run of its own: it writes under a new ``version_<n>`` folder (never
@@ -175,78 +238,90 @@ class Trainer:
         epoch, :attr:`log_dir` the run directory, and ``task.model`` the trained weights.
         """
         ckpt_path = self._resolve_ckpt(ckpt_path)  # before the reset: "best" may use this trainer's last run
-        self._reset_run_state()
-        self._absorb(task, self._run(task, "fit", ckpt_path))
+        self.state = RunState()
+        for cb in self.callbacks:
+            cb.reset()
+        self._run(task, "fit", ckpt_path)
         return self
 
-    def validate(self, task: Any, ckpt_path: Optional[str] = None) -> Dict[str, float]:
+    def validate(self, task: GraphTask, ckpt_path: Optional[str] = None) -> Dict[str, float]:
         """Run ``validation_step`` over ``val_dataloader()`` on all ranks; exact reduced metrics."""
-        return self._absorb(task, self._run(task, "validate", self._resolve_ckpt(ckpt_path)))["metrics"]
+        return self._run(task, "validate", self._resolve_ckpt(ckpt_path)).metrics
 
-    def test(self, task: Any, ckpt_path: Optional[str] = None) -> Dict[str, float]:
+    def test(self, task: GraphTask, ckpt_path: Optional[str] = None) -> Dict[str, float]:
         """Run ``test_step`` over ``test_dataloader()`` on all ranks; exact reduced metrics."""
-        return self._absorb(task, self._run(task, "test", self._resolve_ckpt(ckpt_path)))["metrics"]
+        return self._run(task, "test", self._resolve_ckpt(ckpt_path)).metrics
 
-    def predict(self, task: Any, ckpt_path: Optional[str] = None) -> torch.Tensor:
+    def predict(self, task: GraphTask, ckpt_path: Optional[str] = None) -> torch.Tensor:
         """``predict_step`` outputs for every id of ``predict_dataloader()``, once each, in the
         order the ids were given, whatever the number of ranks."""
-        return self._absorb(task, self._run(task, "predict", self._resolve_ckpt(ckpt_path)))["predictions"]
+        return self._run(task, "predict", self._resolve_ckpt(ckpt_path)).predictions
 
     def save_checkpoint(self, path: Union[str, os.PathLike]) -> None:
         """Write a checkpoint of the running task. Must be called on all processes."""
-        from .checkpoint import save_checkpoint
-
-        save_checkpoint(self, self._task, path)
+        if self.state.task is None:
+            raise RuntimeError("save_checkpoint saves the running task: call it from a hook or callback "
+                               "during fit")
+        save_checkpoint(self, self.state.task, path)
 
     # ---- launching ----------------------------------------------------------------------
-    def _run(self, task: Any, stage: str, ckpt_path: Optional[str]) -> Dict[str, Any]:
-        from .preflight import check_task, prepare_graphs, prepare_run_dir
-
+    def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:
+        """Run ``stage`` here (one rank, or this process's rank under torchrun/Slurm) or on
+        launched ranks; bring rank 0's result into this process."""
         check_task(task, stage)
+        config = self.config
         external = gdist.detect_external_launch()
         if external is not None:
-            if self.device_ids and len(self.device_ids) not in (1, external.world_size):
-                warnings.warn(f"gpus={self.device_ids} is ignored under {external.source}: each of its "
+            if config.device_ids and len(config.device_ids) not in (1, external.world_size):
+                warnings.warn(f"gpus={list(config.device_ids)} is ignored under {external.source}: each of its "
                               f"{external.world_size} ranks uses the GPU of its local rank", stacklevel=3)
-            self._launched = False
-            if stage == "fit":
-                self.log_dir = None
-            return self._removing_unused_run_dir(stage, lambda: run_rank(external, self, task, stage, ckpt_path))
+            return self._guarded(stage, lambda: run_rank(external, self, task, stage, ckpt_path))
         if stage == "fit":
             # Made here, before any process starts, so an unwritable root fails early.
-            self.log_dir = prepare_run_dir(self.default_root_dir)
-        if self.num_procs == 1:
-            self._launched = False
-            return self._removing_unused_run_dir(stage, lambda: run_rank(gdist.RankInfo(), self, task, stage,
-                                                                          ckpt_path))
+            self.state.log_dir = prepare_run_dir(config.default_root_dir)
+        if config.num_procs == 1:
+            return self._guarded(stage, lambda: run_rank(gdist.RankInfo(), self, task, stage, ckpt_path))
 
-        def launched() -> Dict[str, Any]:
+        def launched() -> RunResult:
             method = self._launch_method()
             prepare_graphs(task, method)
-            self._launched = True
-            threads = self.threads_per_proc or max(1, available_cores() // self.num_procs)
-            return launch(run_rank, (self, task, stage, ckpt_path), self.num_procs, method, threads,
-                          self.hang_timeout)
+            threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
+            result = launch(run_rank, (self, task, stage, ckpt_path), config.num_procs, method, threads,
+                            config.hang_timeout)
+            self._absorb(task, result)
+            return result
 
-        return self._removing_unused_run_dir(stage, launched)
+        return self._guarded(stage, launched)
 
-    def _removing_unused_run_dir(self, stage: str, run: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    def _guarded(self, stage: str, run: Callable[[], RunResult]) -> RunResult:
         """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
         checkpoint), its run folder goes too, so failed starts leave no empty ``version_<n>``."""
         try:
             return run()
         except BaseException:
-            if stage == "fit" and self.log_dir is not None and self.rank == 0:
-                remove_if_unused(self.log_dir)
+            if stage == "fit" and self.state.log_dir is not None and self.state.rank == 0:
+                remove_if_unused(self.state.log_dir)
             raise
 
+    def _absorb(self, task: GraphTask, result: RunResult) -> None:
+        """Bring a launched run's outcome into this process."""
+        self.state = result.state
+        for cb in self.callbacks:
+            if cb.state_key in result.callback_states:
+                cb.load_state_dict(result.callback_states[cb.state_key])
+        if result.state_dict is not None:
+            if task.module is None:
+                task.model = task.configure_model()
+            task.module.load_state_dict(result.state_dict)
+
     def _launch_method(self) -> str:
-        method = self.launcher
+        launcher = self.config.launcher
+        method = launcher
         if method == "auto":
             method = "fork" if sys.platform.startswith("linux") else "spawn"
-        blocker = fork_blocker(uses_gpu=bool(self.device_ids)) if method == "fork" else None
+        blocker = fork_blocker(uses_gpu=bool(self.config.device_ids)) if method == "fork" else None
         if blocker is not None:
-            if self.launcher == "fork":
+            if launcher == "fork":
                 raise RuntimeError(f"launcher='fork': {blocker}. Keep CUDA calls and training out of the "
                                    "code before fit (torch.cuda.device_count() is safe), or use "
                                    "launcher='spawn'")
@@ -279,60 +354,10 @@ class Trainer:
                              "device(s) are visible")
         return ids
 
-    def _device_and_backend(self, info: gdist.RankInfo) -> tuple:
-        if not self.device_ids:
-            return torch.device("cpu"), self.backend or "gloo"
-        if info.source in ("torchrun", "slurm"):
-            index = self._external_device_index(info)
-            shared_gpu = False
-        else:
-            index = self.device_ids[info.local_rank]
-            shared_gpu = len(set(self.device_ids)) < len(self.device_ids)
-        # nccl refuses two ranks on one device; gloo handles it.
-        backend = self.backend or ("gloo" if shared_gpu else "nccl")
-        return torch.device("cuda", index), backend
-
-    def _external_device_index(self, info: gdist.RankInfo) -> int:
-        """The GPU of a rank that torchrun or Slurm started: the listed device of its local
-        rank, else its local rank; device 0 when the rank sees just one GPU (Slurm's
-        ``--gpus-per-task=1`` or a per-rank ``CUDA_VISIBLE_DEVICES``)."""
-        visible = torch.cuda.device_count()
-        if visible == 1:
-            index = 0
-        elif len(self.device_ids) > 1 and info.local_rank < len(self.device_ids):
-            index = self.device_ids[info.local_rank]
-        else:
-            index = info.local_rank
-        if index >= visible:
-            raise RuntimeError(f"rank {info.rank} (local rank {info.local_rank}, started by {info.source}) "
-                               f"needs GPU {index} but sees {visible}: start one process per visible GPU, "
-                               "or give each process one GPU (CUDA_VISIBLE_DEVICES, --gpus-per-task=1)")
-        return index
-
-    # ---- per-rank state ---------------------------------------------------------------
-    def _attach(self, info: gdist.RankInfo, device: torch.device, task: Any, stage: str) -> None:
-        """Bind this rank's identity to the trainer and task; open the logger (collective)."""
-        from .loggers import make_logger
-        from .preflight import prepare_run_dir
-
-        self.rank, self.world_size, self.device = info.rank, info.world_size, device
-        self._task = task
-        task.trainer, task.rank, task.world_size, task.device = self, info.rank, info.world_size, device
-        if stage != "fit":
-            return
-        if self.log_dir is None:  # external launch: rank 0 numbers the run, the others learn it
-            made = str(prepare_run_dir(self.default_root_dir)) if self.rank == 0 else None
-            self.log_dir = Path(gdist.broadcast_object(made))
-        self.logger = make_logger(self._logger_option, self.log_dir, self.rank)
-        if self.logger is not None:
-            self.logger.log_hyperparams(dict(getattr(task, "hparams", {})))
-
     def _resolve_ckpt(self, ckpt_path: Optional[str]) -> Optional[str]:
         """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0."""
         if ckpt_path not in ("best", "last"):
             return ckpt_path
-        from .callbacks.checkpoint import ModelCheckpoint
-
         ckpts = [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
         if not ckpts:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
@@ -341,42 +366,3 @@ class Trainer:
         if gdist.detect_external_launch() is None or gdist.get_rank() == 0:
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: using {path}", flush=True)
         return path
-    def _reset_run_state(self) -> None:
-        self.current_epoch, self.global_step = 0, 0
-        self.history, self.callback_metrics = [], {}
-        self.should_stop = False
-        self._first_nonfinite, self._nonfinite_reported = None, False
-        for cb in self.callbacks:
-            cb.reset()
-
-    def _result(self, task: Any, include_state: bool) -> Dict[str, Any]:
-        """What rank 0 sends back to the caller."""
-        out: Dict[str, Any] = {
-            "history": list(self.history),
-            "callback_metrics": dict(self.callback_metrics),
-            "current_epoch": self.current_epoch,
-            "global_step": self.global_step,
-            "log_dir": str(self.log_dir) if self.log_dir else None,
-            "callback_states": {cb.state_key: cb.state_dict() for cb in self.callbacks},
-        }
-        if include_state and self._launched:
-            out["state_dict"] = {k: v.detach().cpu() for k, v in task.module.state_dict().items()}
-        return out
-
-    def _absorb(self, task: Any, result: Dict[str, Any]) -> Dict[str, Any]:
-        """Bring a launched run's outcome into this process (a no-op for in-process runs)."""
-        if not self._launched:
-            return result
-        self.history = result["history"]
-        self.callback_metrics = result["callback_metrics"]
-        self.current_epoch, self.global_step = result["current_epoch"], result["global_step"]
-        if result.get("log_dir"):
-            self.log_dir = Path(result["log_dir"])
-        for cb in self.callbacks:
-            if cb.state_key in result["callback_states"]:
-                cb.load_state_dict(result["callback_states"][cb.state_key])
-        if "state_dict" in result:
-            if task.module is None:
-                task.model = task.configure_model()
-            task.module.load_state_dict(result["state_dict"])
-        return result

@@ -274,7 +274,7 @@ class Recorder(Callback):
     can compare what every rank saw. ``state_dict`` carries rank 0's record back to the
     caller (the trainer returns callback states)."""
 
-    monitoring = True  # sees the epoch's final decisions of the callbacks before it
+    after_reduction = True  # sees the epoch's final decisions of the callbacks before it
 
     def __init__(self, out_dir: Optional[str] = None):
         self.out_dir = out_dir

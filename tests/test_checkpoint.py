@@ -2,6 +2,7 @@
 resume on another world size, ``ckpt_path`` resolution and bad checkpoints."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from pathlib import Path
@@ -178,7 +179,7 @@ def test_ckpt_path_last_and_best_resolution(root_dir, tmp_path):
     trainer = _regression_trainer(root_dir, K_EPOCHS, callbacks=[ckpt])
     trainer.fit(RegressionTask(dropout=0.3))
     assert ckpt.last_model_path == str(dirpath / "last.ckpt")
-    trainer.max_epochs = N_EPOCHS
+    trainer.config = dataclasses.replace(trainer.config, max_epochs=N_EPOCHS)
     continued = RegressionTask(dropout=0.3)
     trainer.fit(continued, ckpt_path="last")
     assert [row["epoch"] for row in trainer.history] == [2, 3]
@@ -350,12 +351,20 @@ class _HookOrderTask(RegressionTask):
         self.calls.append("task.on_load_checkpoint")
 
 
+class _SaveAtEpochEnd(Callback):
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_epoch_end(self, trainer, task):
+        trainer.save_checkpoint(self.path)
+
+
 def test_checkpoint_hooks_run_callbacks_before_the_task(root_dir, tmp_path):
     calls = []
     _HookOrderTask.calls = calls
     path = tmp_path / "c.ckpt"
-    trainer = Trainer(max_epochs=1, progress_bar=False, default_root_dir=root_dir, callbacks=[_HookOrder(calls)])
-    trainer._after_epoch = lambda tr, task: tr.save_checkpoint(path)
+    trainer = Trainer(max_epochs=1, progress_bar=False, default_root_dir=root_dir,
+                      callbacks=[_HookOrder(calls), _SaveAtEpochEnd(path)])
     trainer.fit(_HookOrderTask())
     assert calls == ["callback.on_save_checkpoint", "task.on_save_checkpoint"]
     calls.clear()

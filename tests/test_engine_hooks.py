@@ -69,7 +69,7 @@ class HookCallback(Callback):
     """Appends ``<tag>:<hook>`` to the task's record; a monitoring one also notes the metric."""
 
     def __init__(self, tag: str, monitoring: bool):
-        self.tag, self.monitoring = tag, monitoring
+        self.tag, self.after_reduction = tag, monitoring
 
     @property
     def state_key(self) -> str:
@@ -79,7 +79,7 @@ class HookCallback(Callback):
 def _callback_recording(name: str):
     def hook(self, trainer: Any, task: Any, *args: Any) -> None:
         task.calls.append(f"{self.tag}:{name}")
-        if name == "on_train_epoch_end" and self.monitoring:
+        if name == "on_train_epoch_end" and self.after_reduction:
             task.calls.append(f"{self.tag}:marker={trainer.callback_metrics.get('marker')}")
     return hook
 

@@ -76,7 +76,7 @@ def test_hang_and_timeout_options_are_checked():
         Trainer(hang_timeout=0)
     with pytest.raises(ValueError, match="timeout=-1"):
         Trainer(timeout=-1)
-    assert Trainer(timeout=7).timeout == datetime.timedelta(seconds=7)
+    assert Trainer(timeout=7).config.timeout == datetime.timedelta(seconds=7)
 
 
 # ---- integrity -----------------------------------------------------------------------------

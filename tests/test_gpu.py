@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from graphtrainer import Trainer
+from graphtrainer.runtime import device_and_backend
 
 from gpu_tasks import DeviceTask
 
@@ -165,7 +166,7 @@ def test_external_rank_gpu_choice(monkeypatch, visible, local_rank, gpus, index)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
     trainer = Trainer(gpus=gpus, progress_bar=False)
     info = RankInfo(rank=5, local_rank=local_rank, world_size=8, source="slurm")
-    device, backend = trainer._device_and_backend(info)
+    device, backend = device_and_backend(trainer.config, info)
     assert (device, backend) == (torch.device("cuda", index), "nccl")
 
 
@@ -177,4 +178,4 @@ def test_external_rank_without_a_gpu_says_how_to_fix(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     trainer = Trainer(gpus=1, progress_bar=False)
     with pytest.raises(RuntimeError, match=r"local rank 3, started by torchrun\) needs GPU 3 but sees 2"):
-        trainer._device_and_backend(RankInfo(rank=3, local_rank=3, world_size=4, source="torchrun"))
+        device_and_backend(trainer.config, RankInfo(rank=3, local_rank=3, world_size=4, source="torchrun"))

@@ -176,7 +176,7 @@ class LinkPrediction(GraphTask):
 
 
 class PrintEpoch(Callback):
-    monitoring = True
+    after_reduction = True
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         if trainer.rank == 0:

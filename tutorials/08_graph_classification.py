@@ -146,7 +146,7 @@ class GraphClassification(GraphTask):
 
 
 class PrintEpoch(Callback):
-    monitoring = True
+    after_reduction = True
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         if trainer.rank == 0 and (trainer.current_epoch % 10 == 9 or trainer.current_epoch < 2):

@@ -36,7 +36,7 @@ class ModelCheckpoint(Callback):
     :attr:`last_model_path` are set on the caller's side too.
     """
 
-    monitoring = True
+    after_reduction = True
 
     def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: str = "{epoch}-{step}",
                  monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
@@ -97,7 +97,7 @@ class ModelCheckpoint(Callback):
             return
         metrics = trainer.callback_metrics
         if self.monitor is not None and self.monitor not in metrics:
-            if not trainer._validated_this_epoch and trainer._has_val_loader:
+            if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:
                 return  # monitored metric comes from validation, which did not run this epoch
             raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which was never logged; "
                            f"logged metrics: {sorted(metrics)}")

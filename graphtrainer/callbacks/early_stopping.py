@@ -15,7 +15,7 @@ class EarlyStopping(Callback):
     a message. Rank 0 decides and broadcasts, so all ranks stop at the same epoch.
     """
 
-    monitoring = True
+    after_reduction = True
 
     def __init__(self, monitor: str, mode: str = "min", patience: int = 3, min_delta: float = 0.0,
                  check_finite: bool = True, verbose: bool = True):
@@ -50,7 +50,7 @@ class EarlyStopping(Callback):
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
-            if not trainer._validated_this_epoch and trainer._has_val_loader:
+            if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:
                 return
             raise KeyError(f"EarlyStopping monitors {self.monitor!r}, which was never logged; "
                            f"logged metrics: {sorted(metrics)}")

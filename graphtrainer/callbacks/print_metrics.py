@@ -41,7 +41,7 @@ class PrintMetrics(Callback):
 
     # Runs after the task's on_train_epoch_end and after the epoch's metrics are reduced
     # (validation included), like ModelCheckpoint: earlier, the line would be incomplete.
-    monitoring = True
+    after_reduction = True
 
     def __init__(self, keys: Optional[Sequence[str]] = None, fmt: str = ".4f",
                  formats: Optional[Mapping[str, str]] = None, elapsed: bool = False) -> None:
@@ -85,7 +85,7 @@ class PrintMetrics(Callback):
             return
         seconds = time.time() - self._created if self.elapsed else None
         # current_epoch still holds the epoch that just ended: the loop advances it after
-        # the monitoring callbacks ran.
+        # the callbacks acting on reduced metrics ran.
         print(self.format_line(trainer.current_epoch, trainer.callback_metrics, seconds), flush=True)
 
 

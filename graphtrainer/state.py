@@ -1,0 +1,109 @@
+"""The Trainer's configuration, the state of a run, and what a run hands back.
+
+:class:`TrainerConfig` is built once from ``Trainer.__init__``'s arguments and never
+changes. :class:`RunState` is owned by the rank runtime: it updates the fields as the run
+goes, callbacks and tasks read them (``trainer.state``, or the ``Trainer`` properties of
+the same names), and rank 0's copy comes back to the caller in a :class:`RunResult`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+BatchLimit = Union[None, int, float]
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """Every option of a :class:`~graphtrainer.Trainer` (see its docstring), checked."""
+
+    device_ids: Tuple[int, ...]
+    num_procs: int
+    launcher: str
+    max_epochs: int
+    max_steps: int
+    limit_train_batches: BatchLimit
+    limit_val_batches: BatchLimit
+    limit_test_batches: BatchLimit
+    check_val_every_n_epoch: int
+    seed: int
+    threads_per_proc: Optional[int]
+    default_root_dir: Path
+    gradient_clip_val: Optional[float]
+    accumulate_grad_batches: int
+    log_every_n_steps: int
+    backend: Optional[str]
+    hang_timeout: Optional[float]
+    timeout: Optional[datetime.timedelta]
+    detect_anomaly: bool
+    logger: Any
+
+
+@dataclass
+class RunState:
+    """Where a run stands, on one rank. Public fields, updated by the rank runtime only
+    (except ``should_stop``, which callbacks may set to end training after this epoch)."""
+
+    #: This rank, the number of ranks, and its device.
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    #: True when the ranks run in processes the trainer started.
+    launched: bool = False
+    #: The epoch running (0-based); after ``fit``, the number of epochs completed.
+    current_epoch: int = 0
+    #: Optimizer steps taken.
+    global_step: int = 0
+    #: One row of exactly reduced metrics per finished epoch.
+    history: List[Dict[str, float]] = field(default_factory=list)
+    #: The latest reduced value of every logged metric.
+    callback_metrics: Dict[str, float] = field(default_factory=dict)
+    should_stop: bool = False
+    #: True from the end of an epoch's work until the next epoch starts: a checkpoint
+    #: written then resumes at the next epoch.
+    epoch_finished: bool = False
+    #: Whether validation ran this epoch (``check_val_every_n_epoch``), and whether the
+    #: task has a validation loader at all.
+    validated_this_epoch: bool = False
+    has_val_loader: bool = False
+    #: Training batches this rank runs this epoch (None when the loader has no length).
+    num_training_batches: Optional[int] = None
+    #: The last training loss (detached).
+    last_loss: Optional[torch.Tensor] = None
+    optimizers: List[torch.optim.Optimizer] = field(default_factory=list)
+    lr_schedulers: List[Any] = field(default_factory=list)
+    #: The run's folder (``fit`` only) and its logger (rank 0 only).
+    log_dir: Optional[Path] = None
+    logger: Any = None
+    #: The task being run on this rank (what ``trainer.save_checkpoint`` saves).
+    task: Any = None
+
+    def for_caller(self) -> "RunState":
+        """A copy without what only lives in the rank (optimizers, logger, tensors)."""
+        return dataclasses.replace(self, device=torch.device("cpu"), last_loss=None, optimizers=[],
+                                   lr_schedulers=[], logger=None, task=None, history=list(self.history),
+                                   callback_metrics=dict(self.callback_metrics))
+
+
+@dataclass
+class RunResult:
+    """What rank 0 hands back to the caller of ``fit``/``validate``/``test``/``predict``."""
+
+    state: RunState
+    #: ``{callback.state_key: callback.state_dict()}`` at the end of the run.
+    callback_states: Dict[str, Any]
+    #: The trained weights, when the ranks ran in other processes (``fit`` only).
+    state_dict: Optional[Dict[str, torch.Tensor]] = None
+    #: The stage's reduced metrics (evaluation stages).
+    metrics: Dict[str, float] = field(default_factory=dict)
+    #: ``predict`` outputs, one row per id in the order given.
+    predictions: Optional[torch.Tensor] = None
+
+
+def callback_states(callbacks: Sequence[Any]) -> Dict[str, Any]:
+    return {cb.state_key: cb.state_dict() for cb in callbacks}
