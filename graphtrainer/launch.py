@@ -514,16 +514,19 @@ def _died(rank: int, exitcode: int, method: str) -> RankFailedError:
 
 def _end_all(procs: List[Any], wait_s: float) -> None:
     """Give children ``wait_s`` to exit, terminate the rest, then reap all of them."""
-    deadline = time.monotonic() + wait_s
-    for proc in procs:
-        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    _join_all(procs, wait_s)
     for proc in procs:
         if proc.exitcode is None:
             proc.terminate()
-    deadline = time.monotonic() + TERMINATE_GRACE_S
-    for proc in procs:
-        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    _join_all(procs, TERMINATE_GRACE_S)
     for proc in procs:
         if proc.exitcode is None:
             proc.kill()
             proc.join(timeout=5.0)
+
+
+def _join_all(procs: List[Any], seconds: float) -> None:
+    """Wait up to ``seconds`` in all for every process to exit."""
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))

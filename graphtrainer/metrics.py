@@ -9,7 +9,8 @@ the weighted mean over every sample of every rank, never a mean of per-rank mean
 call of every rank.
 
 Metrics that are not means (ROC-AUC, F1) need every prediction: gather them with
-:func:`gather` and compute them with scikit-learn, e.g. :func:`roc_auc`.
+``GraphTask.all_gather`` in an epoch-end hook and compute them once, e.g. with
+:func:`roc_auc` (or :mod:`graphtrainer.ranking` for link prediction).
 """
 from __future__ import annotations
 
@@ -96,15 +97,6 @@ def _same_on_all_ranks(kinds: Dict[str, str]) -> bool:
     """Whether every rank logged the same names with the same reductions, by a checksum
     instead of gathering the names. Collective."""
     return gdist.same_on_all_ranks(zlib.crc32(repr(sorted(kinds.items())).encode()))
-
-
-def gather(tensor: torch.Tensor) -> torch.Tensor:
-    """Every rank's rows concatenated in rank order (lengths may differ).
-
-    Must be called on all processes, outside ``training_step`` (inside ``Join`` only
-    DDP's own all-reduce may run): e.g. in ``on_validation_epoch_end``.
-    """
-    return gdist.all_gather_tensor(tensor)
 
 
 def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:

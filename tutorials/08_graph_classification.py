@@ -72,7 +72,6 @@ The classic hand-written workflow, and what replaces each step
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -88,6 +87,7 @@ from graphtrainer.callbacks import Callback  # noqa: E402
 from graphtrainer.graph_loader import PackedGraphs  # noqa: E402
 from graphtrainer.metrics import accuracy  # noqa: E402
 from graphtrainer.models import GraphClassifier  # noqa: E402
+from tutorials.summary import report  # noqa: E402
 
 
 class GraphClassification(GraphTask):
@@ -224,12 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "final_train_loss": trainer.history[-1]["train_loss"], "checkpoint": ckpt.best_model_path,
         "fit_seconds": round(fit_s, 1), "seconds": round(time.time() - started, 1),
     }
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(result, indent=2))
-    print("RESULT " + json.dumps(result), flush=True)
-    print(f"total {result['seconds']:.1f} s", flush=True)
+    report(result, args.out)
     return result
 
 
