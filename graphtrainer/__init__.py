@@ -9,13 +9,13 @@ from .seeding import install_dgl_stream_claim
 
 install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
 
-from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, PrintMetrics,
-                        ProgressBar)
+from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary,
+                        PrintMetrics, ProgressBar)
 from .checkpoint_file import CheckpointError
 from .launch import RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
 __all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
-           "LearningRateMonitor", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
+           "LearningRateMonitor", "ModelSummary", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
            "__version__"]

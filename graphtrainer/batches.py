@@ -2,9 +2,10 @@
 be trusted."""
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from typing import Any, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Tuple
 
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -25,15 +26,19 @@ def batch_limit(loader: Any, limit: BatchLimit) -> Optional[int]:
     return int(limit)
 
 
-def with_last(iterable: Iterable[Any], limit: Optional[int], place: str) -> Iterator[Tuple[int, Any, bool]]:
+def with_last(iterable: Iterable[Any], limit: Optional[int], place: str,
+              timer: Optional[Callable[[str], ContextManager[Any]]] = None) -> Iterator[Tuple[int, Any, bool]]:
     """``(index, item, is_last)`` so accumulation can step on the final batch. Fetching a
-    batch counts as being in ``place`` for the hang check (sampling can hang too)."""
+    batch counts as being in ``place`` for the hang check (sampling can hang too), and as
+    the ``"sample"`` section of ``timer``."""
     if limit is not None and limit <= 0:
         return
+    fetching = (lambda: timer("sample")) if timer is not None else contextlib.nullcontext
     heartbeat.beat(place, 0)
     it = iter(iterable)
     try:
-        current = next(it)
+        with fetching():
+            current = next(it)
     except StopIteration:
         return
     idx = 0
@@ -43,7 +48,8 @@ def with_last(iterable: Iterable[Any], limit: Optional[int], place: str) -> Iter
             return
         try:
             heartbeat.beat(place, idx + 1)
-            nxt = next(it)
+            with fetching():
+                nxt = next(it)
         except StopIteration:
             yield idx, current, True
             return

@@ -41,6 +41,7 @@ from . import __version__
 from . import distributed as gdist
 from .checkpoint_file import CheckpointError, atomic_save, read_verified
 from .seeding import rng_state, set_rng_state
+from .state import callback_states
 
 #: 2: ``epoch`` is the epoch written in, with ``epoch_finished`` (1: epochs completed).
 FORMAT_VERSION = 2
@@ -64,9 +65,12 @@ def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
         "epoch": trainer.current_epoch,
         "epoch_finished": bool(trainer.state.epoch_finished),
         "global_step": trainer.global_step,
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        # Only callbacks with something to restore (a progress bar or summary has nothing).
+        "callbacks": {key: value for key, value in callback_states(trainer.callbacks).items() if value},
         "hyper_parameters": dict(getattr(task, "hparams", {})),
         "world_size": trainer.world_size,
+        "precision": trainer.state.precision.name if trainer.state.precision is not None else "32",
+        "grad_scaler": trainer.state.precision.state_dict() if trainer.state.precision is not None else None,
         "rng_states": rngs,
     }
     for cb in trainer.callbacks:
@@ -145,6 +149,8 @@ def restore_training_state(trainer: Any, task: Any, ckpt: Dict[str, Any]) -> Non
         opt.load_state_dict(state)
     for cfg, state in zip(trainer.lr_schedulers, ckpt.get("lr_scheduler_states", [])):
         cfg.scheduler.load_state_dict(state)
+    if trainer.state.precision is not None:
+        trainer.state.precision.load_state_dict(ckpt.get("grad_scaler"))
     trainer.state.current_epoch = resume_epoch(ckpt)
     trainer.state.global_step = int(ckpt.get("global_step", 0))
     states = ckpt.get("callbacks", {})

@@ -11,6 +11,7 @@ from . import heartbeat
 from .batches import batch_limit, for_evaluation, with_last
 from .checkpoint import load_checkpoint
 from .metrics import infer_batch_size
+from .precision import Precision
 from .rank import build_model, call_hook, model_as, result
 from .sampling import check_loader
 from .stages import Stage
@@ -33,6 +34,7 @@ def eval_epoch(trainer: "Trainer", task: "GraphTask", stage: Stage, loader: Any)
     module.eval()
     outputs: List[Any] = []
     step = stage.step(task)
+    precision = trainer.state.precision or Precision("32", trainer.state.device)
     try:
         with model_as(task, module):
             call_hook(trainer, task, f"on_{stage.hook}_epoch_start")
@@ -42,7 +44,8 @@ def eval_epoch(trainer: "Trainer", task: "GraphTask", stage: Stage, loader: Any)
                     batch = task.transfer_batch_to_device(batch, trainer.state.device)
                     task._batch_size, task._step_hook = infer_batch_size(batch), f"{stage.hook}_step"
                     heartbeat.beat(f"{stage.hook}_step", batch_idx)
-                    out = step(batch, batch_idx)
+                    with precision.autocast():
+                        out = step(batch, batch_idx)
                     if stage.keeps_outputs:
                         outputs.append(out)
             task._batch_size = task._step_hook = None
@@ -67,15 +70,17 @@ def run_evaluation(trainer: "Trainer", task: "GraphTask", stage: Stage, ckpt_pat
     check_loader(loader, trainer.state.world_size, evaluation=True)
     metrics, outputs = eval_epoch(trainer, task, stage, loader)
     trainer.state.callback_metrics.update(metrics)
-    predictions = gather_predictions(loader, outputs, trainer.state.device) if stage.keeps_outputs else None
+    limited = stage.limit(trainer.config) is not None
+    predictions = gather_predictions(loader, outputs, trainer.state.device, limited) if stage.keeps_outputs else None
     out = result(trainer, task, metrics=metrics, predictions=predictions)
     call_hook(trainer, task, "teardown", stage.name)
     gdist.barrier()
     return out
 
 
-def gather_predictions(loader: Any, outputs: List[Any], device: torch.device) -> torch.Tensor:
-    """One row per id, in the order the loader was given the ids. Collective."""
+def gather_predictions(loader: Any, outputs: List[Any], device: torch.device, limited: bool = False) -> torch.Tensor:
+    """One row per id, in the order the loader was given the ids (with ``limited``, for the
+    ids the limited batches covered, still in that order). Collective."""
     if outputs:
         if not all(isinstance(o, torch.Tensor) for o in outputs):
             raise ValueError("predict_step must return a tensor with one row per seed (node, edge or graph)")
@@ -95,10 +100,11 @@ def gather_predictions(loader: Any, outputs: List[Any], device: torch.device) ->
     if ids is None or world == 1:
         return gathered
     n = ids.numel()
-    if gathered.shape[0] != n:
+    counts = [int(c) for c in gdist.all_gather_tensor(torch.tensor([local.shape[0]]))]
+    shares = [torch.arange(n)[r::world] for r in range(world)]
+    if any(c > s.numel() for c, s in zip(counts, shares)) or (sum(counts) != n and not limited):
         raise ValueError(f"predict_step returned {gathered.shape[0]} rows for {n} ids: return one row per seed")
-    # A ShardedLoader's evaluation split gives rank r the positions r, r + world, ...
-    positions = torch.cat([torch.arange(n)[r::world] for r in range(world)])
-    ordered = torch.empty_like(gathered)
-    ordered[positions] = gathered
-    return ordered
+    # A ShardedLoader's evaluation split gives rank r the positions r, r + world, ...; with
+    # limit_predict_batches each rank covered the start of its share.
+    positions = torch.cat([s[:c] for s, c in zip(shares, counts)])
+    return gathered[torch.argsort(positions)]

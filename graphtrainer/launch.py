@@ -194,16 +194,23 @@ def fork_blocker(uses_gpu: bool) -> Optional[str]:
         time.sleep(0.01)
 
 
-def check_main_guard() -> None:
-    """Refuse spawn when the script calls the trainer at module level.
-
-    Spawned ranks re-import the main script; without ``if __name__ == "__main__":``
-    each of them would start training again.
-    """
+def check_main_guard(task: Any = None) -> None:
+    """Refuse spawn where its ranks could not start: a script read from stdin (nothing to
+    re-import), a task class defined in an interactive session (nothing to import it from),
+    or a script that calls the trainer at module level (each rank would start training
+    again, having re-imported it without ``if __name__ == "__main__":``)."""
     import __main__
 
     path = getattr(__main__, "__file__", None)
-    if not path or not os.path.exists(path):
+    if path and not os.path.exists(path):
+        raise RuntimeError(f"launcher='spawn' re-imports the main script in every rank, but this one was read "
+                           f"from {path}, which is no file: save the script to a file and run that, or use "
+                           "launcher='fork'")
+    if not path:
+        if task is not None and type(task).__module__ == "__main__":
+            raise RuntimeError(f"launcher='spawn' imports {type(task).__name__} in every rank, but it is defined "
+                               "in an interactive session (or python -c), which ranks cannot import: define it "
+                               "in a module or script file, or use launcher='fork'")
         return
     lineno = None
     for frame_info in inspect.stack(context=0):

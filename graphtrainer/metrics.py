@@ -60,6 +60,15 @@ class MetricStore:
         if prog_bar:
             self.prog_bar.add(name)
 
+    def stash(self) -> Dict[str, Tuple[torch.Tensor, float]]:
+        """Take the sums logged so far out of the store (to reduce another phase in between)."""
+        sums, self._sums = self._sums, {}
+        return sums
+
+    def restore(self, sums: Dict[str, Tuple[torch.Tensor, float]]) -> None:
+        """Put back sums taken by :meth:`stash`."""
+        self._sums = sums
+
     def start_step(self) -> None:
         """Forget the previous step's values (the next step row holds only its own)."""
         self.step_values.clear()

@@ -19,16 +19,18 @@ def call_hook(trainer: "Trainer", task: "GraphTask", hook: str, *args: Any,
               callbacks: Optional[Iterable[Callback]] = None, task_too: bool = True) -> None:
     """``hook`` of ``callbacks`` (all of the trainer's by default), in order, then the task's."""
     heartbeat.beat(hook)
-    for cb in trainer.callbacks if callbacks is None else callbacks:
-        getattr(cb, hook)(trainer, task, *args)
-    if task_too:
-        getattr(task, hook)(*args)
+    profiler = trainer.state.profiler
+    with profiler.section(f"hook {hook}") if profiler is not None else contextlib.nullcontext():
+        for cb in trainer.active_callbacks if callbacks is None else callbacks:
+            getattr(cb, hook)(trainer, task, *args)
+        if task_too:
+            getattr(task, hook)(*args)
 
 
 def call_after_reduction(trainer: "Trainer", task: "GraphTask", hook: str) -> None:
     """``hook`` of the callbacks that act on the epoch's reduced metrics
     (:attr:`Callback.after_reduction`), after the task's; the task's is not called."""
-    call_hook(trainer, task, hook, callbacks=[cb for cb in trainer.callbacks if cb.after_reduction],
+    call_hook(trainer, task, hook, callbacks=[cb for cb in trainer.active_callbacks if cb.after_reduction],
               task_too=False)
 
 

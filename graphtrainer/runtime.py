@@ -16,6 +16,8 @@ from . import distributed as gdist
 from .eval_loop import run_evaluation
 from .fit_loop import run_fit
 from .loggers import make_logger
+from .precision import Precision
+from .profiler import Profiler
 from .rank import call_hook
 from .run_files import prepare_run_dir
 from .seeding import seed_all, warn_if_dgl_stream_moved
@@ -40,6 +42,9 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
     state = trainer.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
     state.launched = info.source == "launcher"
+    state.local_rank = info.local_rank
+    state.precision = Precision(config.precision, device)
+    state.profiler = Profiler(config.profiler == "simple" and stage == "fit")
     _attach(trainer, task, state, stage)
     try:
         warn_if_dgl_stream_moved(info.rank)
@@ -112,7 +117,8 @@ def _attach(trainer: "Trainer", task: "GraphTask", state: RunState, stage: str) 
     (collective under torchrun/Slurm, where rank 0 numbers the run)."""
     state.task = task
     task.trainer, task.rank, task.world_size, task.device = trainer, state.rank, state.world_size, state.device
-    if stage != "fit":
+    task.local_rank = state.local_rank
+    if stage != "fit" or trainer.config.fast_dev_run:  # a smoke run writes nothing
         return
     if state.log_dir is None:  # external launch: rank 0 numbers the run, the others learn it
         made = str(prepare_run_dir(trainer.config.default_root_dir)) if state.rank == 0 else None

@@ -36,5 +36,5 @@ class Stage:
 
 VALIDATE = Stage("validate", "validation", "val_dataloader", "limit_val_batches")
 TEST = Stage("test", "test", "test_dataloader", "limit_test_batches")
-PREDICT = Stage("predict", "predict", "predict_dataloader", None)
+PREDICT = Stage("predict", "predict", "predict_dataloader", "limit_predict_batches")
 EVALUATION: Dict[str, Stage] = {s.name: s for s in (VALIDATE, TEST, PREDICT)}

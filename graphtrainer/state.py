@@ -42,6 +42,15 @@ class TrainerConfig:
     timeout: Optional[datetime.timedelta]
     detect_anomaly: bool
     logger: Any
+    precision: str = "32"
+    gradient_clip_algorithm: str = "norm"
+    limit_predict_batches: BatchLimit = None
+    fast_dev_run: int = 0
+    val_check_interval: BatchLimit = None
+    max_time: Optional[float] = None
+    min_epochs: int = 0
+    overfit_batches: BatchLimit = None
+    profiler: Optional[str] = None
 
 
 @dataclass
@@ -49,8 +58,9 @@ class RunState:
     """Where a run stands, on one rank. Public fields, updated by the rank runtime only
     (except ``should_stop``, which callbacks may set to end training after this epoch)."""
 
-    #: This rank, the number of ranks, and its device.
+    #: This rank, its index on its machine, the number of ranks, and its device.
     rank: int = 0
+    local_rank: int = 0
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     #: True when the ranks run in processes the trainer started.
@@ -82,11 +92,18 @@ class RunState:
     logger: Any = None
     #: The task being run on this rank (what ``trainer.save_checkpoint`` saves).
     task: Any = None
+    #: This rank's :class:`~graphtrainer.precision.Precision` and
+    #: :class:`~graphtrainer.profiler.Profiler` during a run.
+    precision: Any = None
+    profiler: Any = None
+    #: With ``profiler="simple"``: seconds per stage and hook of the last ``fit``, per rank.
+    profile: Optional[List[Dict[str, float]]] = None
 
     def for_caller(self) -> "RunState":
         """A copy without what only lives in the rank (optimizers, logger, tensors)."""
         return dataclasses.replace(self, device=torch.device("cpu"), last_loss=None, optimizers=[],
-                                   lr_schedulers=[], logger=None, task=None, history=list(self.history),
+                                   lr_schedulers=[], logger=None, task=None, precision=None, profiler=None,
+                                   history=list(self.history),
                                    callback_metrics=dict(self.callback_metrics))
 
 

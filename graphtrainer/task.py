@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, Optional, Union
 
 import torch
 from torch import nn
@@ -63,6 +63,10 @@ class GraphTask:
         on_validation_epoch_end()
         teardown(stage)
 
+    Set by the trainer in each rank, for use in any hook: ``self.trainer``, ``self.rank``
+    (also ``self.global_rank``), ``self.local_rank`` (the rank's number on its machine),
+    ``self.world_size`` and ``self.device``; ``self.parameters()`` gives the model's.
+
     During ``fit`` (training steps and the fit hooks) ``self.model`` is the
     ``DistributedDataParallel`` wrapper: call it (not a submodule) so gradients are
     synchronised. In evaluation steps and hooks, and in ``validate``/``test``/``predict``,
@@ -76,7 +80,10 @@ class GraphTask:
         self.model = None
         self.hparams: Dict[str, Any] = {}
         self.trainer: Optional["Trainer"] = None
+        #: This rank's number in the job (also :attr:`global_rank`), its number on its
+        #: machine, and the number of ranks; set by the trainer in each rank.
         self.rank: int = 0
+        self.local_rank: int = 0
         self.world_size: int = 1
         self.device: torch.device = torch.device("cpu")
         self._metrics: MetricStore = MetricStore()
@@ -153,6 +160,18 @@ class GraphTask:
         """The plain model, never the DDP wrapper (use it for ``state_dict``)."""
         model = self.model
         return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+    @property
+    def global_rank(self) -> int:
+        """This rank's number in the job (Lightning's name for :attr:`rank`)."""
+        return self.rank
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]:
+        """The model's parameters (e.g. for an optimizer in :meth:`configure_optimizers`)."""
+        if self.module is None:
+            raise RuntimeError(f"{type(self).__name__}.parameters(): there is no model yet; it is built "
+                               "(configure_model) before configure_optimizers runs")
+        return self.module.parameters(recurse=recurse)
 
     @property
     def current_epoch(self) -> int:

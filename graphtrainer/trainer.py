@@ -11,9 +11,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 from . import distributed as gdist
+from . import options
 from .callbacks.base import Callback
 from .callbacks.checkpoint import ModelCheckpoint
+from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
+from .callbacks.summary import ModelSummary
 from .checkpoint import save_checkpoint
 from .launch import check_main_guard, fork_blocker, launch
 from .preflight import check_task, prepare_graphs
@@ -38,11 +41,14 @@ class Trainer:
         gpus: number of GPUs, or a list of device indices (one rank each). Repeating an
             index puts several ranks on one GPU; they then talk over gloo.
         num_procs: CPU ranks when ``gpus`` is not given (default 1: no launch).
-        launcher: ``"fork"`` (default on Linux: the graph is shared copy-on-write),
-            ``"spawn"`` (graph and features moved to shared memory once), or ``"auto"``.
+        launcher: ``"auto"`` (the default: fork on Linux, unless CUDA or autograd already ran
+            in this process, which makes forked ranks unusable: then spawn, with a warning;
+            spawn elsewhere), ``"fork"`` (the graph is shared copy-on-write) or ``"spawn"``
+            (graph and features moved to shared memory once; needs a script file whose
+            entry point is under ``if __name__ == "__main__":``).
         max_epochs, max_steps: stop after either (``max_steps=-1``: no step limit).
-        limit_train_batches, limit_val_batches, limit_test_batches: batches per epoch and
-            rank, as a count (int) or a fraction (float <= 1.0).
+        limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches:
+            batches per epoch and rank, as a count (int) or a fraction (float <= 1.0).
         check_val_every_n_epoch: validation frequency.
         seed: seeds the model build, each epoch's id permutation and every rank's
             generators (per epoch, from ``(seed, rank, epoch)``).
@@ -55,7 +61,8 @@ class Trainer:
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
         logger: True for a CSV logger, False for none, or a logger object.
-        gradient_clip_val: clip the global gradient norm to this value.
+        gradient_clip_val: clip the gradients to this value: their global norm
+            (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
         accumulate_grad_batches: step the optimizer every this many batches; the
             batches in between skip DDP's all-reduce (``no_sync``).
         log_every_n_steps: step rows in ``metrics.csv``.
@@ -73,6 +80,26 @@ class Trainer:
             naming rank, epoch, batch and step) and run backward under autograd's anomaly
             detection. Without it, the first non-finite loss of a run is reported once as
             a warning and training goes on.
+        precision: ``"32"`` (default), ``"bf16-mixed"`` (bfloat16 autocast for the forward
+            passes of the steps, on CPU ranks too) or ``"16-mixed"`` (float16 autocast with a
+            gradient scaler, whose state is checkpointed; GPUs only).
+        fast_dev_run: True (or n) runs 1 (or n) batches of training, validation, test and
+            predict in one epoch, and writes nothing: no run folder, logs or checkpoints.
+        val_check_interval: also validate during the epoch, every this many training
+            batches (int) or this fraction of the epoch (float); metrics stay exact. With
+            uneven batch counts, checks fall only where every rank still has batches.
+        max_time: stop at the first epoch end after this much training (``"DD:HH:MM:SS"``,
+            seconds, a ``timedelta`` or a dict such as ``{"hours": 12}``).
+        min_epochs: no stop (``EarlyStopping``, ``should_stop``) before this many epochs.
+        overfit_batches: train (and validate) on the same first n batches (int) or
+            fraction of batches (float) every epoch: a debugging check that the model can
+            fit a little data.
+        enable_model_summary: print the model's parameter counts on rank 0 at the start of
+            ``fit`` (a :class:`~graphtrainer.callbacks.ModelSummary` callback).
+        profiler: ``"simple"`` prints, at the end of ``fit``, wall time per hook and per
+            stage of a training step (sample, to device, forward, backward, all-reduce,
+            optimizer) for every rank; ``"pytorch"`` writes a ``torch.profiler`` trace of a
+            few training steps of rank 0 to ``<log_dir>/profile/``.
     """
 
     def __init__(
@@ -99,6 +126,16 @@ class Trainer:
         hang_timeout: Optional[float] = 300.0,
         timeout: Union[None, float, datetime.timedelta] = None,
         detect_anomaly: bool = False,
+        precision: Union[str, int] = "32",
+        gradient_clip_algorithm: str = "norm",
+        limit_predict_batches: Union[None, int, float] = None,
+        fast_dev_run: Union[bool, int] = False,
+        val_check_interval: Union[None, int, float] = None,
+        max_time: Union[None, str, float, datetime.timedelta, Dict[str, int]] = None,
+        min_epochs: int = 0,
+        overfit_batches: Union[None, int, float] = None,
+        enable_model_summary: bool = True,
+        profiler: Optional[str] = None,
     ):
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
@@ -120,6 +157,18 @@ class Trainer:
                 raise ValueError(f"timeout={timeout!r}: give seconds > 0 or a datetime.timedelta")
             timeout = datetime.timedelta(seconds=seconds)
         device_ids = self._parse_gpus(gpus, num_procs)
+        for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
+                            ("limit_test_batches", limit_test_batches),
+                            ("limit_predict_batches", limit_predict_batches), ("overfit_batches", overfit_batches)):
+            options.batch_count(name, value)
+        if min_epochs < 0:
+            raise ValueError(f"min_epochs={min_epochs}: must be >= 0")
+        dev_batches = options.fast_dev_run(fast_dev_run)
+        if dev_batches:  # a smoke run: n batches of everything, one epoch, nothing written
+            max_epochs, max_steps, logger = 1, dev_batches, False
+            limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = dev_batches
+        if overfit_batches:
+            limit_train_batches = limit_val_batches = overfit_batches
         #: Every option, checked, frozen.
         self.config = TrainerConfig(
             device_ids=tuple(device_ids), num_procs=len(device_ids) if device_ids else (num_procs or 1),
@@ -129,10 +178,19 @@ class Trainer:
             threads_per_proc=threads_per_proc, default_root_dir=Path(default_root_dir),
             gradient_clip_val=gradient_clip_val, accumulate_grad_batches=accumulate_grad_batches,
             log_every_n_steps=max(1, log_every_n_steps), backend=backend, hang_timeout=hang_timeout,
-            timeout=timeout, detect_anomaly=detect_anomaly, logger=logger)
+            timeout=timeout, detect_anomaly=detect_anomaly, logger=logger,
+            precision=options.precision(precision, uses_gpu=bool(device_ids)),
+            gradient_clip_algorithm=options.choice("gradient_clip_algorithm", gradient_clip_algorithm,
+                                                   options.GRADIENT_CLIP_ALGORITHMS),
+            limit_predict_batches=limit_predict_batches, fast_dev_run=dev_batches,
+            val_check_interval=options.val_check_interval(val_check_interval),
+            max_time=options.max_time(max_time), min_epochs=min_epochs, overfit_batches=overfit_batches,
+            profiler=options.choice("profiler", profiler, options.PROFILERS))
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
+        if enable_model_summary and not any(isinstance(c, ModelSummary) for c in self.callbacks):
+            self.callbacks.insert(0, ModelSummary())
         #: The state of the current (or last) run; see :class:`~graphtrainer.state.RunState`.
         self.state = RunState()
 
@@ -203,6 +261,25 @@ class Trainer:
     @property
     def last_loss(self) -> Optional[torch.Tensor]:
         return self.state.last_loss
+
+    @property
+    def checkpoint_callbacks(self) -> List[ModelCheckpoint]:
+        """The trainer's :class:`ModelCheckpoint` callbacks."""
+        return [cb for cb in self.callbacks if isinstance(cb, ModelCheckpoint)]
+
+    @property
+    def checkpoint_callback(self) -> Optional[ModelCheckpoint]:
+        """The first :class:`ModelCheckpoint` callback, or None."""
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def active_callbacks(self) -> List[Callback]:
+        """The callbacks that run: all of them, except checkpointing and early stopping in a
+        ``fast_dev_run`` (which writes nothing and runs one epoch)."""
+        if not self.config.fast_dev_run:
+            return self.callbacks
+        return [cb for cb in self.callbacks if not isinstance(cb, (ModelCheckpoint, EarlyStopping))]
 
     # A few options users read often (all are in :attr:`config`).
     @property
@@ -276,14 +353,14 @@ class Trainer:
                 warnings.warn(f"gpus={list(config.device_ids)} is ignored under {external.source}: each of its "
                               f"{external.world_size} ranks uses the GPU of its local rank", stacklevel=3)
             return self._guarded(stage, lambda: run_rank(external, self, task, stage, ckpt_path))
-        if stage == "fit":
+        if stage == "fit" and not config.fast_dev_run:
             # Made here, before any process starts, so an unwritable root fails early.
             self.state.log_dir = prepare_run_dir(config.default_root_dir)
         if config.num_procs == 1:
             return self._guarded(stage, lambda: run_rank(gdist.RankInfo(), self, task, stage, ckpt_path))
 
         def launched() -> RunResult:
-            method = self._launch_method()
+            method = self._launch_method(task)
             prepare_graphs(task, method)
             threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
             result = launch(run_rank, (self, task, stage, ckpt_path), config.num_procs, method, threads,
@@ -314,7 +391,7 @@ class Trainer:
                 task.model = task.configure_model()
             task.module.load_state_dict(result.state_dict)
 
-    def _launch_method(self) -> str:
+    def _launch_method(self, task: GraphTask) -> str:
         launcher = self.config.launcher
         method = launcher
         if method == "auto":
@@ -328,7 +405,7 @@ class Trainer:
             warnings.warn(f"{blocker}: launching with spawn instead of fork", stacklevel=4)
             method = "spawn"
         if method == "spawn":
-            check_main_guard()
+            check_main_guard(task)
         return method
 
     @staticmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from graphtrainer.callbacks.summary import summarize
 from graphtrainer import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, PrintMetrics,
                           ProgressBar, RankFailedError, Trainer)
 
@@ -185,9 +186,11 @@ def test_monitor_never_logged_two_ranks(root_dir):
 def test_progress_bar_silent_when_not_a_tty(root_dir, capsys):
     trainer = Trainer(max_epochs=2, default_root_dir=root_dir)  # progress_bar=True by default
     assert any(isinstance(cb, ProgressBar) for cb in trainer.callbacks)
-    trainer.fit(RegressionTask())
+    task = RegressionTask()
+    trainer.fit(task)
     captured = capsys.readouterr()
-    assert captured.err == "" and captured.out == ""
+    # Nothing but the model summary (on by default, printed once at the start).
+    assert captured.err == "" and captured.out == summarize(task.module) + "\n"
 
 
 def test_progress_bar_forced_shows_epoch_steps_loss_and_rate(root_dir, capsys):

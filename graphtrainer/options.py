@@ -1,0 +1,90 @@
+"""Checking and normalising the Trainer options that take several forms, before any rank
+starts: a bad value fails here, naming the option and what it accepts."""
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Any, Optional, Union
+
+#: ``Trainer(precision=...)`` values and what they mean.
+PRECISIONS = {
+    "32": "32", "32-true": "32", 32: "32",
+    "bf16-mixed": "bf16-mixed", "bf16": "bf16-mixed",
+    "16-mixed": "16-mixed", "16": "16-mixed", 16: "16-mixed",
+}
+GRADIENT_CLIP_ALGORITHMS = ("norm", "value")
+PROFILERS = (None, "simple", "pytorch")
+
+
+def precision(value: Union[str, int], uses_gpu: bool) -> str:
+    """``"32"``, ``"bf16-mixed"`` or ``"16-mixed"``."""
+    if value not in PRECISIONS:
+        raise ValueError(f"precision={value!r}: choose one of '32' (or '32-true'), 'bf16-mixed', '16-mixed'")
+    name = PRECISIONS[value]
+    if name == "16-mixed" and not uses_gpu:
+        raise ValueError("precision='16-mixed' needs GPUs: float16 autocast and its gradient scaler run on "
+                         "CUDA only. On CPU ranks use precision='bf16-mixed'")
+    return name
+
+
+def max_time(value: Union[None, str, float, int, datetime.timedelta, dict]) -> Optional[float]:
+    """Seconds from ``"DD:HH:MM:SS"``, a number of seconds, a ``timedelta`` or a dict of
+    ``timedelta`` keywords (``{"hours": 12}``)."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = datetime.timedelta(**value)
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, str):
+        match = re.fullmatch(r"(\d+):(\d{1,2}):(\d{1,2}):(\d{1,2})", value.strip())
+        if match is None:
+            raise ValueError(f"max_time={value!r}: write it as 'DD:HH:MM:SS', e.g. '00:12:00:00' for 12 hours")
+        days, hours, minutes, secs = (int(g) for g in match.groups())
+        seconds = float(((days * 24 + hours) * 60 + minutes) * 60 + secs)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ValueError(f"max_time={value!r}: give 'DD:HH:MM:SS', seconds, a timedelta or a dict")
+    if seconds <= 0:
+        raise ValueError(f"max_time={value!r}: must be more than 0 seconds")
+    return seconds
+
+
+def val_check_interval(value: Union[None, int, float]) -> Union[None, int, float]:
+    """Validation every ``value`` training batches (int) or fraction of an epoch (float)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"val_check_interval={value!r}: give a number of batches (int) or a fraction of "
+                         "an epoch (float in (0, 1])")
+    if isinstance(value, float) and not 0.0 < value <= 1.0:
+        raise ValueError(f"val_check_interval={value!r}: a fraction must lie in (0, 1]; an int counts batches")
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"val_check_interval={value!r}: must be at least 1 batch")
+    return value
+
+
+def fast_dev_run(value: Union[bool, int]) -> int:
+    """Batches per stage for a smoke run (0: off)."""
+    if isinstance(value, bool):
+        return 1 if value else 0
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"fast_dev_run={value!r}: give True (1 batch) or a number of batches")
+    return value
+
+
+def choice(name: str, value: Any, allowed: tuple) -> Any:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r}: choose one of {allowed}")
+    return value
+
+
+def batch_count(name: str, value: Union[None, int, float]) -> Union[None, int, float]:
+    """A batch limit: a count (int >= 0) or a fraction (float in [0, 1])."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
+            isinstance(value, float) and value > 1.0):
+        raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
+    return value
