@@ -16,6 +16,7 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``callbacks``          ``{callback.state_key: callback.state_dict()}``
 ``hyper_parameters``   ``task.hparams``
 ``world_size``         ranks that wrote it
+``precision``          the Trainer's precision; ``grad_scaler``: the float16 scaler's state
 ``rng_states``         per rank: python, numpy and torch generator states
 ====================== ==============================================================
 

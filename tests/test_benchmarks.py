@@ -81,6 +81,16 @@ def test_fork_vs_spawn_tiny(tmp_path):
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_precision_tiny(tmp_path):
+    proc = run_bench("precision.py", "--tiny", "--out", str(tmp_path))
+    data = outputs(tmp_path, "precision", proc)
+    (res,) = data["results"]
+    for precision in ("32", "bf16-mixed"):
+        assert positive(res[precision]["epoch_s"]) and 0.0 <= res[precision]["test_acc"] <= 1.0
+    assert positive(res["time_ratio"])
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_overhead_tiny(tmp_path):
     proc = run_bench("overhead.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "overhead", proc)
