@@ -66,20 +66,21 @@ def run_fit(trainer: "Trainer", task: "GraphTask", ckpt_path: Optional[str]) -> 
     ddp = None
     if gdist.is_distributed():
         ddp = DDP(module, device_ids=[state.device.index] if state.device.type == "cuda" else None)
-    if ddp is not None:
         state.profiler.time_all_reduce(ddp)
     trace = TorchTrace(state.log_dir / "profile" if state.log_dir else None,
                        trainer.config.profiler == "pytorch" and state.rank == 0)
-    with model_as(task, ddp if ddp is not None else module):
-        fit = _setup(trainer, task, module, ddp, checkpoint, trace)
-        state.profiler.start_fit()
-        while state.current_epoch < trainer.config.max_epochs and not state.should_stop:
-            _train_epoch(fit)
-            _end_epoch(fit)
-        with state.profiler.section("fit end"):
-            call_hook(trainer, task, "on_fit_end")
-            call_hook(trainer, task, "teardown", "fit")
-    trace.stop()
+    try:
+        with model_as(task, ddp if ddp is not None else module):
+            fit = _setup(trainer, task, module, ddp, checkpoint, trace)
+            state.profiler.start_fit()
+            while state.current_epoch < trainer.config.max_epochs and not state.should_stop:
+                _train_epoch(fit)
+                _end_epoch(fit)
+            with state.profiler.section("fit end"):
+                call_hook(trainer, task, "on_fit_end")
+                call_hook(trainer, task, "teardown", "fit")
+    finally:
+        trace.stop()
     _report_profile(state)
     gdist.barrier()
     return result(trainer, task, with_weights=True)
@@ -151,7 +152,7 @@ def _finish_epoch(fit: _Fit, metrics: Dict[str, float]) -> None:
     trainer, task, state, config = fit.trainer, fit.task, fit.state, fit.trainer.config
     epoch = state.current_epoch
     state.callback_metrics.update(metrics)
-    call_hook(trainer, task, "on_train_epoch_end", callbacks=before_reduction(trainer.callbacks))
+    call_hook(trainer, task, "on_train_epoch_end", callbacks=before_reduction(trainer.active_callbacks))
     state.callback_metrics.update(task._metrics.reduce())
     # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
     # next epoch uses (an exact resume needs it).
