@@ -104,9 +104,12 @@ class GraphTaskCLI:
         #: The parsed config of the command that runs.
         self.config = cfg
         self.before_instantiate(cfg)
-        parser = self._subparsers[self.subcommand] if run else self.parser
+        #: The parser of the command that runs (its ``dump`` writes a config).
+        self.command_parser = parser = self._subparsers[self.subcommand] if run else self.parser
         text = parser.dump(cfg)
-        init = parser.instantiate_classes(cfg)
+        # instantiate() replaced instantiate_classes() in jsonargparse 4.49.
+        init = getattr(parser, "instantiate", None) or parser.instantiate_classes
+        init = init(cfg)
         #: The task, built from ``task:``.
         self.task: GraphTask = self._make_task(cfg.task)
         #: The trainer, built from ``trainer:``.
@@ -200,13 +203,17 @@ def explain_parse_error(err: BaseException, parsers: Sequence[Any]) -> str:
         return _unknown(f"task.init_args.{key}", key, valid, f"{class_path}.__init__ accepts")
     match = _UNKNOWN_OPTION.search(message) or _UNKNOWN_TOP.search(message)
     if match:
-        key = match.group(1).lstrip("-").split("=", 1)[0]
-        group, _, leaf = key.rpartition(".")
+        parts = match.group(1).lstrip("-").split("=", 1)[0].split(".")
         dests = {a.dest for p in parsers for a in p._actions if a.dest not in ("help", "==SUPPRESS==")}
-        prefix = group + "." if group else ""
-        valid = sorted({d[len(prefix):].split(".")[0] for d in dests if d.startswith(prefix)})
-        if valid:
-            return _unknown(key, leaf, valid, f"{group} accepts" if group else "valid top-level keys:")
+        for i, part in enumerate(parts):  # the first part that is not a key where it stands
+            prefix = ".".join(parts[:i]) + "." if i else ""
+            valid = sorted({d[len(prefix):].split(".")[0] for d in dests if d.startswith(prefix)})
+            if part not in valid:
+                if not valid:
+                    break
+                group = prefix.rstrip(".")
+                return _unknown(".".join(parts[:i + 1]), part, valid,
+                                f"{group} accepts" if group else "valid top-level keys:")
     return message
 
 
