@@ -10,19 +10,26 @@ plus the flags every tutorial has.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Type
 
+from graphtrainer import GraphTask
 from graphtrainer.cli import GraphTaskCLI
 
 
 class TutorialCLI(GraphTaskCLI):
     """The script's ``.yaml`` read first; ``--fast`` (the smoke test's epochs), ``--out``
-    (``summary.json``'s folder) and ``--root-dir`` (overrides ``trainer.default_root_dir``)."""
+    (``summary.json``'s folder) and ``--root-dir`` (overrides ``trainer.default_root_dir``).
+
+    ``task_class``: the script's own task, its arguments directly under ``task:``
+    (jsonargparse cannot import a class from a module whose name starts with a digit, as
+    the tutorials' do); without it ``task:`` holds a ``class_path`` and ``init_args``.
+    """
 
     def __init__(self, script: str, fast_epochs: int, argv: Optional[Sequence[str]] = None,
-                 description: Optional[str] = None):
+                 description: Optional[str] = None, task_class: Optional[Type[GraphTask]] = None):
         self.fast_epochs = fast_epochs
-        super().__init__(subclass_mode=True, args=argv, run=False, prog=f"python tutorials/{Path(script).name}",
+        super().__init__(task_class, subclass_mode=task_class is None, args=argv, run=False,
+                         prog=f"python tutorials/{Path(script).name}",
                          default_config_files=[Path(script).with_suffix(".yaml")], description=description)
 
     def add_arguments(self, parser: Any) -> None:
