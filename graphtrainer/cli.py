@@ -129,9 +129,11 @@ class GraphTaskCLI:
 
     # ---- running ----------------------------------------------------------------------
     def run_subcommand(self) -> Any:
-        """``Trainer.<subcommand>(task, ckpt_path)``; prints what validate/test/predict return."""
+        """``Trainer.<subcommand>(task, ckpt_path)``; rank 0 prints what validate/test/predict return."""
         method = getattr(self.trainer, self.subcommand)
         out = method(self.task, ckpt_path=self.config.ckpt_path)
+        if self.trainer.rank != 0:  # under torchrun or Slurm every rank runs this; one prints
+            return out
         if self.subcommand in ("validate", "test"):
             for name in sorted(out):
                 print(f"{name} {out[name]:.6g}", flush=True)
