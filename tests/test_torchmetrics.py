@@ -103,6 +103,7 @@ class MetricTask(GraphTask):
         self.module.val_mse.update(probs, self.y[idx])
         self.log("val_auc", self.val_auc)
         self.log("val_mse", self.module.val_mse)
+        self.log("val_rows", float(idx.numel()), reduce_fx="sum")  # a plain value beside the metrics
         self.seen.append(torch.stack([probs, self.y[idx]]))
 
     def _dump(self, phase: str) -> None:
@@ -138,6 +139,7 @@ def test_metrics_equal_sklearn_on_gathered_predictions_with_uneven_inputs(root_d
         probs, labels = val[0].numpy(), val[1].numpy()
         assert row["val_auc"] == pytest.approx(roc_auc_score(labels, probs), abs=1e-6)
         assert row["val_mse"] == pytest.approx(mean_squared_error(labels, probs), abs=1e-6)
+        assert row["val_rows"] == 23
         # Not the mean of per-rank values.
         per_rank = [torch.load(tmp_path / f"val_r{r}_e{epoch}.pt", weights_only=True) for r in range(2)]
         per_rank_auc = sum(roc_auc_score(p[1].numpy(), p[0].numpy()) for p in per_rank) / 2
@@ -156,6 +158,7 @@ def test_rank_with_no_validation_batch_still_computes_with_the_others(root_dir, 
     assert trainer.history[0]["val_auc"] == pytest.approx(roc_auc_score(val[1].numpy(), val[0].numpy()), abs=1e-6)
     assert trainer.history[0]["val_mse"] == pytest.approx(mean_squared_error(val[1].numpy(), val[0].numpy()),
                                                           abs=1e-6)
+    assert trainer.history[0]["val_rows"] == 17
     # Trainer.validate reduces the same way (the task's trained weights carried back).
     metrics = trainer.validate(task)
     val = _gathered(tmp_path, "val", 1)  # current_epoch is 1 after one fitted epoch
