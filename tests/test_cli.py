@@ -76,6 +76,14 @@ def _config(root: Path, **task_args: Any) -> Dict[str, Any]:
             "task": {"class_path": "tasks.RegressionTask", "init_args": {"n": 32, **task_args}}}
 
 
+def _merge_into(target: Dict[str, Any], extra: Dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict):
+            _merge_into(target.setdefault(key, {}), value)
+        else:
+            target[key] = value
+
+
 @pytest.mark.parametrize("where, args, named, valid", [
     ("file: trainer", {"trainer": {"max_epoch": 3}}, "'trainer.max_epoch' (did you mean 'max_epochs'?)",
      "num_procs"),
@@ -89,10 +97,7 @@ def test_unknown_key_is_rejected_naming_the_valid_ones(tmp_path, capsys, where, 
     config = _config(tmp_path / "runs")
     extra: List[str] = []
     if isinstance(args, dict):
-        for section, values in args.items():
-            target = config.setdefault(section, {})
-            for key, value in values.items():
-                (target.setdefault(key, {}).update(value) if isinstance(value, dict) else target.__setitem__(key, value))
+        _merge_into(config, args)
     else:
         extra = args
     with pytest.raises(SystemExit) as info:
