@@ -13,8 +13,8 @@ from typing import Any, List
 from .checkpoint import read_checkpoint
 
 _VERSION = re.compile(r"^version_(\d+)$")
-#: What a fit writes into its folder before its first epoch ends.
-_START_FILES = {"hparams.yaml", "metrics.csv"}
+#: What a fit writes into its folder before its first epoch ends (config.yaml: the CLI writes it).
+_START_FILES = {"hparams.yaml", "metrics.csv", "config.yaml"}
 
 
 def prepare_run_dir(root: Path) -> Path:

@@ -11,7 +11,7 @@ from torch import nn
 from . import distributed as gdist
 from .edge_loader import EdgeLoader
 from .graph_loader import GraphLoader
-from .metrics import MetricStore
+from .metrics import MetricStore, is_metric
 from .sampling import NodeLoader, default_sampler
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class GraphTask:
         self.local_rank: int = 0
         self.world_size: int = 1
         self.device: torch.device = torch.device("cpu")
-        self._metrics: MetricStore = MetricStore()
+        self._metrics: MetricStore = MetricStore(owner=self)
         self._batch_size: Optional[int] = None
         self._step_hook: Optional[str] = None  # set by the trainer while a *_step runs
         self._warned_batch_size: set = set()
@@ -181,14 +181,26 @@ class GraphTask:
     def global_step(self) -> int:
         return self.trainer.global_step if self.trainer is not None else 0
 
-    def log(self, name: str, value: Union[torch.Tensor, float], batch_size: Optional[int] = None,
+    def log(self, name: str, value: Union[torch.Tensor, float, Any], batch_size: Optional[int] = None,
             prog_bar: bool = False, reduce_fx: str = "mean") -> None:
         """Record ``value`` for this phase. Its epoch value is the exact mean over all ranks,
         weighted by ``batch_size`` (inferred from a DGL batch when omitted; 1 outside steps),
         or with ``reduce_fx="sum"`` the total over every call on every rank.
 
+        ``value`` may be a ``torchmetrics.Metric`` held by the task (``self.val_auc =
+        BinaryAUROC()`` in ``__init__``, or a submodule of the model) that the step updated
+        (``self.val_auc.update(scores, labels)`` or ``self.val_auc(scores, labels)``): at the
+        end of the phase its ``compute()`` over every rank's updates is the epoch value, and
+        the metric is reset. ``batch_size`` and ``reduce_fx`` do not apply to it.
+
         Local only: no collective runs here, so it is safe inside ``training_step``.
         """
+        if is_metric(value):
+            if reduce_fx != "mean":
+                raise ValueError(f"self.log({name!r}, metric, reduce_fx={reduce_fx!r}): a torchmetrics object "
+                                 "reduces itself; drop reduce_fx")
+            self._metrics.add_metric(name, value, prog_bar=prog_bar)
+            return
         if batch_size is None and self._batch_size is None and getattr(self, "_step_hook", None) is not None \
                 and reduce_fx == "mean":
             self._warn_unknown_batch_size(name)

@@ -7,6 +7,13 @@ the test accuracy of that checkpoint; and its predictions, obtained twice: with
 ``trainer.predict(task, ckpt_path="best")`` and by loading the checkpoint's
 ``state_dict`` into a fresh model in a plain Python process, with no trainer at all.
 
+The trainer and the task come from a config file, ``01_quickstart_cora.yaml`` beside this
+script (read by :class:`graphtrainer.cli.GraphTaskCLI`; ``pip install "graphtrainer[cli]"``):
+every key can be overridden on the command line (``--trainer.max_epochs 5``,
+``--task.init_args.hidden 64``), ``--print_config`` prints the resolved config, and the
+run folder keeps it as ``config.yaml``. ``python -m graphtrainer fit --config
+tutorials/01_quickstart_cora.yaml`` runs the same fit without the script.
+
 Run it (from the repository root; ``scripts/env.sh`` makes the venv the first time):
 
     bash scripts/env.sh python tutorials/01_quickstart_cora.py
@@ -93,7 +100,6 @@ prefix) loads into the bare model, as the end of :func:`main` shows.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -103,9 +109,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
-from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
+from graphtrainer import ModelCheckpoint  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.config_cli import TutorialCLI  # noqa: E402
 from tutorials.summary import report  # noqa: E402
 
 
@@ -117,39 +123,17 @@ def full_graph_inference(model: torch.nn.Module, graph: Any) -> torch.Tensor:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num-procs", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--fanouts", default="10,10")
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--dropout", type=float, default=0.6)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--root-dir", default="runs/tutorial01", help="run folders and checkpoints")
-    parser.add_argument("--out", default=None, help="also write the result as JSON to OUT/summary.json")
-    parser.add_argument("--fast", action="store_true", help="8 epochs: the CI smoke test")
-    args = parser.parse_args(argv)
-    if args.fast:
-        args.epochs = 8
-
-    from graphtrainer import datasets
-
+    # Trainer and task from 01_quickstart_cora.yaml (beside this file), with any key
+    # overridden on the command line (--trainer.max_epochs 5, --task.init_args.hidden 64).
     started = time.time()
-    graph = datasets.load("cora")       # offline: ../shared/datasets (or $GRAPHTRAINER_DATA)
-    # Cora's settings: small batches (140 training nodes), weight decay, strong dropout.
-    task = NodeClassification(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
-                              dropout=args.dropout, lr=args.lr, weight_decay=5e-4, batch_size=args.batch_size,
-                              eval_batch_size=512)
+    cli = TutorialCLI(__file__, fast_epochs=8, argv=argv, description=__doc__.split("\n")[0])
+    trainer, task = cli.trainer, cli.task
+    graph = task.graph
     print(f"cora: {graph.num_nodes()} nodes, {graph.num_edges()} edges, {graph.ndata['feat'].shape[1]} "
           f"features, {task.num_classes} classes; train/val/test "
           f"{len(task.split_ids['train'])}/{len(task.split_ids['val'])}/{len(task.split_ids['test'])}", flush=True)
 
-    ckpt = ModelCheckpoint(monitor="val_acc", mode="max", filename="{epoch}-{val_acc:.4f}")
-    # One line per epoch on rank 0, after the epoch's metrics are reduced over both ranks.
-    show = PrintMetrics(["train_loss", "train_acc", "val_loss", "val_acc"])
-    trainer = Trainer(num_procs=args.num_procs, max_epochs=args.epochs, seed=args.seed,
-                      default_root_dir=args.root_dir, callbacks=[ckpt, show], progress_bar=False)
+    ckpt = next(cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint))
     t0 = time.time()
     trainer.fit(task)
     fit_s = time.time() - t0
@@ -158,14 +142,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     # Test the best checkpoint: the ranks load it, score their shares, reduce exactly.
     test = trainer.test(task, ckpt_path="best")
-    print(f"test (best checkpoint, {args.num_procs} ranks, exact): test_acc {test['test_acc']:.4f} "
+    print(f"test (best checkpoint, {trainer.num_procs} ranks, exact): test_acc {test['test_acc']:.4f} "
           f"over {int(test['test_nodes'])} nodes", flush=True)
 
     # Predict with the best checkpoint: rows come back in the order of the ids given.
     probs = trainer.predict(task, ckpt_path="best")
     labels = graph.ndata["label"][task.split_ids["test"]]
     pred_acc = float((probs.argmax(-1) == labels).float().mean())
-    print(f"predict (best checkpoint, {args.num_procs} ranks): {probs.shape[0]} rows; accuracy {pred_acc:.4f}",
+    print(f"predict (best checkpoint, {trainer.num_procs} ranks): {probs.shape[0]} rows; accuracy {pred_acc:.4f}",
           flush=True)
 
     # Reload by hand: the checkpoint is a torch.save dict; its state_dict fits the bare model.
@@ -180,7 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     last = trainer.history[-1]
     result = {
-        "tutorial": "01_quickstart_cora", "num_procs": args.num_procs, "epochs": trainer.current_epoch,
+        "tutorial": "01_quickstart_cora", "num_procs": trainer.num_procs, "epochs": trainer.current_epoch,
         "final_train_loss": last["train_loss"], "final_val_acc": last["val_acc"],
         "val_nodes": int(last["val_nodes"]), "best_val_acc": ckpt.best_model_score,
         "test_acc": test["test_acc"], "test_nodes": int(test["test_nodes"]),
@@ -190,7 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "log_dir": str(trainer.log_dir), "fit_seconds": round(fit_s, 1),
         "seconds": round(time.time() - started, 1),
     }
-    report(result, args.out)
+    report(result, cli.config.out)
     return result
 
 

@@ -7,6 +7,12 @@ reverse edges excluded from sampling, uniform negatives), ROC-AUC, AP, MRR and H
 computed exactly over both ranks, the best checkpoint tested, and ``predict`` returning
 one score per test pair in the order the pairs were given.
 
+The trainer's options and the task's arguments come from ``07_link_prediction.yaml``
+beside this script, read by :class:`graphtrainer.cli.GraphTaskCLI` for the script's own
+task class (``pip install "graphtrainer[cli]"``): override any key on the command line
+(``--task.dataset citeseer``, ``--trainer.max_epochs 5``), print the resolved config with
+``--print_config``; the run folder keeps it as ``config.yaml``.
+
 Run it (from the repository root; ``scripts/env.sh`` makes the venv the first time):
 
     bash scripts/env.sh python tutorials/07_link_prediction.py
@@ -14,7 +20,7 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
 ``RESULT`` JSON line is cut short here; the whole command took 22.6 s of wall time,
 interpreter start-up and imports included). ``--fast`` runs 4 epochs and is the CI smoke
-test (``tests/test_tutorial_07.py``); ``--dataset citeseer`` runs CiteSeer:
+test (``tests/test_tutorial_07.py``); ``--task.dataset citeseer`` runs CiteSeer:
 
     cora: 2708 nodes, 10556 directed edges; LinkSplit(2708 nodes; undirected edges train/val/test 4488/263/527)
     epoch   0  train_loss 1.3960  val_auc 0.6317  val_mrr 0.3433  val_hits@20 0.0152
@@ -29,7 +35,7 @@ test (``tests/test_tutorial_07.py``); ``--dataset citeseer`` runs CiteSeer:
     RESULT {"tutorial": "07_link_prediction", "dataset": "cora", "num_procs": 2, "epochs": 20, "train_edges": 4488, ...}
     total 18.4 s
 
-    With ``--dataset citeseer`` (same settings; the whole command took 18.9 s of wall time):
+    With ``--task.dataset citeseer`` (same settings; the whole command took 18.9 s of wall time):
 
     citeseer: 3327 nodes, 9228 directed edges; LinkSplit(3327 nodes; undirected edges train/val/test 3870/227/455)
     ...
@@ -50,7 +56,8 @@ The classic hand-written workflow, and what replaces each step
 1. Split the edges: drop self-loops and one direction of each undirected edge, permute,
    cut 85/5/10; build the training graph from the training edges in both directions and
    remember which edge is whose reverse.
-                                                -> ``datasets.link_split(graph, seed=0)``:
+                                                -> ``datasets.link_split(graph, seed=0)``
+                                                   (``LinkPrediction.__init__``):
                                                    ``.graph``, ``.train_eids``,
                                                    ``.reverse_eids``, ``.val``, ``.test``.
 2. ``DataLoader(g, train_eids, as_edge_prediction_sampler(sampler, exclude="reverse_id",
@@ -81,7 +88,6 @@ The classic hand-written workflow, and what replaces each step
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -92,20 +98,26 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
+from graphtrainer import GraphTask, ModelCheckpoint  # noqa: E402
 from graphtrainer.models import LinkPredictor  # noqa: E402
 from graphtrainer.ranking import LinkScores, ranking_metrics  # noqa: E402
+from tutorials.config_cli import TutorialCLI  # noqa: E402
 from tutorials.summary import report  # noqa: E402
 
 
 class LinkPrediction(GraphTask):
     """GraphSAGE + dot-product link prediction: everything a researcher writes."""
 
-    def __init__(self, split: Any, fanouts: Sequence[int] = (10, 10), hidden: int = 128, lr: float = 5e-3,
-                 batch_size: int = 512, eval_batch_size: int = 512, eval_negatives: int = 20):
+    def __init__(self, dataset: str = "cora", fanouts: Sequence[int] = (10, 10), hidden: int = 128,
+                 lr: float = 5e-3, batch_size: int = 512, eval_batch_size: int = 512, eval_negatives: int = 20,
+                 split_seed: int = 0):
         super().__init__()
-        self.save_hyperparameters("fanouts", "hidden", "lr", "batch_size", "eval_negatives")
+        self.save_hyperparameters("dataset", "fanouts", "hidden", "lr", "batch_size", "eval_negatives", "split_seed")
+        from graphtrainer import datasets
+
+        graph = datasets.load(dataset)                 # offline: ../shared/datasets
+        self.dataset, self.source_size = dataset, (graph.num_nodes(), graph.num_edges())
+        split = datasets.link_split(graph, val_frac=0.05, test_frac=0.10, seed=split_seed)
         self.graph = split.graph                       # training edges only, both directions
         self.split = split
         self.fanouts, self.hidden, self.lr = list(fanouts), hidden, lr
@@ -175,42 +187,16 @@ class LinkPrediction(GraphTask):
         return torch.cat([pos.unsqueeze(1), neg.reshape(pos.numel(), -1)], 1)
 
 
-class PrintEpoch(Callback):
-    after_reduction = True
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        if trainer.rank == 0:
-            m = trainer.callback_metrics
-            print(f"epoch {trainer.current_epoch:3d}  train_loss {m['train_loss']:.4f}  val_auc {m['val_auc']:.4f}  "
-                  f"val_mrr {m['val_mrr']:.4f}  val_hits@20 {m['val_hits@20']:.4f}", flush=True)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", default="cora", choices=("cora", "citeseer"))
-    parser.add_argument("--num-procs", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--root-dir", default="runs/tutorial07", help="run folders and checkpoints")
-    parser.add_argument("--out", default=None, help="also write the result as JSON to OUT/summary.json")
-    parser.add_argument("--fast", action="store_true", help="4 epochs: the CI smoke test")
-    args = parser.parse_args(argv)
-    if args.fast:
-        args.epochs = 4
-
-    from graphtrainer import datasets
-
+    # Trainer and task arguments from 07_link_prediction.yaml (beside this file), any key
+    # overridden on the command line (--task.dataset citeseer, --trainer.max_epochs 5).
     started = time.time()
-    graph = datasets.load(args.dataset)           # offline: ../shared/datasets
-    split = datasets.link_split(graph, val_frac=0.05, test_frac=0.10, seed=args.seed)
-    print(f"{args.dataset}: {graph.num_nodes()} nodes, {graph.num_edges()} directed edges; {split}", flush=True)
-    task = LinkPrediction(split, hidden=args.hidden, lr=args.lr, batch_size=args.batch_size)
-    ckpt = ModelCheckpoint(monitor="val_auc", mode="max", filename="{epoch}-{val_auc:.4f}")
-    trainer = Trainer(num_procs=args.num_procs, max_epochs=args.epochs, seed=args.seed,
-                      default_root_dir=args.root_dir, callbacks=[ckpt, PrintEpoch()], progress_bar=False)
+    cli = TutorialCLI(__file__, fast_epochs=4, argv=argv, description=__doc__.split("\n")[0],
+                      task_class=LinkPrediction)
+    trainer, task = cli.trainer, cli.task
+    split = task.split
+    print(f"{task.dataset}: {task.source_size[0]} nodes, {task.source_size[1]} directed edges; {split}", flush=True)
+    ckpt = next(cb for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint))
     t0 = time.time()
     trainer.fit(task)
     fit_s = time.time() - t0
@@ -218,7 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"({Path(ckpt.best_model_path).name})", flush=True)
 
     test = trainer.test(task, ckpt_path="best")
-    print(f"test (best checkpoint, {args.num_procs} ranks, exact over {int(test['test_edges'])} edges): "
+    print(f"test (best checkpoint, {trainer.num_procs} ranks, exact over {int(test['test_edges'])} edges): "
           f"roc_auc {test['test_auc']:.4f}  ap {test['test_ap']:.4f}  mrr {test['test_mrr']:.4f}  "
           f"hits@20 {test['test_hits@20']:.4f}", flush=True)
 
@@ -230,7 +216,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"mrr {again['mrr']:.4f}", flush=True)
 
     result = {
-        "tutorial": "07_link_prediction", "dataset": args.dataset, "num_procs": args.num_procs,
+        "tutorial": "07_link_prediction", "dataset": task.dataset, "num_procs": trainer.num_procs,
         "epochs": trainer.current_epoch, "train_edges": int(split.train_eids.numel()),
         "val_edges": int(trainer.history[-1]["val_edges"]), "test_edges": int(test["test_edges"]),
         "final_train_loss": trainer.history[-1]["train_loss"], "best_val_auc": ckpt.best_model_score,
@@ -239,7 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "predict_auc": again["auc"], "predict_mrr": again["mrr"], "checkpoint": ckpt.best_model_path,
         "fit_seconds": round(fit_s, 1), "seconds": round(time.time() - started, 1),
     }
-    report(result, args.out)
+    report(result, cli.config.out)
     return result
 
 

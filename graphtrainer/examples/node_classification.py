@@ -20,7 +20,8 @@ from graphtrainer.models import SAGE
 
 
 class NodeClassification(GraphTask):
-    """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``).
+    """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
+    shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``).
 
     Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour
     (DGL's ``MultiLayerFullNeighborSampler``) so it is exact. ``metric`` is
@@ -39,6 +40,10 @@ class NodeClassification(GraphTask):
         if metric not in ("accuracy", "roc_auc"):
             raise ValueError(f"metric={metric!r}: use 'accuracy' or 'roc_auc'")
         self.save_hyperparameters()        # plain arguments -> hparams.yaml and checkpoints
+        if isinstance(graph, str):         # a dataset name, e.g. from a config file
+            from graphtrainer import datasets
+
+            graph = datasets.load(graph)
         self.graph = graph                 # shared with the ranks (fork: copy-on-write)
         self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
         self.lr, self.weight_decay, self.metric = lr, weight_decay, metric

@@ -1,0 +1,175 @@
+"""The config-file command line (``python -m graphtrainer``, :class:`GraphTaskCLI`): a
+tutorial's config end to end on 2 ranks, the saved ``config.yaml`` repeating the run,
+``--ckpt_path``, ``--print_config``, unknown keys named with the valid ones, and a clear
+message without jsonargparse."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import yaml
+
+pytest.importorskip("jsonargparse")  # the [cli] extra, in the tested set
+
+from graphtrainer.cli import CONFIG_FILE, GraphTaskCLI  # noqa: E402
+
+from conftest import rank_children  # noqa: E402
+from tasks import RegressionTask  # noqa: E402
+from tutorial_run import ROOT, tutorial_env  # noqa: E402
+
+TUTORIAL_CONFIG = ROOT / "tutorials" / "01_quickstart_cora.yaml"
+
+
+def _module(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    """``python -m graphtrainer args...`` from the repository root, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "graphtrainer", *args], capture_output=True, text=True,
+                          timeout=150, cwd=ROOT, env=tutorial_env(GRAPHTRAINER_CACHE=str(cache)))
+
+
+def _epoch_rows(path: Path) -> List[Dict[str, str]]:
+    with open(path, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r.get("val_acc")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_tutorial_config_end_to_end_and_saved_config_repeats_the_run(tmp_path):
+    runs = tmp_path / "runs"
+    first = _module("fit", "--config", str(TUTORIAL_CONFIG), "--trainer.max_epochs", "2",
+                    "--trainer.default_root_dir", str(runs), cache=tmp_path / "cache")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "epoch   1  train_loss" in first.stdout  # the config's PrintMetrics callback ran
+    run0 = runs / "version_0"
+    rows0 = _epoch_rows(run0 / "metrics.csv")
+    assert len(rows0) == 2 and float(rows0[-1]["val_nodes"]) == 500  # 2 ranks scored the 500 nodes once
+    assert list((run0 / "checkpoints").glob("epoch=*-val_acc=*.ckpt"))
+    saved = yaml.safe_load((run0 / CONFIG_FILE).read_text())
+    assert saved["trainer"]["max_epochs"] == 2 and saved["trainer"]["num_procs"] == 2
+    assert saved["task"]["class_path"] == "graphtrainer.examples.node_classification.NodeClassification"
+    assert saved["task"]["init_args"]["hidden"] == 128  # the tutorial's value, not the class default
+
+    # The saved config alone repeats the run: a new folder with the same epoch rows.
+    again = _module("fit", "--config", str(run0 / CONFIG_FILE), cache=tmp_path / "cache")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _epoch_rows(runs / "version_1" / "metrics.csv") == rows0
+
+    # --ckpt_path: test the best checkpoint of those runs.
+    test = _module("test", "--config", str(run0 / CONFIG_FILE), "--ckpt_path", "best", cache=tmp_path / "cache")
+    assert test.returncode == 0, test.stderr[-3000:]
+    metrics = dict(line.split() for line in test.stdout.splitlines() if line.startswith("test_"))
+    assert float(metrics["test_nodes"]) == 1000 and 0.0 < float(metrics["test_acc"]) <= 1.0
+    assert "ckpt_path='best': using" in test.stdout
+    assert not rank_children()
+
+
+def _write(path: Path, config: Dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _config(root: Path, **task_args: Any) -> Dict[str, Any]:
+    return {"trainer": {"max_epochs": 2, "progress_bar": False, "default_root_dir": str(root)},
+            "task": {"class_path": "tasks.RegressionTask", "init_args": {"n": 32, **task_args}}}
+
+
+def _merge_into(target: Dict[str, Any], extra: Dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict):
+            _merge_into(target.setdefault(key, {}), value)
+        else:
+            target[key] = value
+
+
+@pytest.mark.parametrize("where, args, named, valid", [
+    ("file: trainer", {"trainer": {"max_epoch": 3}}, "'trainer.max_epoch' (did you mean 'max_epochs'?)",
+     "num_procs"),
+    ("file: task", {"task": {"init_args": {"hiden": 3}}}, "'task.init_args.hiden' (did you mean 'hidden'?)",
+     "tasks.RegressionTask.__init__ accepts"),
+    ("file: top level", {"tranier": {"seed": 1}}, "'tranier' (did you mean 'trainer'?)", "ckpt_path"),
+    ("flag", ["--trainer.max_epoch", "3"], "'trainer.max_epoch' (did you mean 'max_epochs'?)",
+     "accumulate_grad_batches"),
+])
+def test_unknown_key_is_rejected_naming_the_valid_ones(tmp_path, capsys, where, args, named, valid):
+    config = _config(tmp_path / "runs")
+    extra: List[str] = []
+    if isinstance(args, dict):
+        _merge_into(config, args)
+    else:
+        extra = args
+    with pytest.raises(SystemExit) as info:
+        GraphTaskCLI(args=["fit", "--config", str(_write(tmp_path / "run.yaml", config)), *extra])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unknown key {named}" in err and valid in err, err
+    assert not (tmp_path / "runs").exists()  # rejected before anything ran
+
+
+def _without_files(config: Any) -> Dict[str, Any]:
+    values = config.as_dict()
+    values.pop("config")  # which files were read, the only difference
+    return values
+
+
+def test_print_config_prints_a_config_that_loads_to_the_same_run(tmp_path, capsys):
+    path = _write(tmp_path / "run.yaml", _config(tmp_path / "runs", hidden=8))
+    with pytest.raises(SystemExit) as info:
+        GraphTaskCLI(args=["fit", "--config", str(path), "--trainer.max_epochs", "3", "--print_config"])
+    assert info.value.code == 0
+    printed = capsys.readouterr().out
+    assert not (tmp_path / "runs").exists()  # printed, nothing run
+    loaded = yaml.safe_load(printed)
+    assert loaded["trainer"]["max_epochs"] == 3 and loaded["task"]["init_args"]["hidden"] == 8
+
+    reprinted = _write(tmp_path / "printed.yaml", loaded)
+    cli = GraphTaskCLI(args=["fit", "--config", str(reprinted)])
+    direct = cli.parser.parse_args(["fit", "--config", str(path), "--trainer.max_epochs", "3"]).fit
+    assert _without_files(cli.config) == _without_files(direct)
+    assert len(cli.trainer.history) == 3 and cli.task.hidden == 8 and cli.task.n == 32
+    saved = yaml.safe_load((cli.trainer.log_dir / CONFIG_FILE).read_text())
+    assert saved == yaml.safe_load(cli.command_parser.dump(direct))
+
+
+def test_script_cli_with_its_own_task_class_and_subcommands(tmp_path, capsys):
+    # GraphTaskCLI(MyTask): task arguments directly under task:, no class_path.
+    root = tmp_path / "runs"
+    config = {"trainer": {"max_epochs": 1, "progress_bar": False, "default_root_dir": str(root), "callbacks": [
+        {"class_path": "graphtrainer.ModelCheckpoint", "init_args": {"monitor": "val_loss", "save_last": True}}]}}
+    path = _write(tmp_path / "run.yaml", config)
+    cli = GraphTaskCLI(RegressionTask, args=["fit", "--config", str(path), "--task.n", "24", "--task.hidden", "4"])
+    assert type(cli.task) is RegressionTask and cli.task.n == 24 and cli.task.hidden == 4
+    assert cli.subcommand == "fit" and cli.trainer.current_epoch == 1
+    saved = root / "version_0" / CONFIG_FILE
+    assert yaml.safe_load(saved.read_text())["task"]["n"] == 24
+    capsys.readouterr()
+    # A fresh task, its weights from the last checkpoint of that run.
+    test = GraphTaskCLI(RegressionTask, args=["test", "--config", str(saved), "--ckpt_path", "last"])
+    out = capsys.readouterr().out
+    assert f"ckpt_path='last': using {root / 'version_0' / 'checkpoints' / 'last.ckpt'}" in out
+    assert f"test_loss {test.result['test_loss']:.6g}" in out
+    trained = cli.trainer.test(cli.task)["test_loss"]  # the fitted task, no checkpoint
+    assert test.result["test_loss"] == pytest.approx(trained, rel=1e-6)
+    assert not (root / "version_1").exists()  # test makes no run folder
+
+
+def test_failed_start_leaves_no_run_folder_though_config_yaml_was_written(tmp_path):
+    path = _write(tmp_path / "run.yaml", _config(tmp_path / "runs", fail_at_epoch=0))
+    with pytest.raises(RuntimeError, match="planned failure at epoch 0"):
+        GraphTaskCLI(args=["fit", "--config", str(path)])
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_without_jsonargparse_the_message_says_how_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "jsonargparse", None)  # import now fails
+    with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[cli\]'"):
+        GraphTaskCLI(args=["fit"])
+    from graphtrainer.__main__ import _run
+
+    monkeypatch.setattr(sys, "argv", ["graphtrainer", "fit"])
+    with pytest.raises(SystemExit) as info:
+        _run()
+    assert info.value.code == 2
+    assert "pip install 'graphtrainer[cli]'" in capsys.readouterr().err
