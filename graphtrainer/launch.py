@@ -13,6 +13,7 @@ import ctypes
 import faulthandler
 import gc
 import inspect
+import io
 import linecache
 import multiprocessing as mp
 import os
@@ -331,16 +332,23 @@ def _find_unpicklable(args: Sequence[Any]) -> Optional[str]:
     """``task.<attr>`` (or ``trainer.<attr>``, one level deeper where it helps) that fails to pickle."""
     from multiprocessing.reduction import ForkingPickler
 
-    def fails(value: Any) -> bool:
-        try:
-            ForkingPickler.dumps(value)
-            return False
-        except Exception:  # noqa: BLE001 - any failure to pickle
-            return True
-
     for label, obj in (("task", args[1] if len(args) > 1 else None), ("trainer", args[0] if args else None)):
         if obj is None or not hasattr(obj, "__dict__"):
             continue
+
+        class _OwnerKept(ForkingPickler):
+            # References back to the object searched (a metric store's owner, say) count as
+            # picklable: the culprit is what fails on its own.
+            def persistent_id(self, value: Any) -> Optional[str]:
+                return "owner" if value is obj else None
+
+        def fails(value: Any) -> bool:
+            try:
+                _OwnerKept(io.BytesIO()).dump(value)
+                return False
+            except Exception:  # noqa: BLE001 - any failure to pickle
+                return True
+
         for name, value in vars(obj).items():
             if not fails(value):
                 continue

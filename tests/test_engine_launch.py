@@ -204,7 +204,7 @@ class NoDGL(Callback):
 
 if __name__ == "__main__":
     for launcher in ("fork", "spawn"):
-        trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=2, progress_bar=False,
+        trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=2, progress_bar=False, enable_model_summary=False,
                           default_root_dir=sys.argv[2], callbacks=[NoDGL()])
         task = RegressionTask()
         trainer.fit(task)
