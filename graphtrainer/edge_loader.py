@@ -13,7 +13,9 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
 
-from .sampling import ShardedLoader, check_seed_ids, default_sampler, dgl_iter
+from . import distributed as gdist
+from .sampling import ShardedLoader, check_seed_ids, default_sampler
+from .workers import BatchSampling
 
 EXCLUDE_MODES = (None, "self", "reverse_id")
 
@@ -141,6 +143,9 @@ class EdgeLoader(ShardedLoader):
             raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
         if exclude == "reverse_id" and reverse_eids is None:
             raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
+        if isinstance(edges, dict) or len(graph.canonical_etypes) > 1:
+            raise ValueError("edge_dataloader: heterograph edges ({etype: eids}) are not supported yet; "
+                             "train link prediction on a homogeneous graph (dgl.to_homogeneous)")
         n = graph.num_nodes()
         self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
         if isinstance(edges, (tuple, list)) and len(edges) == 2:
@@ -170,6 +175,9 @@ class EdgeLoader(ShardedLoader):
                 sampler, exclude=exclude, reverse_eids=self.reverse_eids, negative_sampler=self.negatives)
         self.sampler = sampler
         self.dataloader_kwargs = dataloader_kwargs
+        on_epoch = _NegativeEpoch(self.negatives) if isinstance(self.negatives, PerEdgeUniform) else None
+        self.sampling = BatchSampling(graph, self.edge_sampler, self.batch_size, drop_last,
+                                      on_epoch=on_epoch, **dataloader_kwargs)
 
     @property
     def num_edges(self) -> int:
@@ -184,5 +192,14 @@ class EdgeLoader(ShardedLoader):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         # Pairs go through DGL's loader too (their positions are the indices): it fills in
         # the features the block sampler asked to prefetch.
-        return dgl_iter(self.graph, share, self.edge_sampler, self.batch_size, self.drop_last,
-                        **self.dataloader_kwargs)
+        return self.sampling.iterate(share, self.seed, gdist.get_rank(), self.epoch)
+
+
+class _NegativeEpoch:
+    """Sets the negative sampler's epoch in the process that samples (a worker's copy too)."""
+
+    def __init__(self, negatives: PerEdgeUniform):
+        self.negatives = negatives
+
+    def __call__(self, epoch: int) -> None:
+        self.negatives.epoch = epoch

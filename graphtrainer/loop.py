@@ -25,6 +25,7 @@ from .seeding import seed_all, seed_epoch, warn_if_dgl_stream_moved
 from .threads import set_threads
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
+from .ddp import wrap
 from .sampling import ShardedLoader, check_loader
 
 STAGES = ("fit", "validate", "test", "predict")
@@ -102,8 +103,7 @@ def _fit(trainer: Any, task: Any, ckpt_path: Optional[str]) -> Dict[str, Any]:
 
     ddp: Optional[DDP] = None
     if gdist.is_distributed():
-        ids = [trainer.device.index] if trainer.device.type == "cuda" else None
-        ddp = DDP(module, device_ids=ids)
+        ddp = wrap(module, trainer.device, trainer.ddp_kwargs)
         task.model = ddp
     optimizers, schedulers = parse_optimizers(task.configure_optimizers())
     trainer.optimizers, trainer.lr_schedulers = optimizers, schedulers

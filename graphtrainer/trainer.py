@@ -14,6 +14,7 @@ import torch
 from . import distributed as gdist
 from .callbacks.base import Callback
 from .callbacks.progress import ProgressBar
+from .ddp import check_ddp_kwargs
 from .launch import check_main_guard, fork_blocker, launch
 from .loop import run_rank
 from .run_files import find_checkpoint, remove_if_unused
@@ -69,6 +70,13 @@ class Trainer:
             naming rank, epoch, batch and step) and run backward under autograd's anomaly
             detection. Without it, the first non-finite loss of a run is reported once as
             a warning and training goes on.
+        find_unused_parameters: let DDP find, after each forward, the parameters that got
+            no gradient (needed when not every parameter takes part in every loss, e.g. a
+            heterograph model whose relations a batch may lack; without it DDP stops with
+            an error that names this option). It walks the autograd graph every step.
+        ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
+            ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
+            the module and devices itself.
     """
 
     def __init__(
@@ -95,6 +103,8 @@ class Trainer:
         hang_timeout: Optional[float] = 300.0,
         timeout: Union[None, float, datetime.timedelta] = None,
         detect_anomaly: bool = False,
+        find_unused_parameters: bool = False,
+        ddp_kwargs: Optional[Dict[str, Any]] = None,
     ):
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
@@ -134,6 +144,7 @@ class Trainer:
         self.hang_timeout = hang_timeout
         self.timeout: Optional[datetime.timedelta] = timeout
         self.detect_anomaly = detect_anomaly
+        self.ddp_kwargs = check_ddp_kwargs(find_unused_parameters, ddp_kwargs)
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
