@@ -1,16 +1,21 @@
 """Seed ids of heterographs: ``{ntype: ids}`` checked, put in one id space, ordered and split.
 
 A rank's share must have as many seeds as every other rank's (DDP needs as many batches
-everywhere), and every id of every type must be seen once per epoch. The ids of all types
-are therefore moved into one flat space (``offset[ntype] + id``, offsets by the graph's
-node counts in the dict's type order), ordered once per epoch, identically on every rank,
-and that order is split exactly like a homogeneous graph's ids.
+everywhere), every id of every type must be seen once per epoch, and every type should be
+split evenly. Each type is therefore permuted once per epoch, identically on every rank,
+and split between ranks as a homogeneous graph's ids are (padding or dropping per type,
+so every rank gets exactly as many seeds of each type). A rank then merges its types in
+proportion to their sizes, so every batch holds each type in about its global share.
 
-The order is stratified: each type is permuted with the epoch's generator, and the types
-are interleaved in proportion to their sizes. Every stretch of the order (and so every
-rank's share, and every batch) then holds each type in about its global proportion, each
-type is split evenly between ranks (shares differ by at most a few ids), and a batch of a
-rank is the same set of seeds as the matching slice of the order with one rank.
+Batches address all types in one flat id space (``offset[ntype] + id``, offsets by the
+graph's node counts in the dict's type order). Evaluation needs no permutation: the flat
+ids of the types one after the other are split like any ids (rank ``r`` holds positions
+``r, r + world, ...``, which keeps each type even to one id and predictions in order).
+
+Position ``j`` of a type's permutation gets the key ``(j + 0.5) / n`` on every rank, so
+when every batch window holds an even count of each type (e.g. 64 papers and 32 words,
+batch 12 with one rank or 6 with two), 2 ranks with batch ``b`` train on exactly the
+seeds of 1 rank with batch ``2b``; otherwise they differ at the edges of batches only.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
-from .sampling import check_seed_ids
+from .sampling import check_seed_ids, shard_ids
 
 #: ``(ntype, offset, num_nodes)`` of each type of a dict of seeds, in the dict's order.
 TypeSpans = List[Tuple[str, int, int]]
@@ -67,16 +72,20 @@ def split_flat(flat: torch.Tensor, spans: Sequence[Tuple[str, int, int]]) -> Dic
     return out
 
 
-def typed_order(ids: Dict[str, torch.Tensor], spans: TypeSpans, seed: int, epoch: int) -> torch.Tensor:
-    """This epoch's order of all flat ids: each type permuted from ``(seed, epoch, type)``,
-    types interleaved in proportion to their counts. The same on every rank."""
+def typed_share(ids: Dict[str, torch.Tensor], spans: TypeSpans, seed: int, epoch: int, rank: int, world: int,
+                even: str) -> torch.Tensor:
+    """This rank's flat seeds for a shuffled epoch: each type permuted from ``(seed, epoch,
+    type)`` (the same on every rank) and split like :func:`shard_ids` splits ids
+    (``even``: "pad" or "drop" per type, so every rank gets as many seeds of each type),
+    then the types merged in proportion: position ``j`` of a type of ``n`` ids sits at
+    ``(j + 0.5) / n`` of the order."""
     flats, keys = [], []
     for k, (ntype, offset, _) in enumerate(spans):
         n = ids[ntype].numel()
         gen = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) * 131 + k)
-        flats.append(ids[ntype][torch.randperm(n, generator=gen)] + offset)
-        # Position i of a type of n ids sits at (i + 0.5) / n of the order.
-        keys.append((torch.arange(n, dtype=torch.float64) + 0.5) / n)
+        positions = shard_ids(torch.arange(n), rank, world, shuffle=False, even=even)
+        flats.append(ids[ntype][torch.randperm(n, generator=gen)][positions] + offset)
+        keys.append((positions.to(torch.float64) + 0.5) / n)
     order = torch.argsort(torch.cat(keys), stable=True)
     return torch.cat(flats)[order]
 

@@ -11,7 +11,7 @@ import math
 import numbers
 import sys
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -202,8 +202,8 @@ class ShardedLoader:
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
             return self._share[2]
-        ids, shuffle = self._epoch_order()
-        share = shard_ids(ids, rank, world, epoch=self.epoch, seed=self.seed, shuffle=shuffle, even=self.even)
+        share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
+                          shuffle=self.shuffle, even=self.even)
         if share.numel() == 0 and self.even == "drop":
             raise ValueError(
                 f"{self.ids.numel()} seed ids cannot be split between {world} ranks with "
@@ -212,11 +212,6 @@ class ShardedLoader:
             )
         self._share = (key, self.ids, share)
         return share
-
-    def _epoch_order(self) -> Tuple[torch.Tensor, bool]:
-        """The ids to split this epoch and whether :func:`shard_ids` should still permute
-        them (subclasses with their own order return it already permuted)."""
-        return self.ids, self.shuffle
 
     def local_batches(self) -> List[torch.Tensor]:
         """This rank's share cut into batches of ``batch_size`` (the last one shorter unless
@@ -247,9 +242,9 @@ class NodeLoader(ShardedLoader):
     Yields DGL's ``(input_nodes, output_nodes, blocks)``. On a heterograph ``ids`` is
     ``{ntype: ids}`` and so are ``input_nodes`` and ``output_nodes`` (every given type is
     a key of ``output_nodes``, empty when a batch has none of it); ``batch_size`` counts
-    seeds of all types together, and the ids of all types share one stratified order per
-    epoch (see :mod:`graphtrainer.hetero`). Evaluation order, which predictions follow,
-    is the dict's types one after the other.
+    seeds of all types together; each type is permuted and split evenly, and a rank's
+    batches mix the types in proportion (see :mod:`graphtrainer.hetero`). Evaluation
+    order, which predictions follow, is the dict's types one after the other.
 
     ``dataloader_kwargs`` go to DGL's ``DataLoader``: ``num_workers=k`` samples in ``k``
     worker processes per rank (``persistent_workers=True`` keeps them across epochs).
@@ -295,12 +290,17 @@ class NodeLoader(ShardedLoader):
         """Seed nodes (of all types) this loader covers over all ranks."""
         return self.ids.numel()
 
-    def _epoch_order(self) -> Tuple[torch.Tensor, bool]:
-        if self.typed is None or not self.shuffle:
-            return self.ids, self.shuffle
-        from .hetero import typed_order
+    def local_ids(self) -> torch.Tensor:
+        if self.typed is None or not self.shuffle or self.even == "none":
+            return super().local_ids()
+        from .hetero import typed_share
 
-        return typed_order(self.typed, self.spans, self.seed, self.epoch), False
+        rank, world = gdist.get_rank(), gdist.get_world_size()
+        key = (rank, world, self.epoch, self.seed, self.even)
+        if self._share is None or self._share[0] != key:
+            self._share = (key, self.ids, typed_share(self.typed, self.spans, self.seed, self.epoch, rank,
+                                                      world, self.even))
+        return self._share[2]
 
     def __iter__(self) -> Iterator[Any]:
         share = self.local_ids()

@@ -1,0 +1,135 @@
+"""Heterographs: ``{ntype: ids}`` seeds split exactly (every id of every type once per
+epoch, the same order on every rank), 2 ranks × b train like 1 rank × 2b (fork and
+spawn), the DDP unused-parameter error names the option, bad input fails early."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from graphtrainer import RankFailedError, Trainer
+from graphtrainer.hetero import split_flat, type_spans, typed_share
+from graphtrainer.metrics import infer_batch_size
+from graphtrainer.sampling import NodeLoader, default_sampler
+
+from conftest import rank_children
+from hetero_tasks import HeteroTask, make_hetero
+from tasks import ParamDump
+
+IDS = {"paper": torch.arange(64), "word": torch.arange(32)}  # 96 seeds of two types
+
+
+def _rank_shares(world, epoch, seed=3, ids=IDS):
+    g = make_hetero()
+    spans = type_spans(ids, g)
+    return [split_flat(typed_share(ids, spans, seed, epoch, r, world, "pad"), spans) for r in range(world)]
+
+
+def test_typed_split_sees_every_id_of_every_type_once_and_evenly():
+    ids = {"paper": torch.arange(5, 80), "word": torch.arange(31)}  # 75 and 31: not multiples
+    for world in (2, 3, 4):
+        shares = _rank_shares(world, epoch=1, ids=ids)
+        again = _rank_shares(world, epoch=1, ids=ids)
+        assert all(torch.equal(a[nt], b[nt]) for a, b in zip(shares, again) for nt in ids)  # same on every rank
+        for nt, want in ids.items():
+            counts = [s[nt].numel() for s in shares]
+            assert counts == [-(-want.numel() // world)] * world  # padded to an even split per type
+            seen = torch.cat([s[nt] for s in shares])
+            assert sorted(set(seen.tolist())) == want.tolist()  # every id, none twice on a rank
+            assert all(s[nt].unique().numel() == s[nt].numel() for s in shares)
+    # A new permutation each epoch; the same seeds per epoch with 1 and 2 ranks.
+    one, other = _rank_shares(1, epoch=1)[0], _rank_shares(1, epoch=2)[0]
+    assert not torch.equal(one["paper"], other["paper"])
+    two = _rank_shares(2, epoch=1)
+    for nt in IDS:
+        assert sorted(torch.cat([two[0][nt], two[1][nt]]).tolist()) == sorted(one[nt].tolist())
+    # Types are mixed through a rank's share in proportion (64 papers : 32 words).
+    g = make_hetero()
+    flat = typed_share(IDS, type_spans(IDS, g), 3, 1, 0, 2, "pad")
+    first = split_flat(flat[:12], type_spans(IDS, g))
+    assert first["paper"].numel() == 8 and first["word"].numel() == 4
+
+
+def test_hetero_loader_batches_are_dicts_sized_by_all_seeds():
+    g = make_hetero()
+    loader = NodeLoader(g, IDS, default_sampler(g, [2, 2]), 10, seed=1).for_evaluation()
+    batches = list(loader)
+    assert len(batches) == len(loader) == 10
+    got = {nt: torch.cat([b[1][nt] for b in batches]) for nt in IDS}
+    assert all(torch.equal(got[nt], IDS[nt]) for nt in IDS)  # evaluation: every id once, in order
+    assert [infer_batch_size(b) for b in batches] == [10] * 9 + [6]  # seeds of both types
+    assert "feat" in batches[0][2][0].srcdata and "paper" in batches[0][2][0].srcdata["feat"]
+
+
+@pytest.mark.parametrize("ids, message", [
+    ({"author": torch.arange(3)}, "unknown node type 'author'; this graph has node types ['paper', 'word']"),
+    ({"paper": torch.arange(3).float()}, "seed ids['paper']: dtype torch.float32 is not an integer id type"),
+    ({"paper": torch.tensor([0, 80])}, "seed ids['paper']: ids must lie in [0, 80)"),
+    (torch.arange(3), "this graph has node types ['paper', 'word']; pass a dict {ntype: ids}"),
+    ({}, "the dict of ids is empty"),
+])
+def test_bad_hetero_ids_fail_early(ids, message):
+    g = make_hetero()
+    with pytest.raises(ValueError) as info:
+        NodeLoader(g, ids, default_sampler(g, [2, 2]), 4)
+    assert message in str(info.value)
+
+
+def test_bad_trainer_ddp_options():
+    with pytest.raises(ValueError, match="device_ids are set by the trainer"):
+        Trainer(ddp_kwargs={"device_ids": [0]})
+    with pytest.raises(ValueError, match="set it in one place"):
+        Trainer(find_unused_parameters=True, ddp_kwargs={"find_unused_parameters": False})
+    assert Trainer(ddp_kwargs={"static_graph": True}).ddp_kwargs == {"static_graph": True,
+                                                                      "find_unused_parameters": False}
+
+
+def _fit(root_dir, out, num_procs, batch_size, launcher="fork", **task_kwargs):
+    out.mkdir()
+    trainer = Trainer(num_procs=num_procs, launcher=launcher, max_epochs=2, seed=3, progress_bar=False,
+                      default_root_dir=root_dir, callbacks=[ParamDump(str(out))], logger=False,
+                      find_unused_parameters=True)
+    task = HeteroTask(make_hetero(), IDS, batch_size, record_dir=str(out), **task_kwargs)
+    trainer.fit(task)
+    assert trainer.global_step == 2 * 96 // (batch_size * num_procs)
+    return trainer
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+def test_hetero_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, launcher):
+    # 64 papers : 32 words; batches of 12 (6 per rank) hold 8 : 4, even counts: exact.
+    one = _fit(root_dir, tmp_path / "one", 1, 12)
+    two = _fit(root_dir, tmp_path / "two", 2, 6, launcher=launcher)
+    assert not rank_children()
+    ref = torch.load(tmp_path / "one" / "e1_r0.pt", weights_only=True)
+    start = torch.load(tmp_path / "one" / "start_r0.pt", weights_only=True)
+    for rank in (0, 1):
+        got = torch.load(tmp_path / "two" / f"e1_r{rank}.pt", weights_only=True)
+        assert max(float((got[k] - ref[k]).abs().max()) for k in ref) < 1e-5
+    assert max(float((ref[k] - start[k]).abs().max()) for k in ref) > 1e-2  # training moved them
+    # Every seed of every type once per epoch across the two ranks, as with one rank.
+    for epoch in (0, 1):
+        seen = sum((json.load(open(tmp_path / "two" / f"seen_r{r}_e{epoch}.json")) for r in (0, 1)), [])
+        assert sorted(map(tuple, seen)) == sorted(map(tuple, json.load(open(tmp_path / "one" / f"seen_r0_e{epoch}.json"))))
+        assert len(seen) == 96
+    assert abs(one.callback_metrics["val_seeds"] - 96) < 1e-9 and abs(two.callback_metrics["val_seeds"] - 96) < 1e-9
+    assert abs(one.callback_metrics["val_acc"] - two.callback_metrics["val_acc"]) < 1e-6  # exact metrics
+
+
+@pytest.mark.timeout(120)
+def test_unused_parameters_need_the_option(root_dir):
+    # Paper seeds only: the last layer's paper->word relation gets no gradient.
+    papers = {"paper": torch.arange(64)}
+    trainer = Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir, logger=False)
+    with pytest.raises(RankFailedError) as info:
+        trainer.fit(HeteroTask(make_hetero(), papers, 8))
+    assert "Trainer(find_unused_parameters=True)" in str(info.value)
+    assert not rank_children()
+    trainer = Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir, logger=False,
+                      find_unused_parameters=True)
+    trainer.fit(HeteroTask(make_hetero(), papers, 8))
+    assert trainer.global_step == 4
+    assert not rank_children()
