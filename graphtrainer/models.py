@@ -46,7 +46,7 @@ class SAGE(nn.Module):
 class HeteroSAGE(nn.Module):
     """GraphSAGE on a heterograph (an R-GCN with ``SAGEConv`` per relation): each layer is
     a ``HeteroGraphConv`` with one mean-aggregating ``SAGEConv`` per relation, summed over
-    the relations that reach a node type.
+    the relations that reach a node type (``aggregate``: "sum", "mean", "max", ...).
 
     ``in_feats``: ``{ntype: feature size}`` of the types that have features; the other
     types of ``num_nodes`` (``{ntype: count}``) get a learned embedding of ``embed_dim``.
@@ -58,7 +58,8 @@ class HeteroSAGE(nn.Module):
     """
 
     def __init__(self, canonical_etypes: Sequence[Any], num_nodes: Dict[str, int], in_feats: Dict[str, int],
-                 hidden: int, out_feats: int, num_layers: int = 2, dropout: float = 0.5, embed_dim: int = 64):
+                 hidden: int, out_feats: int, num_layers: int = 2, dropout: float = 0.5, embed_dim: int = 64,
+                 aggregate: str = "sum"):
         super().__init__()
         from dgl.nn import HeteroGraphConv, SAGEConv
 
@@ -75,7 +76,7 @@ class HeteroSAGE(nn.Module):
         for out in sizes:
             layers.append(HeteroGraphConv({
                 etype: SAGEConv((dims[src], dims[dst]), out, "mean")
-                for src, etype, dst in canonical_etypes}, aggregate="sum"))
+                for src, etype, dst in canonical_etypes}, aggregate=aggregate))
             dims = {nt: out for nt in num_nodes}
         self.layers = nn.ModuleList(layers)
         self.dropout = nn.Dropout(dropout)
