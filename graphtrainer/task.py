@@ -221,6 +221,12 @@ class GraphTask:
         out-of-range id): built in ``__init__``, a bad id raises ``ValueError`` before ``fit``
         launches anything; built in ``train_dataloader()`` (run in each rank), every rank
         raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
+
+        On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly,
+        ``batch_size`` counts the seeds of all types, and batches hold ``{ntype: ids}``
+        (see :class:`~graphtrainer.sampling.NodeLoader`). ``dataloader_kwargs`` go to DGL's
+        ``DataLoader``: ``num_workers=k`` samples in ``k`` worker processes per rank with the
+        same batches as ``k=0``, and ``persistent_workers=True`` keeps them across epochs.
         """
         from .sampling import NodeLoader, default_sampler
 
