@@ -64,7 +64,8 @@ def run(graph: Any, hetero: bool, workers: int, args: argparse.Namespace) -> Dic
         task = HomoTask(graph, fanouts=[10, 10], hidden=64, batch_size=args.batch_size)
     task.loader_kwargs = kwargs
     trainer = Trainer(num_procs=args.num_procs, max_epochs=3, limit_train_batches=args.batches, progress_bar=False,
-                      logger=False, default_root_dir=args.root_dir, find_unused_parameters=hetero)
+                      logger=False, default_root_dir=args.root_dir, find_unused_parameters=hetero,
+                      threads_per_proc=args.threads)
     load0 = os.getloadavg()[0]
     trainer.fit(task)
     seeds = args.batches * args.batch_size * args.num_procs
@@ -81,6 +82,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40, help="training batches per rank and epoch")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--num-procs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="threads_per_proc (default: cores // ranks)")
     parser.add_argument("--root-dir", default="/tmp/graphtrainer-bench-workers")
     parser.add_argument("--out", default="bench_out/workers")
     args = parser.parse_args()
@@ -107,7 +109,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"nodes": args.nodes, "hetero": args.hetero, "num_procs": args.num_procs, "batch_size": args.batch_size,
-            "batches": args.batches, "cpus": os.cpu_count(), "python": platform.python_version()}
+            "batches": args.batches, "threads_per_proc": args.threads, "cpus": os.cpu_count(), "python": platform.python_version()}
     (out / "workers.json").write_text(json.dumps({"config": meta, "runs": rows}, indent=2))
     (out / "workers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
