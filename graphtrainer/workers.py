@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import torch
 
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.
-_OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed", "indices")
+_OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
 
 
 def check_loader_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -146,3 +146,30 @@ class PidRecorder:
 
 def worker_pids(out_dir: str) -> list:
     return [int(name.split("_")[1].split(".")[0]) for name in os.listdir(out_dir) if name.startswith("worker_")]
+
+
+class SharingProbe(GraphTask):
+    """Validation logs, per node type and relation, whether the rank's copy of the graph's
+    tensors is in shared memory (1.0) and whether every relation's formats exist."""
+
+    def __init__(self, graph: Any):
+        super().__init__()
+        self.graph = graph
+
+    def configure_model(self) -> Any:
+        return torch.nn.Linear(1, 1)
+
+    def val_dataloader(self) -> Any:
+        return self.node_dataloader({"paper": torch.arange(4)}, [2], 2)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        pass
+
+    def on_validation_epoch_end(self) -> None:
+        g = self.graph
+        for nt in g.ntypes:
+            for key, value in g.nodes[nt].data.items():
+                self.log(f"shared_{nt}_{key}", float(value.is_shared()), reduce_fx="sum")
+        for et in g.canonical_etypes:
+            created = g.formats()["created"] if len(g.canonical_etypes) == 1 else g[et].formats()["created"]
+            self.log(f"formats_{et[1]}", float(len(created)), reduce_fx="sum")
