@@ -110,3 +110,26 @@ def test_no_process_left_when_a_rank_fails_with_workers(root_dir, tmp_path, how)
     _, alive = psutil.wait_procs([p for p in procs if p.status() != psutil.STATUS_ZOMBIE], timeout=10)
     assert not alive, [p.pid for p in alive]
     assert not rank_children()
+
+
+@pytest.mark.timeout(120)
+def test_edge_loader_workers_sample_the_same_batches(one_thread):
+    from graphtrainer.edge_loader import EdgeLoader
+
+    from tasks import make_graph
+
+    g = make_graph(num_nodes=120)
+    eids = torch.arange(g.num_edges())[:96]
+    plain = EdgeLoader(g, eids, [2, 2], 16, negatives=2, seed=7)
+    pooled = EdgeLoader(g, eids, [2, 2], 16, negatives=2, seed=7, num_workers=2, persistent_workers=True)
+    for epoch in (0, 1):
+        for loader in (plain, pooled):
+            loader.set_epoch(epoch)
+        a, b = list(plain), list(pooled)
+        assert len(a) == len(b) == 6
+        for (in_a, pos_a, neg_a, blocks_a), (in_b, pos_b, neg_b, blocks_b) in zip(a, b):
+            assert torch.equal(in_a, in_b)
+            assert all(torch.equal(x, y) for x, y in zip(pos_a.edges(), pos_b.edges()))
+            # The negatives follow the epoch in the persistent workers too.
+            assert all(torch.equal(x, y) for x, y in zip(neg_a.edges(), neg_b.edges()))
+            assert all(torch.equal(x, y) for ba, bb in zip(blocks_a, blocks_b) for x, y in zip(ba.edges(), bb.edges()))
