@@ -23,10 +23,10 @@ _UNUSED_MARK = "Expected to have finished reduction in the prior iteration"
 
 def check_ddp_kwargs(find_unused_parameters: bool, ddp_kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """The keyword arguments for ``DistributedDataParallel``, or a ``ValueError``."""
-    kwargs = dict(ddp_kwargs or {})
     if not isinstance(ddp_kwargs, (dict, type(None))):
         raise ValueError(f"ddp_kwargs must be a dict of DistributedDataParallel arguments, got "
                          f"{type(ddp_kwargs).__name__}")
+    kwargs = dict(ddp_kwargs or {})
     owned = sorted(set(kwargs) & set(_OWNED))
     if owned:
         raise ValueError(f"ddp_kwargs: {', '.join(owned)} are set by the trainer (one device per rank)")

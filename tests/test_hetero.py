@@ -77,6 +77,8 @@ def test_bad_hetero_ids_fail_early(ids, message):
 
 
 def test_bad_trainer_ddp_options():
+    with pytest.raises(ValueError, match="ddp_kwargs must be a dict"):
+        Trainer(ddp_kwargs=[("static_graph", True)])
     with pytest.raises(ValueError, match="device_ids are set by the trainer"):
         Trainer(ddp_kwargs={"device_ids": [0]})
     with pytest.raises(ValueError, match="set it in one place"):
