@@ -26,7 +26,7 @@ import torch
 from .sampling import check_seed_ids, shard_ids
 
 #: ``(ntype, offset, num_nodes)`` of each type of a dict of seeds, in the dict's order.
-TypeSpans = List[Tuple[str, int, int]]
+TypeSpans = List[Tuple[Any, int, int]]
 
 
 def check_typed_ids(ids: Any, graph: Any, what: str = "seed ids") -> Dict[str, torch.Tensor]:
@@ -46,12 +46,33 @@ def check_typed_ids(ids: Any, graph: Any, what: str = "seed ids") -> Dict[str, t
     return out
 
 
-def type_spans(ids: Dict[str, torch.Tensor], graph: Any) -> TypeSpans:
-    """Where each type of ``ids`` lives in the flat id space."""
+def check_typed_eids(eids: Any, graph: Any, what: str = "edge ids") -> Dict[Tuple[str, str, str], torch.Tensor]:
+    """``{canonical etype: int64 edge ids}`` for a heterograph (keys may be relation names
+    or ``(src, rel, dst)`` triples), or a ``ValueError`` naming the problem."""
+    etypes = list(graph.canonical_etypes)
+    if not isinstance(eids, dict):
+        raise ValueError(f"{what}: this graph has edge types {[e[1] for e in etypes]}; pass a dict "
+                         f"{{etype: eids}}, e.g. {{{etypes[0][1]!r}: train_eids}}")
+    if not eids:
+        raise ValueError(f"{what}: the dict of edge ids is empty")
+    out: Dict[Tuple[str, str, str], torch.Tensor] = {}
+    for etype, value in eids.items():
+        try:
+            canonical = graph.to_canonical_etype(etype)
+        except Exception:  # noqa: BLE001 - DGL raises its own error type
+            raise ValueError(f"{what}: unknown edge type {etype!r}; this graph has edge types "
+                             f"{etypes}") from None
+        out[canonical] = check_seed_ids(value, graph.num_edges(canonical), f"{what}[{etype!r}]", unit="edge")
+    return out
+
+
+def type_spans(ids: Dict[Any, torch.Tensor], graph: Any, edges: bool = False) -> TypeSpans:
+    """Where each type of ``ids`` lives in the flat id space (node types, or edge types
+    with ``edges``)."""
     spans: TypeSpans = []
     offset = 0
     for ntype in ids:
-        n = graph.num_nodes(ntype)
+        n = graph.num_edges(ntype) if edges else graph.num_nodes(ntype)
         spans.append((ntype, offset, n))
         offset += n
     return spans

@@ -171,6 +171,11 @@ class ShardedLoader:
     ``r, r + world, ...`` of ``ids`` in order (how predictions are put back in order).
     """
 
+    #: On a heterograph: ``{type: ids}`` and the types' spans in the flat id space of
+    #: ``ids`` (see :mod:`graphtrainer.hetero`); None otherwise.
+    typed: Optional[Dict[Any, torch.Tensor]] = None
+    spans: Optional[list] = None
+
     def __init__(self, ids: torch.Tensor, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, even: Optional[str] = None, seed: int = 0):
         if int(batch_size) <= 0:
@@ -202,6 +207,12 @@ class ShardedLoader:
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
             return self._share[2]
+        if self.typed is not None and self.shuffle and self.even != "none":
+            from .hetero import typed_share  # several types: each permuted and split evenly
+
+            share = typed_share(self.typed, self.spans, self.seed, self.epoch, rank, world, self.even)
+            self._share = (key, self.ids, share)
+            return share
         share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
                           shuffle=self.shuffle, even=self.even)
         if share.numel() == 0 and self.even == "drop":
@@ -267,8 +278,6 @@ class NodeLoader(ShardedLoader):
     ):
         from .workers import BatchSampling
 
-        self.typed: Optional[Dict[str, torch.Tensor]] = None
-        self.spans: Optional[list] = None
         if isinstance(ids, dict) or len(graph.ntypes) > 1:
             from .hetero import check_typed_ids, flatten, type_spans
 
@@ -289,18 +298,6 @@ class NodeLoader(ShardedLoader):
     def num_seeds(self) -> int:
         """Seed nodes (of all types) this loader covers over all ranks."""
         return self.ids.numel()
-
-    def local_ids(self) -> torch.Tensor:
-        if self.typed is None or not self.shuffle or self.even == "none":
-            return super().local_ids()
-        from .hetero import typed_share
-
-        rank, world = gdist.get_rank(), gdist.get_world_size()
-        key = (rank, world, self.epoch, self.seed, self.even)
-        if self._share is None or self._share[0] != key:
-            self._share = (key, self.ids, typed_share(self.typed, self.spans, self.seed, self.epoch, rank,
-                                                      world, self.even))
-        return self._share[2]
 
     def __iter__(self) -> Iterator[Any]:
         share = self.local_ids()

@@ -258,6 +258,10 @@ class GraphTask:
         Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
         here, before any sampling (DGL aborts the process on an out-of-range id).
+
+        On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
+        reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
+        :class:`~graphtrainer.edge_loader.EdgeLoader`).
         """
         from .edge_loader import EdgeLoader
 

@@ -154,3 +154,54 @@ def test_every_type_is_prepared_and_shared(root_dir, launcher):
     # pickled); fork: they are the parent's pages, shared copy-on-write, not shm.
     assert all(v == (2.0 if launcher == "spawn" else 0.0) for v in shared.values()), shared
     assert not rank_children()
+
+
+def test_hetero_edge_loader_splits_samples_and_excludes():
+    import dgl
+
+    from graphtrainer.edge_loader import EdgeLoader
+
+    g = make_hetero()
+    edges = {"cites": torch.arange(40), "has": torch.arange(20)}
+    loader = EdgeLoader(g, edges, [-1], 12, negatives=2, exclude="reverse_types",
+                        reverse_etypes={"has": "in", "in": "has"}, seed=2).for_evaluation()
+    batches = list(loader)
+    assert len(batches) == 5
+    cites, has = ("paper", "cites", "paper"), ("paper", "has", "word")
+    seen = {cites: [], has: []}
+    for input_nodes, pos, neg, blocks in batches:
+        assert infer_batch_size((input_nodes, pos, neg, blocks)) == pos.num_edges()
+        for et in (cites, has):
+            eids = pos.edges[et].data[dgl.EID]
+            seen[et] += eids.tolist()
+            # k=2 negatives per seed edge, their destinations among the destination type.
+            nsrc, ndst = neg.edges(etype=et)
+            assert nsrc.numel() == 2 * eids.numel()
+            glob = neg.nodes[et[2]].data[dgl.NID][ndst]  # pair graphs are compacted
+            assert glob.numel() == 0 or int(glob.max()) < g.num_nodes(et[2])
+            # Seed edges and their reverses are not in the sampled block.
+            used = blocks[0].edges[et].data[dgl.EID].tolist()
+            assert not set(used) & set(eids.tolist())
+        rev = blocks[0].edges[("word", "in", "paper")].data[dgl.EID].tolist()
+        assert not set(rev) & set(pos.edges[has].data[dgl.EID].tolist())
+    assert sorted(seen[cites]) == list(range(40)) and sorted(seen[has]) == list(range(20))
+    # Training: every edge of every type once per epoch, with the same negatives again
+    # only for the same epoch.
+    train = EdgeLoader(g, edges, [2], 12, negatives=1, seed=2)
+    train.set_epoch(3)
+    got = sum((b[1].edges[cites].data[dgl.EID].tolist() for b in train), [])
+    assert sorted(got) == list(range(40))
+
+
+def test_bad_hetero_edges_fail_early():
+    from graphtrainer.edge_loader import EdgeLoader
+
+    g = make_hetero()
+    with pytest.raises(ValueError, match="unknown edge type 'writes'"):
+        EdgeLoader(g, {"writes": torch.arange(3)}, [2], 4)
+    with pytest.raises(ValueError, match=r"edge_dataloader edge ids\['has'\]: ids must lie in \[0, 240\)"):
+        EdgeLoader(g, {"has": torch.tensor([0, 240])}, [2], 4)
+    with pytest.raises(ValueError, match='use exclude="reverse_types"'):
+        EdgeLoader(g, {"has": torch.arange(3)}, [2], 4, exclude="reverse_id", reverse_eids=torch.arange(3))
+    with pytest.raises(ValueError, match="pass a dict"):
+        EdgeLoader(g, torch.arange(3), [2], 4)
