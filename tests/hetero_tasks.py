@@ -173,3 +173,34 @@ class SharingProbe(GraphTask):
         for et in g.canonical_etypes:
             created = g.formats()["created"] if len(g.canonical_etypes) == 1 else g[et].formats()["created"]
             self.log(f"formats_{et[1]}", float(len(created)), reduce_fx="sum")
+
+
+class HeteroLinkTask(GraphTask):
+    """Link prediction on the ``cites`` edges of the paper/word graph: HeteroSAGE paper
+    embeddings, dot-product scores, one negative per edge. Logs the seed edges trained on."""
+
+    def __init__(self, graph: Any, batch_size: int):
+        super().__init__()
+        self.graph, self.batch_size = graph, batch_size
+
+    def configure_model(self) -> Any:
+        return hetero_model(self.graph)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.model.parameters(), lr=1e-2)
+
+    def train_dataloader(self) -> Any:
+        eids = torch.arange(self.graph.num_edges("cites"))
+        return self.edge_dataloader({"cites": eids}, [3, 3], self.batch_size, negatives=1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        _, pos, neg, blocks = batch
+        h = self.model(blocks, {"paper": blocks[0].srcdata["feat"]["paper"]})["paper"]
+        et = ("paper", "cites", "paper")
+        score = lambda g: (h[g.edges(etype=et)[0]] * h[g.edges(etype=et)[1]]).sum(-1)  # noqa: E731
+        pos_s, neg_s = score(pos), score(neg)
+        loss = F.binary_cross_entropy_with_logits(torch.cat([pos_s, neg_s]),
+                                                  torch.cat([torch.ones_like(pos_s), torch.zeros_like(neg_s)]))
+        self.log("train_loss", loss)
+        self.log("train_edges", float(pos.num_edges(et)), reduce_fx="sum")
+        return loss

@@ -205,3 +205,18 @@ def test_bad_hetero_edges_fail_early():
         EdgeLoader(g, {"has": torch.arange(3)}, [2], 4, exclude="reverse_id", reverse_eids=torch.arange(3))
     with pytest.raises(ValueError, match="pass a dict"):
         EdgeLoader(g, torch.arange(3), [2], 4)
+
+
+@pytest.mark.timeout(120)
+def test_hetero_link_prediction_trains_on_two_ranks(root_dir):
+    from hetero_tasks import HeteroLinkTask
+
+    graph = make_hetero()
+    trainer = Trainer(num_procs=2, max_epochs=2, progress_bar=False, default_root_dir=root_dir, logger=False,
+                      find_unused_parameters=True)
+    trainer.fit(HeteroLinkTask(graph, 16))
+    m = graph.num_edges("cites")
+    # Each epoch every cites edge once (padded to an even split: at most one repeat per rank).
+    assert all(m <= row["train_edges"] <= m + 1 for row in trainer.history), trainer.history
+    assert trainer.history[-1]["train_loss"] < trainer.history[0]["train_loss"]
+    assert not rank_children()
