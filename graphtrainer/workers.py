@@ -121,8 +121,8 @@ class BatchSampling:
     """DGL batches of one rank's share of seeds, sampled here or in worker processes.
 
     ``graph_sampler``: what DGL's loader would take (a block sampler, or an edge
-    prediction sampler). ``types``: for a heterograph, ``(ntype, offset)`` pairs that turn
-    the flat ids of the share back into ``{ntype: ids}`` batches. ``dataloader_kwargs`` go
+    prediction sampler). ``types``: for a heterograph, ``(type, offset, count)`` spans that
+    turn the flat ids of the share back into ``{type: ids}`` batches. ``dataloader_kwargs`` go
     to DGL's ``DataLoader`` (``num_workers``, ``persistent_workers``, ``device``, ...).
     ``on_epoch(epoch)``, when given, runs before each batch is sampled, in the process
     that samples it (e.g. to set a negative sampler's epoch).
