@@ -220,3 +220,31 @@ def test_hetero_link_prediction_trains_on_two_ranks(root_dir):
     assert all(m <= row["train_edges"] <= m + 1 for row in trainer.history), trainer.history
     assert trainer.history[-1]["train_loss"] < trainer.history[0]["train_loss"]
     assert not rank_children()
+
+
+def test_hetero_datasets(tmp_path, monkeypatch):
+    from graphtrainer import datasets
+
+    monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "cache"))
+    g = datasets.cora_hetero()
+    assert {nt: g.num_nodes(nt) for nt in g.ntypes} == {"paper": 2708, "word": 1433}
+    feat = g.nodes["paper"].data["feat"]
+    p, w = g.edges(etype="has")
+    assert g.num_edges("has") == int((feat > 0).sum()) == 49216
+    assert bool((feat[p, w] > 0).all())  # has = the bag-of-words entries
+    q, v = g.edges(etype="in")
+    assert torch.equal(q, w) and torch.equal(v, p)  # in = has reversed, same order (reverse_types)
+    assert g.num_edges("cites") == 10556 and "label" in g.nodes["paper"].data
+    assert len(g.nodes["word"].data) == 0
+    a = datasets.synthetic_hetero(500, 40, words_per_paper=3, seed=1)
+    b = datasets.synthetic_hetero(500, 40, words_per_paper=3, seed=1)
+    assert all(torch.equal(x, y) for et in a.canonical_etypes for x, y in zip(a.edges(etype=et), b.edges(etype=et)))
+    assert a.num_edges("has") == 1500 and int(a.edges(etype="has")[1].max()) < 40
+    # Words carry label signal: most of a paper's words come from its class's block.
+    label = a.nodes["paper"].data["label"]
+    pp, ww = a.edges(etype="has")
+    assert float((ww // (40 // 8) == label[pp]).float().mean()) > 0.6
+    with pytest.raises(ValueError, match="num_words must be an int >= 8"):
+        datasets.synthetic_hetero(100, 4)
+    with pytest.raises(ValueError, match="homophily must be in"):
+        datasets.synthetic_hetero(100, 40, homophily=1.5)
