@@ -50,8 +50,6 @@ def test_workers_sample_the_same_batches_as_the_rank(one_thread, workers, persis
                         persistent_workers=persistent)
     for epoch in (0, 1):
         _same(_batches(plain, epoch), _batches(pooled, epoch))
-    if persistent:  # the same worker processes served both epochs
-        assert pooled.sampling._loader._iterator is not None
     assert not torch.equal(torch.cat([b[0]["paper"] for b in _batches(plain, 0)]),
                            torch.cat([b[0]["paper"] for b in _batches(plain, 1)]))  # epochs differ
 
@@ -133,3 +131,18 @@ def test_edge_loader_workers_sample_the_same_batches(one_thread):
             # The negatives follow the epoch in the persistent workers too.
             assert all(torch.equal(x, y) for x, y in zip(neg_a.edges(), neg_b.edges()))
             assert all(torch.equal(x, y) for ba, bb in zip(blocks_a, blocks_b) for x, y in zip(ba.edges(), bb.edges()))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("persistent", [True, False])
+def test_persistent_workers_are_kept_across_epochs(one_thread, tmp_path, persistent):
+    from hetero_tasks import PidRecorder, worker_pids
+
+    g = make_hetero()
+    loader = NodeLoader(g, IDS, default_sampler(g, [2]), 16, num_workers=2, persistent_workers=persistent,
+                        worker_init_fn=PidRecorder(str(tmp_path)))
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert sum(b[1]["paper"].numel() + b[1]["word"].numel() for b in loader) == 96
+    # Two workers started once, or two per epoch.
+    assert len(worker_pids(str(tmp_path))) == (2 if persistent else 6)
