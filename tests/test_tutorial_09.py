@@ -25,3 +25,6 @@ def test_fast_run_trains_a_heterograph_and_scores_it_layerwise(tmp_path):
     assert cost["hetero, no option"] == "fails, naming the option"
     assert isinstance(cost["hetero, find_unused_parameters"], float)
     assert isinstance(cost["sage, no option"], float) and isinstance(cost["sage, find_unused_parameters"], float)
+    walk = s["walk_ms_per_step"]
+    assert set(walk) == {f"{m}, find_unused_parameters={f}" for m in ("hetero", "sage") for f in (False, True)}
+    assert all(v > 0 for v in walk.values())

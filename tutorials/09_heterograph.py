@@ -16,15 +16,17 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 
 Output of that command, measured on this project's 2-core machine (2 CPU ranks, shared
 with other jobs; epochs cut, the RESULT line shortened, run folders shown as
-``version_N``). ``--fast`` runs 8 epochs and 2 timing epochs per setting, and is the CI
+``version_N``). ``--fast`` runs 8 epochs, 2 timing epochs per setting and 20 walk steps, and is the CI
 smoke test (``tests/test_tutorial_09.py``):
 
     cora_hetero: {'paper': 2708, 'word': 1433} nodes; {'cites': 10556, 'has': 49216, 'in': 49216} edges
     hetero, no option: fails: rank 1 failed: RuntimeError: some parameters of the model got no gradient in the previous training step, so DDP cannot finish its gradient reduction (...
-    hetero, find_unused_parameters: 89.86 ms per step over 108 steps
+    hetero, find_unused_parameters: 89.38 ms per step over 108 steps
     hetero, static_graph: fails: rank 0 failed: RuntimeError: some parameters of the model got no gradient in the previous training step, so DDP cannot finish its gradient reduction (...
-    sage, no option: 31.55 ms per step over 108 steps
-    sage, find_unused_parameters: 23.46 ms per step over 108 steps
+    sage, no option: 24.44 ms per step over 108 steps
+    sage, find_unused_parameters: 22.61 ms per step over 108 steps
+    hetero forward + backward, one fixed batch, 200 interleaved steps: 66.58 ms without find_unused_parameters, 68.94 ms with it
+    sage forward + backward, one fixed batch, 200 interleaved steps: 20.10 ms without find_unused_parameters, 20.66 ms with it
     epoch   0  train_loss 2.6678  val_acc 0.2000  val_acc_full 0.1780
     epoch   1  train_loss 1.9910  val_acc 0.2260  val_acc_full 0.2260
     epoch   2  train_loss 1.8595  val_acc 0.2480  val_acc_full 0.2680
@@ -32,13 +34,13 @@ smoke test (``tests/test_tutorial_09.py``):
     epoch  43  train_loss 0.1318  val_acc 0.6640  val_acc_full 0.7160
     ...
     epoch  59  train_loss 0.1027  val_acc 0.6180  val_acc_full 0.6900
-    fit: 60 epochs in 43.4 s; best val_acc_full 0.7160
+    fit: 60 epochs in 43.5 s; best val_acc_full 0.7160
     [graphtrainer] ckpt_path='best': using runs/tutorial09/version_N/checkpoints/epoch=43-val_acc_full=0.7160.ckpt
     test (best checkpoint, 2 ranks): sampled neighbourhoods test_acc 0.6660; full neighbourhoods (layer-wise) test_acc_full 0.7250; 1000 nodes
     [graphtrainer] ckpt_path='best': using runs/tutorial09/version_N/checkpoints/epoch=43-val_acc_full=0.7160.ckpt
     predict (layer-wise, best checkpoint): 1000 rows; accuracy 0.7250
     RESULT {"tutorial": "09_heterograph", "num_procs": 2, ...}
-    total 74.5 s
+    total 115.3 s
 
 Test accuracy 0.7250 with full neighbourhoods (0.6660 with 10 sampled neighbours per
 relation), against 0.8160 for the homogeneous GraphSAGE of tutorial 1 on the same split.
@@ -50,48 +52,23 @@ paper has 18 words on average and keeps 10 of them, and each word 10 of its pape
 
 The cost of find_unused_parameters, measured
 --------------------------------------------
-The first lines time training steps (epochs 2-5 of a run on every non-test paper, 27
-steps per epoch and rank). HeteroSAGE fails without the option, and with
-``static_graph=True`` too: which parameters go unused changes from step to step (a
+The first lines time whole training steps on 2 ranks (epochs 2-5 of a run on every
+non-test paper, 27 steps per epoch and rank). HeteroSAGE fails without the option, and
+with ``static_graph=True`` too: which parameters go unused changes from step to step (a
 batch without some relation leaves its weights out), and static_graph only handles a
-fixed set. With the option it runs at 90 ms per step. The price of the option itself
-shows on the homogeneous SAGE, which uses every parameter: 31.6 ms per step without it
-and 23.5 ms with it in this run, i.e. the difference is below the noise of this shared
-2-core machine (steps vary by a third between runs). The walk DDP adds visits the
-autograd graph once per step: tens of nodes for a two-layer GNN, microseconds against
-milliseconds of sampling and compute. It matters for deep models with many small
-operations and fast (GPU) steps; leave it off when every parameter is always used.
+fixed set. With the option it runs at 89 ms per step. On SAGE, which uses every
+parameter, the option's run was even a little faster (22.6 against 24.4 ms): whole-step
+timings on this shared 2-core machine vary more than the option costs.
 
-Seeds of several types
-----------------------
-``self.node_dataloader({"paper": train_ids, "author": more_ids}, fanouts, batch_size)``:
-each type is permuted with the epoch's seed (the same on every rank), split evenly
-between the ranks, and a rank's types are merged in proportion, so each batch holds
-every type in about its share. ``batch_size`` counts the seeds of all types together,
-and so does the batch size ``self.log`` infers (pass ``batch_size=`` to weigh by
-something else, e.g. only the labelled seeds). ``input_nodes`` and ``output_nodes`` are
-``{ntype: ids}``; evaluation sees every id of every type once, and ``predict`` returns
-rows in the order of the dict's types, one after the other. A fanout list samples that
-many neighbours per relation; ``feat`` and ``label`` are prefetched for the types that
-have them. Bad input fails before anything is launched: an unknown node type names the
-graph's types, ids of the wrong dtype or out of range name the type.
+The next two lines isolate the option: the same fixed batch, forward and backward under
+DDP with and without it, 200 steps interleaved one by one so that load on the machine hits
+both alike (the heterograph batch has paper and word seeds, so every parameter is used and
+both settings run). The walk of the autograd graph costs 2.4 ms per step on HeteroSAGE
+(66.6 to 68.9 ms, +3.5 %) and 0.6 ms on SAGE (20.1 to 20.7 ms, +2.8 %): it visits every
+autograd node once, and a heterograph model has one set per relation and layer. That is
+the price of the option on a model that needs it; leave it off when every parameter is
+always used, as DDP's own warning (printed once per rank) suggests.
 
-Fork shares every type's structure and features copy-on-write (the trainer builds the
-sparse formats of every relation first); spawn moves them all to shared memory once.
-
-When DDP needs find_unused_parameters
--------------------------------------
-DDP all-reduces each parameter's gradient in buckets as backward produces them, and
-waits for every parameter before the step. A parameter that took no part in the loss
-never gets a gradient, and the next forward stops with "Expected to have finished
-reduction in the prior iteration". Heterograph models are the usual case: here the last
-layer also has the relation ``paper-has-word`` (words are destinations), which paper
-seeds never use; a batch that lacks some relation leaves its weights unused too. The
-trainer turns DDP's message into one that names ``Trainer(find_unused_parameters=True)``
-(shown in the output). With the option, DDP walks the autograd graph after every
-forward to mark the unused parameters ready; ``ddp_kwargs={"static_graph": True}`` is
-the cheaper alternative when the same parameters are unused at every step (it learns
-them once), and a model that uses every parameter needs neither.
 """
 from __future__ import annotations
 
@@ -174,6 +151,71 @@ def ddp_cost(graph: Any, args: argparse.Namespace, epochs: int) -> Dict[str, Any
     return out
 
 
+def walk_cost(graph: Any, steps: int) -> Dict[str, float]:
+    """Milliseconds per forward + backward of one fixed batch under DDP with and without
+    find_unused_parameters, interleaved step by step (so machine load hits both alike), in
+    this process (a 1-rank gloo group: the walk is local, whatever the world size). The
+    heterograph batch has paper and word seeds, so every parameter is used and both
+    settings run; SAGE runs on Cora's homogeneous graph."""
+    import copy
+    import os
+
+    import dgl
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from graphtrainer import datasets
+    from graphtrainer.distributed import free_port
+    from graphtrainer.models import SAGE, HeteroSAGE
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as each of the 2 ranks has: steadier on a shared machine
+    try:
+        torch.manual_seed(0)
+        sampler = dgl.dataloading.NeighborSampler([10, 10])
+        _, _, blocks = sampler.sample(graph, {"paper": torch.arange(256), "word": torch.arange(64)})
+        ids = blocks[0].srcdata[dgl.NID]
+        x = {"paper": graph.nodes["paper"].data["feat"][ids["paper"]]}
+        labels = graph.nodes["paper"].data["label"][blocks[-1].dstdata[dgl.NID]["paper"]]
+        hetero = HeteroSAGE(graph.canonical_etypes, {nt: graph.num_nodes(nt) for nt in graph.ntypes},
+                            {"paper": x["paper"].shape[1]}, 64, 7, embed_dim=16)
+        homo_g = datasets.load("cora")
+        _, _, hblocks = sampler.sample(homo_g, torch.arange(256))
+        hx = homo_g.ndata["feat"][hblocks[0].srcdata[dgl.NID]]
+        hlabels = homo_g.ndata["label"][hblocks[-1].dstdata[dgl.NID]]
+        sage = SAGE(hx.shape[1], 64, 7)
+
+        def hetero_loss(model: Any) -> torch.Tensor:
+            out = model(blocks, x)
+            return F.cross_entropy(out["paper"], labels) + out["word"].pow(2).mean()
+
+        def sage_loss(model: Any) -> torch.Tensor:
+            return F.cross_entropy(model(hblocks, hx), hlabels)
+
+        out: Dict[str, float] = {}
+        for name, model, loss_fn in (("hetero", hetero, hetero_loss), ("sage", sage, sage_loss)):
+            wrapped = {flag: DDP(copy.deepcopy(model), find_unused_parameters=flag) for flag in (False, True)}
+            spent = {False: 0.0, True: 0.0}
+            for step in range(steps + 5):
+                for flag in (False, True):
+                    t0 = time.perf_counter()
+                    loss_fn(wrapped[flag]).backward()
+                    if step >= 5:  # the first steps build DDP's buckets
+                        spent[flag] += time.perf_counter() - t0
+            for flag in (False, True):
+                out[f"{name}, find_unused_parameters={flag}"] = round(1000 * spent[flag] / steps, 2)
+            print(f"{name} forward + backward, one fixed batch, {steps} interleaved steps: "
+                  f"{1000 * spent[False] / steps:.2f} ms without find_unused_parameters, "
+                  f"{1000 * spent[True] / steps:.2f} ms with it", flush=True)
+        return out
+    finally:
+        torch.set_num_threads(threads)
+        dist.destroy_process_group()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-procs", type=int, default=2)
@@ -202,6 +244,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
           f"{dict((et[1], graph.num_edges(et)) for et in graph.canonical_etypes)} edges", flush=True)
 
     cost = ddp_cost(graph, args, args.timing_epochs)
+    walk = walk_cost(graph, 20 if args.fast else 200)
 
     task = HeteroClassification(graph, fanouts=args.fanouts, hidden=args.hidden, embed_dim=args.embed_dim,
                                 dropout=args.dropout, lr=args.lr, batch_size=args.batch_size)
@@ -232,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "best_val_acc_full": ckpt.best_model_score, "test_acc": test["test_acc"],
         "test_acc_full": test["test_acc_full"], "test_nodes": int(test["test_nodes"]),
         "predict_rows": int(probs.shape[0]), "predict_acc": pred_acc,
-        "ddp_ms_per_step": cost, "final_train_loss": trainer.history[-1]["train_loss"],
+        "ddp_ms_per_step": cost, "walk_ms_per_step": walk, "final_train_loss": trainer.history[-1]["train_loss"],
         "fit_seconds": round(fit_s, 1), "seconds": round(time.time() - started, 1),
     }
     report(result, args.out)
