@@ -109,7 +109,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"nodes": args.nodes, "hetero": args.hetero, "num_procs": args.num_procs, "batch_size": args.batch_size,
-            "batches": args.batches, "threads_per_proc": args.threads, "cpus": os.cpu_count(), "python": platform.python_version()}
+            "batches": args.batches, "threads_per_proc": args.threads, "cpus": os.cpu_count(),
+            "python": platform.python_version()}
     (out / "workers.json").write_text(json.dumps({"config": meta, "runs": rows}, indent=2))
     (out / "workers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -138,7 +138,8 @@ def _one_layer(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str
             seeds = torch.arange(lo, min(lo + batch_size, end))
             rows = _apply(layer_fn, layer, graph, h, sampler, {nt: seeds}, device)
             if nt not in rows:
-                raise ValueError(f"layerwise: layer {layer} gave no output for {nt!r} nodes {lo}..{lo + seeds.numel() - 1}"
+                last = lo + seeds.numel() - 1
+                raise ValueError(f"layerwise: layer {layer} gave no output for {nt!r} nodes {lo}..{last}"
                                  " (none of them has an in-edge): make inference_layer return rows for every "
                                  "destination node, e.g. a self-loop relation or a zero row")
             out[nt][lo:lo + seeds.numel()] = rows[nt].to("cpu", out[nt].dtype)

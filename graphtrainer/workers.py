@@ -173,6 +173,7 @@ class BatchSampling:
             state.share_memory_()
             kwargs["worker_init_fn"] = _WorkerInit(kwargs.get("worker_init_fn"))
         dataset = _Batches(share, state, self.batch_size, num_batches, self.types)
-        return dgl.dataloading.DataLoader(self.graph, dataset, _SeededSampler(self.graph_sampler, seed, rank, self.on_epoch),
+        sampler = _SeededSampler(self.graph_sampler, seed, rank, self.on_epoch)
+        return dgl.dataloading.DataLoader(self.graph, dataset, sampler,
                                           batch_size=1, shuffle=False, drop_last=False, **kwargs)
 

@@ -16,8 +16,8 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 
 Output of that command, measured on this project's 2-core machine (2 CPU ranks, shared
 with other jobs; epochs cut, the RESULT line shortened, run folders shown as
-``version_N``). ``--fast`` runs 8 epochs, 2 timing epochs per setting and 20 walk steps, and is the CI
-smoke test (``tests/test_tutorial_09.py``):
+``version_N``). ``--fast`` runs 8 epochs, 2 timing epochs per setting and 20 walk
+steps, and is the CI smoke test (``tests/test_tutorial_09.py``):
 
     cora_hetero: {'paper': 2708, 'word': 1433} nodes; {'cites': 10556, 'has': 49216, 'in': 49216} edges
     hetero, no option: fails: rank 1 failed: RuntimeError: some parameters of the model got no gradient in the previous training step, so DDP cannot finish its gradient reduction (...
