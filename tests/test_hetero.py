@@ -115,8 +115,8 @@ def test_hetero_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, la
     # Every seed of every type once per epoch across the two ranks, as with one rank.
     for epoch in (0, 1):
         seen = sum((json.load(open(tmp_path / "two" / f"seen_r{r}_e{epoch}.json")) for r in (0, 1)), [])
-        one = json.load(open(tmp_path / "one" / f"seen_r0_e{epoch}.json"))
-        assert sorted(map(tuple, seen)) == sorted(map(tuple, one))
+        ref_seen = json.load(open(tmp_path / "one" / f"seen_r0_e{epoch}.json"))
+        assert sorted(map(tuple, seen)) == sorted(map(tuple, ref_seen))
         assert len(seen) == 96
     assert abs(one.callback_metrics["val_seeds"] - 96) < 1e-9 and abs(two.callback_metrics["val_seeds"] - 96) < 1e-9
     assert abs(one.callback_metrics["val_acc"] - two.callback_metrics["val_acc"]) < 1e-6  # exact metrics
