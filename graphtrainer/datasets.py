@@ -633,3 +633,9 @@ def read_tu(folder: PathLike, name: str) -> list:
         g.ndata["feat"] = feat[nodes] if feat is not None else g.in_degrees().float().unsqueeze(1)
         out.append((g, labels[gi]))
     return out
+
+
+# Heterographs live in their own module; imported last (it uses load and synthetic).
+from .hetero_data import cora_hetero, synthetic_hetero  # noqa: E402
+
+__all__ += ["cora_hetero", "synthetic_hetero"]

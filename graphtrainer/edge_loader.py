@@ -9,13 +9,15 @@ the same negatives, and evaluation sees the same ones every time).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
-from .sampling import ShardedLoader, check_seed_ids, default_sampler, dgl_iter
+from . import distributed as gdist
+from .sampling import ShardedLoader, check_seed_ids, default_sampler
+from .workers import BatchSampling
 
-EXCLUDE_MODES = (None, "self", "reverse_id")
+EXCLUDE_MODES = (None, "self", "reverse_id", "reverse_types")
 
 _P = 2147483647  # 2**31 - 1: products of two residues stay below 2**62 (no int64 overflow)
 
@@ -51,7 +53,19 @@ class PerEdgeUniform:
         self.seed = 0
         self.epoch = 0
 
-    def __call__(self, g: Any, eids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    #: On a heterograph: each edge type's offset in the flat edge-id space (set by the loader),
+    #: so that edges of two types with the same id get different negatives.
+    offsets: Optional[Dict[Any, int]] = None
+
+    def __call__(self, g: Any, eids: Any) -> Any:
+        if isinstance(eids, dict):  # heterograph: negatives of each type among its destination type
+            out = {}
+            for etype, ids in eids.items():
+                etype = g.to_canonical_etype(etype)
+                src, _ = g.find_edges(ids, etype=etype)
+                offset = (self.offsets or {}).get(etype, 0)
+                out[etype] = self.draw(src, ids + offset, g.num_nodes(etype[2]))
+            return out
         src, _ = g.find_edges(eids)
         return self.draw(src, eids, g.num_nodes())
 
@@ -120,6 +134,13 @@ class EdgeLoader(ShardedLoader):
     ``exclude``: ``None``, ``"self"`` or ``"reverse_id"`` (needs ``reverse_eids``; edge ids
     only), removing the seed edges (and their reverses) from the sampled blocks.
 
+    On a heterograph ``edges`` is ``{etype: eids}`` (relation names or canonical triples):
+    each type is permuted and split evenly like :class:`~graphtrainer.sampling.NodeLoader`'s
+    node types, batches hold ``{canonical etype: eids}`` and heterograph pair graphs,
+    ``negatives=k`` draws each type's negatives among its destination type, and
+    ``exclude="reverse_types"`` with ``reverse_etypes={etype: reverse}`` keeps the seed edges
+    and their reverses out of the blocks.
+
     Yields what DGL's edge loader yields: ``(input_nodes, pair_graph, neg_pair_graph,
     blocks)``, or ``(input_nodes, pair_graph, blocks)`` without negatives. The negatives
     of ``negatives=k`` follow ``(seed, epoch)``: new ones each training epoch, and the same
@@ -129,7 +150,8 @@ class EdgeLoader(ShardedLoader):
     def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *,
                  negatives: Union[int, Callable, None] = 1, exclude: Optional[str] = None,
                  reverse_eids: Any = None, shuffle: bool = True, drop_last: bool = False,
-                 even: Optional[str] = None, seed: int = 0, **dataloader_kwargs: Any):
+                 even: Optional[str] = None, seed: int = 0, reverse_etypes: Optional[Dict[Any, Any]] = None,
+                 **dataloader_kwargs: Any):
         import dgl
 
         if isinstance(sampler, (list, tuple)):
@@ -141,9 +163,22 @@ class EdgeLoader(ShardedLoader):
             raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
         if exclude == "reverse_id" and reverse_eids is None:
             raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
+        hetero = isinstance(edges, dict) or len(graph.canonical_etypes) > 1
+        if exclude == "reverse_types" and (not hetero or reverse_etypes is None):
+            raise ValueError('exclude="reverse_types" is for heterographs and needs reverse_etypes= '
+                             '({etype: its reverse etype}, e.g. {"has": "in", "in": "has"})')
+        if hetero and exclude == "reverse_id":
+            raise ValueError('exclude="reverse_id" takes a homogeneous graph; on a heterograph use '
+                             'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
         n = graph.num_nodes()
         self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
-        if isinstance(edges, (tuple, list)) and len(edges) == 2:
+        if hetero:
+            from .hetero import check_typed_eids, flatten, type_spans
+
+            self.typed = check_typed_eids(edges, graph, "edge_dataloader edge ids")
+            self.spans = type_spans(self.typed, graph, edges=True)
+            ids = flatten(self.typed, self.spans)
+        elif isinstance(edges, (tuple, list)) and len(edges) == 2:
             src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
             dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
             if src.numel() != dst.numel():
@@ -167,9 +202,15 @@ class EdgeLoader(ShardedLoader):
             self.edge_sampler: Any = _PairSampler(*self.pairs, sampler, self.negatives)
         else:
             self.edge_sampler = dgl.dataloading.as_edge_prediction_sampler(
-                sampler, exclude=exclude, reverse_eids=self.reverse_eids, negative_sampler=self.negatives)
+                sampler, exclude=exclude, reverse_eids=self.reverse_eids, reverse_etypes=reverse_etypes,
+                negative_sampler=self.negatives)
+        if self.spans is not None and isinstance(self.negatives, PerEdgeUniform):
+            self.negatives.offsets = {etype: offset for etype, offset, _ in self.spans}
         self.sampler = sampler
         self.dataloader_kwargs = dataloader_kwargs
+        on_epoch = _NegativeEpoch(self.negatives) if isinstance(self.negatives, PerEdgeUniform) else None
+        self.sampling = BatchSampling(graph, self.edge_sampler, self.batch_size, drop_last, self.spans,
+                                      on_epoch=on_epoch, **dataloader_kwargs)
 
     @property
     def num_edges(self) -> int:
@@ -184,5 +225,14 @@ class EdgeLoader(ShardedLoader):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         # Pairs go through DGL's loader too (their positions are the indices): it fills in
         # the features the block sampler asked to prefetch.
-        return dgl_iter(self.graph, share, self.edge_sampler, self.batch_size, self.drop_last,
-                        **self.dataloader_kwargs)
+        return self.sampling.iterate(share, self.seed, gdist.get_rank(), self.epoch)
+
+
+class _NegativeEpoch:
+    """Sets the negative sampler's epoch in the process that samples (a worker's copy too)."""
+
+    def __init__(self, negatives: PerEdgeUniform):
+        self.negatives = negatives
+
+    def __call__(self, epoch: int) -> None:
+        self.negatives.epoch = epoch

@@ -20,6 +20,7 @@ from . import distributed as gdist
 from . import heartbeat
 from .batches import batch_limit, count_batches, exact_len, for_evaluation, set_epoch, with_last
 from .checkpoint import _to_cpu, load_checkpoint, restore_training_state
+from .ddp import wrap as wrap_in_ddp
 from .eval_loop import eval_epoch
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
@@ -65,7 +66,7 @@ def run_fit(trainer: "Trainer", task: "GraphTask", ckpt_path: Optional[str]) -> 
     checkpoint = load_checkpoint(ckpt_path, module) if ckpt_path else None
     ddp = None
     if gdist.is_distributed():
-        ddp = DDP(module, device_ids=[state.device.index] if state.device.type == "cuda" else None)
+        ddp = wrap_in_ddp(module, state.device, trainer.config.ddp_kwargs)
         state.profiler.time_all_reduce(ddp)
     trace = TorchTrace(state.log_dir / "profile" if state.log_dir else None,
                        trainer.config.profiler == "pytorch" and state.rank == 0)

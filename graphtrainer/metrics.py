@@ -322,7 +322,8 @@ def infer_batch_size(batch: object) -> Optional[int]:
 
     - DGL edge batches ``(input_nodes, pair_graph, [neg_pair_graph,] blocks)``: the seed
       edges (edges of the positive pair graph).
-    - DGL node batches ``(input_nodes, output_nodes, blocks)``: the seed nodes.
+    - DGL node batches ``(input_nodes, output_nodes, blocks)``: the seed nodes (on a
+      heterograph, the seeds of every type together).
     - A batched graph (``dgl.batch``), alone or first in a tuple such as
       ``(graphs, labels)``: the number of graphs.
     - A tensor: its rows. A dict: its first value.
@@ -336,6 +337,9 @@ def infer_batch_size(batch: object) -> Optional[int]:
             return int(batch[1].num_edges())
         if len(batch) == 3 and isinstance(batch[1], torch.Tensor):
             return int(batch[1].shape[0])
+        if len(batch) == 3 and isinstance(batch[1], dict) and batch[1] \
+                and all(isinstance(v, torch.Tensor) for v in batch[1].values()):
+            return int(sum(v.shape[0] for v in batch[1].values()))  # heterograph: seeds of every type
         return infer_batch_size(batch[0])
     if isinstance(batch, dict) and batch:
         return infer_batch_size(next(iter(batch.values())))

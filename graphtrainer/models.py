@@ -2,7 +2,7 @@
 predictor (SAGE encoder + edge scorer) and a graph classifier with a readout."""
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 from torch import nn
@@ -31,10 +31,81 @@ class SAGE(nn.Module):
             raise ValueError(f"SAGE has {len(self.layers)} layers but got {len(blocks)} blocks: "
                              "use as many fanouts as layers")
         h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, h)
-            if i != len(self.layers) - 1:
-                h = self.dropout(torch.relu(h))
+        for i, block in enumerate(blocks):
+            h = self.inference_layer(i, block, h)
+        return h
+
+    def inference_layer(self, i: int, block: Any, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` and what follows it (used by :func:`graphtrainer.inference.layerwise`)."""
+        h = self.layers[i](block, h)
+        if i != len(self.layers) - 1:
+            h = self.dropout(torch.relu(h))
+        return h
+
+
+class HeteroSAGE(nn.Module):
+    """GraphSAGE on a heterograph (an R-GCN with ``SAGEConv`` per relation): each layer is
+    a ``HeteroGraphConv`` with one mean-aggregating ``SAGEConv`` per relation, summed over
+    the relations that reach a node type (``aggregate``: "sum", "mean", "max", ...).
+
+    ``in_feats``: ``{ntype: feature size}`` of the types that have features; the other
+    types of ``num_nodes`` (``{ntype: count}``) get a learned embedding of ``embed_dim``.
+    ``forward(blocks, x)``: ``x`` holds the features of ``blocks[0]``'s source nodes per
+    type (embedded types may be left out: they are looked up); the result is
+    ``{ntype: [seeds, out_feats]}``. Relations whose weights a batch does not use exist
+    (the last layer's relations into non-seed types), so DDP needs
+    ``Trainer(find_unused_parameters=True)``.
+    """
+
+    def __init__(self, canonical_etypes: Sequence[Any], num_nodes: Dict[str, int], in_feats: Dict[str, int],
+                 hidden: int, out_feats: int, num_layers: int = 2, dropout: float = 0.5, embed_dim: int = 64,
+                 aggregate: str = "sum"):
+        super().__init__()
+        from dgl.nn import HeteroGraphConv, SAGEConv
+
+        if num_layers < 1:
+            raise ValueError("num_layers must be at least 1")
+        unknown = sorted(set(in_feats) - set(num_nodes))
+        if unknown:
+            raise ValueError(f"in_feats names node types {unknown} that are not in num_nodes {sorted(num_nodes)}")
+        self.embed = nn.ModuleDict({nt: nn.Embedding(n, embed_dim) for nt, n in num_nodes.items()
+                                    if nt not in in_feats})
+        dims = {nt: in_feats.get(nt, embed_dim) for nt in num_nodes}
+        sizes = [hidden] * (num_layers - 1) + [out_feats]
+        layers = []
+        for out in sizes:
+            layers.append(HeteroGraphConv({
+                etype: SAGEConv((dims[src], dims[dst]), out, "mean")
+                for src, etype, dst in canonical_etypes}, aggregate=aggregate))
+            dims = {nt: out for nt in num_nodes}
+        self.layers = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(dropout)
+
+    def input_features(self, graph: Any, feat_key: str = "feat") -> Dict[str, torch.Tensor]:
+        """Every type's input features over the whole graph (embeddings for featureless types),
+        for :func:`graphtrainer.inference.layerwise`."""
+        x = {nt: graph.nodes[nt].data[feat_key] for nt in graph.ntypes if nt not in self.embed}
+        x.update({nt: emb.weight.detach() for nt, emb in self.embed.items()})
+        return x
+
+    def forward(self, blocks: Sequence[Any], x: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"HeteroSAGE has {len(self.layers)} layers but got {len(blocks)} blocks: "
+                             "use as many fanouts as layers")
+        h = dict(x)
+        ids = blocks[0].srcdata["_ID"]
+        for nt, emb in self.embed.items():
+            if nt not in h:
+                h[nt] = emb(ids[nt] if isinstance(ids, dict) else ids)
+        for i, block in enumerate(blocks):
+            h = self.inference_layer(i, block, h)
+        return h
+
+    def inference_layer(self, i: int, block: Any, h: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Layer ``i`` and what follows it (used by :func:`graphtrainer.inference.layerwise`)."""
+        h = self.layers[i](block, h)
+        if i != len(self.layers) - 1:
+            h = {nt: self.dropout(torch.relu(v)) for nt, v in h.items()}
         return h
 
 

@@ -11,7 +11,7 @@ import math
 import numbers
 import sys
 import warnings
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -171,6 +171,11 @@ class ShardedLoader:
     ``r, r + world, ...`` of ``ids`` in order (how predictions are put back in order).
     """
 
+    #: On a heterograph: ``{type: ids}`` and the types' spans in the flat id space of
+    #: ``ids`` (see :mod:`graphtrainer.hetero`); None otherwise.
+    typed: Optional[Dict[Any, torch.Tensor]] = None
+    spans: Optional[list] = None
+
     def __init__(self, ids: torch.Tensor, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, even: Optional[str] = None, seed: int = 0):
         if int(batch_size) <= 0:
@@ -202,6 +207,12 @@ class ShardedLoader:
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
             return self._share[2]
+        if self.typed is not None and self.shuffle and self.even != "none":
+            from .hetero import typed_share  # several types: each permuted and split evenly
+
+            share = typed_share(self.typed, self.spans, self.seed, self.epoch, rank, world, self.even)
+            self._share = (key, self.ids, share)
+            return share
         share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
                           shuffle=self.shuffle, even=self.even)
         if share.numel() == 0 and self.even == "drop":
@@ -239,7 +250,17 @@ class NodeLoader(ShardedLoader):
     The trainer calls :meth:`set_epoch` before each epoch, and :meth:`for_evaluation`
     for validation, test and predict loaders, where every id must be seen exactly once.
 
-    Yields DGL's ``(input_nodes, output_nodes, blocks)``.
+    Yields DGL's ``(input_nodes, output_nodes, blocks)``. On a heterograph ``ids`` is
+    ``{ntype: ids}`` and so are ``input_nodes`` and ``output_nodes`` (every given type is
+    a key of ``output_nodes``, empty when a batch has none of it); ``batch_size`` counts
+    seeds of all types together; each type is permuted and split evenly, and a rank's
+    batches mix the types in proportion (see :mod:`graphtrainer.hetero`). Evaluation
+    order, which predictions follow, is the dict's types one after the other.
+
+    ``dataloader_kwargs`` go to DGL's ``DataLoader``: ``num_workers=k`` samples in ``k``
+    worker processes per rank (``persistent_workers=True`` keeps them across epochs).
+    Each batch is sampled from its own seed ``(seed, rank, epoch, batch)``, so the batches
+    are the same with any number of workers (see :mod:`graphtrainer.workers`).
     """
 
     def __init__(
@@ -255,35 +276,34 @@ class NodeLoader(ShardedLoader):
         seed: int = 0,
         **dataloader_kwargs: Any,
     ):
-        super().__init__(check_seed_ids(ids, graph.num_nodes()), batch_size, shuffle=shuffle,
-                         drop_last=drop_last, even=even, seed=seed)
+        from .workers import BatchSampling
+
+        if isinstance(ids, dict) or len(graph.ntypes) > 1:
+            from .hetero import check_typed_ids, flatten, type_spans
+
+            self.typed = check_typed_ids(ids, graph)
+            self.spans = type_spans(self.typed, graph)
+            flat = flatten(self.typed, self.spans)
+        else:
+            flat = check_seed_ids(ids, graph.num_nodes())
+        super().__init__(flat, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph = graph
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
         self.sampler = sampler
         self.dataloader_kwargs = dataloader_kwargs
+        self.sampling = BatchSampling(graph, sampler, self.batch_size, drop_last, self.spans, **dataloader_kwargs)
+
+    @property
+    def num_seeds(self) -> int:
+        """Seed nodes (of all types) this loader covers over all ranks."""
+        return self.ids.numel()
 
     def __iter__(self) -> Iterator[Any]:
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
-        return dgl_iter(self.graph, share, self.sampler, self.batch_size, self.drop_last,
-                        **self.dataloader_kwargs)
-
-
-def dgl_iter(graph: Any, indices: torch.Tensor, sampler: Any, batch_size: int, drop_last: bool,
-             **dataloader_kwargs: Any) -> Iterator[Any]:
-    """Iterate DGL's own ``DataLoader`` over ``indices`` in order, in this process."""
-    import dgl
-
-    loader = dgl.dataloading.DataLoader(
-        graph, indices, sampler, batch_size=batch_size,
-        shuffle=False, drop_last=drop_last, num_workers=0, **dataloader_kwargs,
-    )
-    with warnings.catch_warnings():
-        # Advice for worker processes, which this loader does not use.
-        warnings.filterwarnings("ignore", message=".*CPU affinity.*")
-        return iter(loader)
+        return self.sampling.iterate(share, self.seed, gdist.get_rank(), self.epoch)
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
@@ -294,6 +314,11 @@ def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", 
     import dgl
 
     fanouts = check_fanouts(fanouts)
+    if len(graph.ntypes) > 1:
+        # Per type: DGL would fail on a type without the feature.
+        feats = {nt: [feat_key] for nt in graph.ntypes if feat_key in graph.nodes[nt].data} or None
+        labels = {nt: [label_key] for nt in graph.ntypes if label_key and label_key in graph.nodes[nt].data} or None
+        return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
     feats = [feat_key] if feat_key in graph.ndata else None
     labels = [label_key] if label_key in graph.ndata else None
     return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)

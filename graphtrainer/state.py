@@ -51,6 +51,7 @@ class TrainerConfig:
     min_epochs: int = 0
     overfit_batches: BatchLimit = None
     profiler: Optional[str] = None
+    ddp_kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

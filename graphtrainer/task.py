@@ -259,6 +259,12 @@ class GraphTask:
         out-of-range id): built in ``__init__``, a bad id raises ``ValueError`` before ``fit``
         launches anything; built in ``train_dataloader()`` (run in each rank), every rank
         raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
+
+        On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly,
+        ``batch_size`` counts the seeds of all types, and batches hold ``{ntype: ids}``
+        (see :class:`~graphtrainer.sampling.NodeLoader`). ``dataloader_kwargs`` go to DGL's
+        ``DataLoader``: ``num_workers=k`` samples in ``k`` worker processes per rank with the
+        same batches as ``k=0``, and ``persistent_workers=True`` keeps them across epochs.
         """
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
@@ -288,6 +294,10 @@ class GraphTask:
         Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
         here, before any sampling (DGL aborts the process on an out-of-range id).
+
+        On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
+        reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
+        :class:`~graphtrainer.edge_loader.EdgeLoader`).
         """
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:

@@ -18,6 +18,7 @@ from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint import save_checkpoint
+from .ddp import check_ddp_kwargs
 from .launch import check_main_guard, fork_blocker, launch
 from .preflight import check_task, prepare_graphs
 from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
@@ -100,6 +101,13 @@ class Trainer:
             stage of a training step (sample, to device, forward, backward, all-reduce,
             optimizer) for every rank; ``"pytorch"`` writes a ``torch.profiler`` trace of a
             few training steps of rank 0 to ``<log_dir>/profile/``.
+        find_unused_parameters: let DDP find, after each forward, the parameters that got
+            no gradient (needed when not every parameter takes part in every loss, e.g. a
+            heterograph model whose relations a batch may lack; without it DDP stops with
+            an error that names this option). It walks the autograd graph every step.
+        ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
+            ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
+            the module and devices itself.
     """
 
     def __init__(
@@ -136,6 +144,8 @@ class Trainer:
         overfit_batches: Union[None, int, float] = None,
         enable_model_summary: bool = True,
         profiler: Optional[str] = None,
+        find_unused_parameters: bool = False,
+        ddp_kwargs: Optional[Dict[str, Any]] = None,
     ):
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
@@ -185,7 +195,8 @@ class Trainer:
             limit_predict_batches=limit_predict_batches, fast_dev_run=dev_batches,
             val_check_interval=options.val_check_interval(val_check_interval),
             max_time=options.max_time(max_time), min_epochs=min_epochs, overfit_batches=overfit_batches,
-            profiler=options.choice("profiler", profiler, options.PROFILERS))
+            profiler=options.choice("profiler", profiler, options.PROFILERS),
+            ddp_kwargs=check_ddp_kwargs(find_unused_parameters, ddp_kwargs))
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
