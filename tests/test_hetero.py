@@ -83,7 +83,7 @@ def test_bad_trainer_ddp_options():
         Trainer(ddp_kwargs={"device_ids": [0]})
     with pytest.raises(ValueError, match="set it in one place"):
         Trainer(find_unused_parameters=True, ddp_kwargs={"find_unused_parameters": False})
-    assert Trainer(ddp_kwargs={"static_graph": True}).ddp_kwargs == {"static_graph": True,
+    assert Trainer(ddp_kwargs={"static_graph": True}).config.ddp_kwargs == {"static_graph": True,
                                                                       "find_unused_parameters": False}
 
 
