@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 import torch
 
-from .sampling import ShardedLoader, check_seed_ids, default_sampler, dgl_iter
+from .sampling import ShardedLoader, check_seed_ids, default_sampler, dgl_iter, warn_unshared_formats
 
 EXCLUDE_MODES = (None, "self", "reverse_id")
 
@@ -180,6 +180,7 @@ class EdgeLoader(ShardedLoader):
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
+        warn_unshared_formats(self)
         if isinstance(self.negatives, PerEdgeUniform):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         # Pairs go through DGL's loader too (their positions are the indices): it fills in

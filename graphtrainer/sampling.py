@@ -267,8 +267,18 @@ class NodeLoader(ShardedLoader):
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
+        warn_unshared_formats(self)
         return dgl_iter(self.graph, share, self.sampler, self.batch_size, self.drop_last,
                         **self.dataloader_kwargs)
+
+
+def warn_unshared_formats(loader: Any) -> None:
+    """In a launched rank (rank 0 speaks), warn when the loader's sampling reads a sparse
+    format that was not built before launch (see :func:`graphtrainer.formats.warn_if_missing`)."""
+    if gdist.get_world_size() > 1 and gdist.get_rank() == 0:
+        from .formats import loader_formats, warn_if_missing
+
+        warn_if_missing(loader.graph, loader_formats(loader), type(loader).__name__)
 
 
 def dgl_iter(graph: Any, indices: torch.Tensor, sampler: Any, batch_size: int, drop_last: bool,
@@ -317,10 +327,12 @@ def check_fanouts(fanouts: Any) -> List[Any]:
     return fanouts
 
 
-def prepare_graph(graph: Any) -> Any:
-    """Build every sparse format once, so forked ranks share them instead of each building its own."""
-    graph.create_formats_()
-    return graph
+def prepare_graph(graph: Any, formats: Sequence[str] = ("csc",)) -> Any:
+    """Build ``formats`` of ``graph`` once (default: CSC, what in-neighbour sampling reads),
+    so forked ranks share them instead of each building its own; see :mod:`graphtrainer.formats`."""
+    from .formats import build_formats
+
+    return build_formats(graph, formats)
 
 
 def find_graphs(obj: Any) -> List[Any]:
