@@ -34,10 +34,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from . import heartbeat
+from . import forkserver, heartbeat
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
 from .threads import set_threads
+
+#: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
+#: "forkserver" (forked from a clean server process, see :mod:`graphtrainer.forkserver`).
+LAUNCH_METHODS = ("fork", "spawn", "forkserver")
+#: Where fork is unsafe (CUDA or autograd threads already started here), what "auto" uses.
+FORK_FALLBACK = "forkserver"
 
 #: Seconds a rank gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_S = 3.0
@@ -195,10 +201,10 @@ def fork_blocker(uses_gpu: bool) -> Optional[str]:
         time.sleep(0.01)
 
 
-def check_main_guard() -> None:
-    """Refuse spawn when the script calls the trainer at module level.
+def check_main_guard(method: str = "spawn") -> None:
+    """Refuse spawn and forkserver when the script calls the trainer at module level.
 
-    Spawned ranks re-import the main script; without ``if __name__ == "__main__":``
+    Their ranks re-import the main script; without ``if __name__ == "__main__":``
     each of them would start training again.
     """
     import __main__
@@ -223,7 +229,7 @@ def check_main_guard() -> None:
             if node.body[0].lineno <= lineno <= end:
                 return
     raise RuntimeError(
-        f"launcher='spawn' re-imports {path} in every rank, which would start training again "
+        f"launcher='{method}' re-imports {path} in every rank, which would start training again "
         f"there (line {lineno}). Put the code that builds the trainer and calls fit under "
         "`if __name__ == \"__main__\":`, or use launcher='fork'."
     )
@@ -251,7 +257,13 @@ def launch(
     Raises :class:`RankFailedError` for the first rank that fails, or for the ranks that
     made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.
     """
-    ctx = mp.get_context(method)
+    if method not in LAUNCH_METHODS:
+        raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")
+    if method == "forkserver":
+        ctx = forkserver.context()
+        forkserver.start_server()  # no-op when prepare_graphs already started it
+    else:
+        ctx = mp.get_context(method)
     # Only a fork inherits the parent's OpenMP state, only a parent with threads besides
     # its main one can have an OpenMP pool whose state would hang the rank, and a rank
     # limited to one thread never enters that pool. Otherwise ranks stay in their main
@@ -297,8 +309,12 @@ def launch(
     finally:
         listener.close()
         gc.unfreeze()
-        # After success the ranks are only tearing down: give them time to exit.
-        _end_all(procs, wait_s=30.0 if succeeded else 0.0)
+        try:
+            # After success the ranks are only tearing down: give them time to exit.
+            _end_all(procs, wait_s=30.0 if succeeded else 0.0)
+        finally:
+            if method == "forkserver":
+                forkserver.stop_server()  # no server outlives the launch
         for conn in conns.values():
             conn.close()
         for proc in procs:
@@ -506,8 +522,8 @@ def _died(rank: int, exitcode: int, method: str) -> RankFailedError:
     else:
         how = f"exited with code {exitcode} before reporting a result"
     hint = ""
-    if method == "spawn" and exitcode > 0:
-        hint = (" With launcher='spawn' a rank that dies at start often could not import the "
+    if method in ("spawn", "forkserver") and exitcode > 0:
+        hint = (f" With launcher='{method}' a rank that dies at start often could not import the "
                 "script: check that it guards its entry point with `if __name__ == \"__main__\":`"
                 " and that the task's class is importable.")
     return RankFailedError(rank, "ProcessDied", how + "." + hint)

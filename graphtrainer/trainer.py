@@ -14,12 +14,12 @@ import torch
 from . import distributed as gdist
 from .callbacks.base import Callback
 from .callbacks.progress import ProgressBar
-from .launch import check_main_guard, fork_blocker, launch
+from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
 from .loop import run_rank
 from .run_files import find_checkpoint, remove_if_unused
 from .threads import available_cores
 
-LAUNCHERS = ("auto", "fork", "spawn")
+LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
 
 
 class Trainer:
@@ -35,7 +35,10 @@ class Trainer:
             index puts several ranks on one GPU; they then talk over gloo.
         num_procs: CPU ranks when ``gpus`` is not given (default 1: no launch).
         launcher: ``"fork"`` (default on Linux: the graph is shared copy-on-write),
-            ``"spawn"`` (graph and features moved to shared memory once), or ``"auto"``.
+            ``"spawn"`` (graph and features moved to shared memory once),
+            ``"forkserver"`` (ranks forked from a clean server that imported torch and
+            dgl once; the graph in shared memory as with spawn; safe after CUDA use), or
+            ``"auto"`` (fork, or forkserver where fork is unsafe).
         max_epochs, max_steps: stop after either (``max_steps=-1``: no step limit).
         limit_train_batches, limit_val_batches, limit_test_batches: batches per epoch and
             rank, as a count (int) or a fraction (float <= 1.0).
@@ -249,11 +252,11 @@ class Trainer:
             if self.launcher == "fork":
                 raise RuntimeError(f"launcher='fork': {blocker}. Keep CUDA calls and training out of the "
                                    "code before fit (torch.cuda.device_count() is safe), or use "
-                                   "launcher='spawn'")
-            warnings.warn(f"{blocker}: launching with spawn instead of fork", stacklevel=4)
-            method = "spawn"
-        if method == "spawn":
-            check_main_guard()
+                                   "launcher='forkserver'")
+            warnings.warn(f"{blocker}: launching with {FORK_FALLBACK} instead of fork", stacklevel=4)
+            method = FORK_FALLBACK
+        if method in ("spawn", "forkserver"):
+            check_main_guard(method)
         return method
 
     @staticmethod

@@ -37,7 +37,7 @@ def test_gpus_without_cuda_suggests_num_procs():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(launcher="bogus"), r"launcher='bogus': choose one of \('auto', 'fork', 'spawn'\)"),
+    (dict(launcher="bogus"), r"launcher='bogus': choose one of \('auto', 'fork', 'spawn', 'forkserver'\)"),
     (dict(num_procs=0), "num_procs must be at least 1, got 0"),
     (dict(num_procs=-2), "num_procs must be at least 1, got -2"),
     (dict(threads_per_proc=0), "threads_per_proc must be at least 1, got 0"),
