@@ -37,6 +37,7 @@ import torch.multiprocessing  # noqa: F401
 from . import forkserver, heartbeat
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
+from .lean import limit_malloc_caches
 from .threads import set_threads
 
 #: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
@@ -99,6 +100,7 @@ def _child_entry(
     stack_dir: str,
 ) -> None:
     _die_with_parent()
+    limit_malloc_caches()
     heartbeat.attach(board, rank)
     # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
