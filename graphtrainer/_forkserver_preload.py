@@ -9,6 +9,9 @@ import torch  # noqa: F401
 
 import graphtrainer.launch  # noqa: F401
 import graphtrainer.trainer  # noqa: F401
+from graphtrainer.lean import import_rank_modules
+
+import_rank_modules()
 
 try:
     import dgl  # noqa: F401

@@ -77,12 +77,15 @@ def formats_for(task: Any, graph: Any) -> Tuple[str, ...]:
     """Formats to build for ``graph`` before launching ``task``, in :data:`FORMATS` order:
     the defaults, the task's ``graph_formats``, and those of every loader or sampler on
     the task's attributes (one level, and inside lists, tuples and dicts) that uses it."""
-    wanted = set(DEFAULT_FORMATS) | set(check_formats(getattr(task, "graph_formats", None)))
+    wanted = set(check_formats(getattr(task, "graph_formats", None)))
     for value in _attribute_values(task):
         if getattr(value, "graph", None) is graph:
             wanted |= loader_formats(value)
         elif callable(getattr(value, "sample", None)) and not hasattr(value, "graph"):
             wanted |= sampler_formats(value)  # a sampler kept for loaders built in the ranks
+    state = graph.formats()
+    allowed = set(state["created"]) | set(state["not created"])
+    wanted |= {f for f in DEFAULT_FORMATS if f in allowed}  # a graph restricted to others keeps them
     return tuple(f for f in FORMATS if f in wanted)
 
 
@@ -97,8 +100,23 @@ def _attribute_values(obj: Any) -> Iterable[Any]:
 
 
 def build_formats(graph: Any, formats: Iterable[str]) -> Any:
-    """Build ``formats`` of ``graph`` in place (each relation of a heterograph); others stay unbuilt."""
-    for fmt in check_formats(tuple(formats), "formats"):
+    """Build ``formats`` of ``graph`` in place (each relation of a heterograph); others stay unbuilt.
+
+    A ``ValueError`` names the format when the graph was restricted to others
+    (``graph.formats([...])``) and so cannot hold it.
+    """
+    formats = check_formats(tuple(formats), "formats")
+    state = graph.formats()
+    allowed = set(state["created"]) | set(state["not created"])
+    refused = [f for f in formats if f not in allowed]
+    if refused:
+        keep = sorted(allowed | set(refused))
+        raise ValueError(
+            f"the graph is restricted to the sparse formats {sorted(allowed)} (made with graph.formats(...)), "
+            f"but its samplers read {[f.upper() for f in refused]}: DGL cannot build them there. Use "
+            f"graph = graph.formats({keep!r}) before building the task, or samplers that read "
+            f"{sorted(allowed)}.")
+    for fmt in formats:
         for etype in graph.canonical_etypes:
             graph.adj_tensors(fmt, etype=etype)  # DGL keeps what it builds on the graph
     return graph

@@ -37,7 +37,7 @@ import torch.multiprocessing  # noqa: F401
 from . import forkserver, heartbeat
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
-from .lean import limit_malloc_caches
+from .lean import import_rank_modules, limit_malloc_caches
 from .threads import set_threads
 
 #: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
@@ -281,6 +281,7 @@ def launch(
     board = heartbeat.new_board(ctx, world_size)
     stack_dir = tempfile.mkdtemp(prefix="graphtrainer-stacks-")
     if method == "fork":
+        import_rank_modules()  # once here, shared by every rank, instead of once per rank
         gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
     try:
         for rank in range(world_size):
