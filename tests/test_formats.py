@@ -50,6 +50,16 @@ class FormatProbe(SageTask):
     def val_dataloader(self) -> Any:
         return None
 
+    def configure_model(self) -> Any:
+        # A linear model on the seeds: blocks sampled along out-edges are no input for
+        # message passing, and what is tested here is the sampling itself.
+        return torch.nn.Linear(self.graph.ndata["feat"].shape[1], int(self.graph.ndata["label"].max()) + 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        seeds = batch[1]
+        logits = self.model(self.graph.ndata["feat"][seeds])
+        return torch.nn.functional.cross_entropy(logits, self.graph.ndata["label"][seeds])
+
     def on_train_epoch_end(self) -> None:
         self._record("end")
 
