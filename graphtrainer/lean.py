@@ -1,22 +1,28 @@
 """Keeping a launched rank's private memory to its batch's own data.
 
-Imports: a rank imported about 680 modules on its own after start (``torch._dynamo``,
-which the optimizer and DDP import lazily, and what it pulls in): each rank paid the time
-and held the objects privately. :func:`import_rank_modules` imports them once before the
-ranks exist, so they share those pages.
+What a forked rank held privately (USS, ``/proc/<pid>/smaps`` by mapping; 1M nodes / 10M
+edges, batch 1024, fanouts 10,10, 2 ranks, at step 3): 188 MB, of which the main heap
+130 MB and anonymous mappings 56 MB (28 MB in address ranges inherited from the parent:
+pages of its Python objects and arenas the rank wrote to; 28 MB new: arenas, stacks).
+Two causes, two cuts:
 
-A rank's private memory (USS, about 190 MB at 1M nodes) was, by mapping (``/proc/<pid>/smaps``,
-forked rank, 1M nodes / 10M edges, batch 1024, fanouts 10,10): the main heap about 130 MB,
-anonymous mappings about 56 MB (half of them pages inherited from the parent and written
-by the rank: Python objects whose reference counts change; half new: thread arenas and
-stacks). Most of the heap is not live data: glibc keeps freed blocks of the per-batch
-tensors (sampled blocks, gathered features, tens of MB each) for reuse, and once a large
-block has been freed its dynamic mmap threshold rises, so later large tensors come from
-the heap and their pages stay with the process after ``free``.
+- **Imports.** After starting, a rank imported about 680 modules of its own
+  (``torch._dynamo``, which the optimizer and DDP import lazily, with sympy, torch.onnx,
+  ...): time, and objects held privately by every rank. :func:`import_rank_modules`
+  imports them once before the ranks exist (in the launching process for fork, in the
+  server for forkserver), so they share those pages. Alone: 188 -> 128 MB.
+- **Allocator caches.** glibc keeps freed blocks of the per-batch tensors (sampled
+  blocks, gathered features, tens of MB each) for reuse, and once a large block has been
+  freed its dynamic mmap threshold rises, so later large tensors come from the heap and
+  their pages stay with the process. :func:`limit_malloc_caches` fixes the mmap
+  threshold (large tensors are mapped and unmapped, their pages given back at ``free``),
+  trims the heap top sooner and caps malloc arenas. Alone: 188 -> 154 MB.
 
-:func:`limit_malloc_caches` fixes the mmap threshold (large tensors are mapped and
-unmapped, their pages given back at ``free``), trims the heap top sooner and caps the
-number of malloc arenas. Set ``GRAPHTRAINER_MALLOC_TUNING=0`` to leave glibc's defaults.
+Both: 89 MB per forked rank, 78 MB per rank forked from the fork server. What is left is
+the batch itself (blocks, features, activations: the anonymous mappings the rank makes),
+the allocator's small-block heap and the parent's pages the rank writes to (reference
+counts of the objects it uses; ``gc.freeze()`` keeps the collector off them). Set
+``GRAPHTRAINER_MALLOC_TUNING=0`` to leave glibc's defaults.
 """
 from __future__ import annotations
 
