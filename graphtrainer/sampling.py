@@ -202,8 +202,9 @@ class ShardedLoader:
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
             return self._share[2]
+        # A copy: the strided view would keep the whole epoch's permutation alive in every rank.
         share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
-                          shuffle=self.shuffle, even=self.even)
+                          shuffle=self.shuffle, even=self.even).clone()
         if share.numel() == 0 and self.even == "drop":
             raise ValueError(
                 f"{self.ids.numel()} seed ids cannot be split between {world} ranks with "
