@@ -3,7 +3,7 @@ planned run's peak, to refuse sizes the machine cannot hold before building anyt
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 MB = 1024 * 1024
 
@@ -20,7 +20,54 @@ def smaps_rollup(pid: int) -> Dict[str, float]:
     return {"pss_mb": fields.get("Pss", 0) / 1024, "uss_mb": uss / 1024, "rss_mb": fields.get("Rss", 0) / 1024}
 
 
-def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
+def _mappings(pid: int) -> List[Dict[str, Any]]:
+    """``/proc/<pid>/smaps`` as a list of mappings: start, end, name, private kB."""
+    maps: List[Dict[str, Any]] = []
+    with open(f"/proc/{pid}/smaps", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            head = line.split(None, 5)
+            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                maps.append({"start": lo, "end": hi, "name": head[5].strip() if len(head) > 5 else "",
+                             "private_kb": 0})
+            elif line.startswith(("Private_Clean:", "Private_Dirty:")) and maps:
+                maps[-1]["private_kb"] += int(line.split()[1])
+    return maps
+
+
+def _kind(name: str) -> str:
+    if name == "[heap]":
+        return "heap"
+    if name == "[stack]" or name.startswith("[stack"):
+        return "main stack"
+    if name.startswith("/dev/shm") or name.startswith("/memfd:") or "torch_" in name or "(deleted)" in name:
+        return "shared-memory files"
+    if ".so" in name:
+        return "libraries (.so)"
+    if name.startswith("/"):
+        return "other files"
+    if name.startswith("["):
+        return "kernel ([vdso], ...)"
+    return "anonymous"
+
+
+def smaps_breakdown(pid: int, parent_pid: Optional[int] = None) -> Dict[str, float]:
+    """Private memory (MB) of ``pid`` by kind of mapping. Anonymous mappings are split into
+    those inherited from ``parent_pid`` (same address range there: copied-on-write pages of
+    the parent's heap and arenas, or the child's own allocations reusing them) and those the
+    process made itself (new arenas, thread stacks, large allocations)."""
+    parent = {(m["start"], m["end"]) for m in _mappings(parent_pid)} if parent_pid else set()
+    parent_starts = {s for s, _ in parent}
+    out: Dict[str, float] = {}
+    for m in _mappings(pid):
+        kind = _kind(m["name"])
+        if kind in ("anonymous", "heap") and parent_pid:
+            kind += " (inherited range)" if m["start"] in parent_starts else " (new)"
+        out[kind] = out.get(kind, 0.0) + m["private_kb"] / 1024
+    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+def tree_memory(root_pid: Optional[int] = None, breakdown: bool = False) -> Dict[str, Any]:
     """PSS/USS of ``root_pid`` (default: this process) and all its live descendants.
 
     ``total_pss_mb`` is the sum of PSS over the tree: shared pages (copy-on-write pages of
@@ -45,7 +92,13 @@ def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, PermissionError):
             continue
         role = "parent" if proc.pid == root.pid else "child"
-        rows.append({"pid": proc.pid, "role": role, "cmd": cmd[:120], **{k: round(v, 1) for k, v in mem.items()}})
+        row = {"pid": proc.pid, "role": role, "cmd": cmd[:120], **{k: round(v, 1) for k, v in mem.items()}}
+        if breakdown and role == "child":
+            try:
+                row["private_by_mapping_mb"] = smaps_breakdown(proc.pid, proc.ppid())
+            except (OSError, psutil.NoSuchProcess):
+                pass
+        rows.append(row)
     return {
         "total_pss_mb": round(sum(r["pss_mb"] for r in rows), 1),
         "parent_pss_mb": round(sum(r["pss_mb"] for r in rows if r["role"] == "parent"), 1),
@@ -59,12 +112,13 @@ PROCESS_BASE_MB = 450.0  # python + torch + dgl + gloo of one rank, measured ~35
 def graph_bytes(num_nodes: int, num_edges: int, feat_dim: int, formats: bool = True) -> Dict[str, float]:
     """Bytes of a DGL graph with float32 ``feat``, int64 ``label`` and three bool masks.
 
-    COO is 16 B/edge; CSR and CSC each 8 B/node + 16 B/edge (indices and edge ids).
+    COO is 16 B/edge; CSR and CSC each 8 B/node + 16 B/edge (indices and edge ids). With
+    ``formats`` the CSC that sampling reads is counted (graphtrainer builds only that one).
     """
     coo = 16.0 * num_edges
     csx = 8.0 * num_nodes + 16.0 * num_edges
     ndata = num_nodes * (4.0 * feat_dim + 8 + 3)
-    return {"coo": coo, "csx": csx, "ndata": ndata, "total": coo + ndata + (2 * csx if formats else 0.0)}
+    return {"coo": coo, "csx": csx, "ndata": ndata, "total": coo + ndata + (csx if formats else 0.0)}
 
 
 def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, world: int) -> float:
@@ -78,10 +132,12 @@ def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, wo
     procs = PROCESS_BASE_MB * (world + 1)
     if launcher == "gt-fork":
         return procs + graph + build
+    if launcher in ("gt-spawn", "gt-forkserver"):
+        # moved to shared memory in place, one array at a time (its private copy lives until
+        # the array is moved)
+        return procs + graph + g["csx"] / MB + build
     if launcher == "fork-noformats":
         return procs + graph + build + world * g["csx"] / MB  # each rank builds its own CSC
-    if launcher == "gt-spawn":
-        return procs + 2 * graph + build  # private copy and shared-memory copy during the move
     if launcher == "naive-spawn":
         # parent: graph + pickled bytes; each rank its copy; while the parent sends to one
         # rank, about one more holds received bytes next to the copy it unpickles
@@ -95,13 +151,23 @@ def machine_memory_mb() -> float:
     return psutil.virtual_memory().total / MB
 
 
-def refuse_if_too_big(plans: Iterable[Dict[str, Any]], limit_fraction: float = 0.9) -> None:
-    """Exit with the estimate when any planned run needs more than the machine has."""
+def refuse_if_too_big(plans: List[Dict[str, Any]], limit_fraction: float = 0.9,
+                      limit_mb: Optional[float] = None, skip: bool = False) -> List[Dict[str, Any]]:
+    """The planned runs that fit: below ``limit_fraction`` of the machine's memory (and
+    ``limit_mb`` when given). With ``skip``, runs that do not fit are left out (and listed);
+    otherwise, or when none fits, exit with the estimate of each."""
     total = machine_memory_mb()
-    too_big = [p for p in plans if p["estimate_mb"] > limit_fraction * total]
+    limit = min(limit_fraction * total, limit_mb or float("inf"))
+    too_big = [p for p in plans if p["estimate_mb"] > limit]
+    if too_big and skip and len(too_big) < len(plans):
+        for p in too_big:
+            print(f"skipping {p['label']}: estimated {p['estimate_mb'] / 1024:.1f} GiB, over the "
+                  f"{limit / 1024:.1f} GiB limit", flush=True)
+        return [p for p in plans if p["estimate_mb"] <= limit]
     if too_big:
         lines = [f"  {p['label']}: estimated {p['estimate_mb'] / 1024:.1f} GiB" for p in too_big]
         raise SystemExit(
             f"refusing: {len(too_big)} planned run(s) need more memory than this machine has "
             f"({total / 1024:.1f} GiB, {int(limit_fraction * 100)}% usable):\n" + "\n".join(lines)
             + "\nUse smaller --sizes, fewer ranks, or drop naive-spawn.")
+    return plans

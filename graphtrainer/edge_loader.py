@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from . import distributed as gdist
-from .sampling import ShardedLoader, check_seed_ids, default_sampler
+from .sampling import ShardedLoader, check_seed_ids, default_sampler, warn_unshared_formats
 from .workers import BatchSampling
 
 EXCLUDE_MODES = (None, "self", "reverse_id", "reverse_types")
@@ -221,6 +221,7 @@ class EdgeLoader(ShardedLoader):
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
+        warn_unshared_formats(self)
         if isinstance(self.negatives, PerEdgeUniform):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         # Pairs go through DGL's loader too (their positions are the indices): it fills in

@@ -36,10 +36,17 @@ import torch
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from . import heartbeat
+from . import forkserver, heartbeat
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
+from .lean import import_rank_modules, limit_malloc_caches
 from .threads import set_threads
+
+#: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
+#: "forkserver" (forked from a clean server process, see :mod:`graphtrainer.forkserver`).
+LAUNCH_METHODS = ("fork", "spawn", "forkserver")
+#: Where fork is unsafe (CUDA or autograd threads already started here), what "auto" uses.
+FORK_FALLBACK = "forkserver"
 
 #: Seconds a rank gets to exit after SIGTERM before it is killed.
 TERMINATE_GRACE_S = 3.0
@@ -95,6 +102,7 @@ def _child_entry(
     stack_dir: str,
 ) -> None:
     _die_with_parent()
+    limit_malloc_caches()
     heartbeat.attach(board, rank)
     # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
@@ -195,21 +203,21 @@ def fork_blocker(uses_gpu: bool) -> Optional[str]:
         time.sleep(0.01)
 
 
-def check_main_guard(task: Any = None) -> None:
-    """Refuse spawn where its ranks could not start: a script read from stdin (nothing to
-    re-import), a task class defined in an interactive session (nothing to import it from),
-    or a script that calls the trainer at module level (each rank would start training
-    again, having re-imported it without ``if __name__ == "__main__":``)."""
+def check_main_guard(task: Any = None, method: str = "spawn") -> None:
+    """Refuse spawn or forkserver where its ranks could not start: a script read from stdin
+    (nothing to re-import), a task class defined in an interactive session (nothing to
+    import it from), or a script that calls the trainer at module level (each rank would
+    start training again, having re-imported it without ``if __name__ == "__main__":``)."""
     import __main__
 
     path = getattr(__main__, "__file__", None)
     if path and not os.path.exists(path):
-        raise RuntimeError(f"launcher='spawn' re-imports the main script in every rank, but this one was read "
+        raise RuntimeError(f"launcher='{method}' re-imports the main script in every rank, but this one was read "
                            f"from {path}, which is no file: save the script to a file and run that, or use "
                            "launcher='fork'")
     if not path:
         if task is not None and type(task).__module__ == "__main__":
-            raise RuntimeError(f"launcher='spawn' imports {type(task).__name__} in every rank, but it is defined "
+            raise RuntimeError(f"launcher='{method}' imports {type(task).__name__} in every rank, but it is defined "
                                "in an interactive session (or python -c), which ranks cannot import: define it "
                                "in a module or script file, or use launcher='fork'")
         return
@@ -230,7 +238,7 @@ def check_main_guard(task: Any = None) -> None:
             if node.body[0].lineno <= lineno <= end:
                 return
     raise RuntimeError(
-        f"launcher='spawn' re-imports {path} in every rank, which would start training again "
+        f"launcher='{method}' re-imports {path} in every rank, which would start training again "
         f"there (line {lineno}). Put the code that builds the trainer and calls fit under "
         "`if __name__ == \"__main__\":`, or use launcher='fork'."
     )
@@ -258,7 +266,13 @@ def launch(
     Raises :class:`RankFailedError` for the first rank that fails, or for the ranks that
     made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.
     """
-    ctx = mp.get_context(method)
+    if method not in LAUNCH_METHODS:
+        raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")
+    if method == "forkserver":
+        ctx = forkserver.context()
+        forkserver.start_server()  # no-op when prepare_graphs already started it
+    else:
+        ctx = mp.get_context(method)
     # Only a fork inherits the parent's OpenMP state, only a parent with threads besides
     # its main one can have an OpenMP pool whose state would hang the rank, and a rank
     # limited to one thread never enters that pool. Otherwise ranks stay in their main
@@ -274,6 +288,7 @@ def launch(
     board = heartbeat.new_board(ctx, world_size)
     stack_dir = tempfile.mkdtemp(prefix="graphtrainer-stacks-")
     if method == "fork":
+        import_rank_modules()  # once here, shared by every rank, instead of once per rank
         gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
     try:
         for rank in range(world_size):
@@ -304,8 +319,12 @@ def launch(
     finally:
         listener.close()
         gc.unfreeze()
-        # After success the ranks are only tearing down: give them time to exit.
-        _end_all(procs, wait_s=30.0 if succeeded else 0.0)
+        try:
+            # After success the ranks are only tearing down: give them time to exit.
+            _end_all(procs, wait_s=30.0 if succeeded else 0.0)
+        finally:
+            if method == "forkserver":
+                forkserver.stop_server()  # no server outlives the launch
         for conn in conns.values():
             conn.close()
         for proc in procs:
@@ -520,8 +539,8 @@ def _died(rank: int, exitcode: int, method: str) -> RankFailedError:
     else:
         how = f"exited with code {exitcode} before reporting a result"
     hint = ""
-    if method == "spawn" and exitcode > 0:
-        hint = (" With launcher='spawn' a rank that dies at start often could not import the "
+    if method in ("spawn", "forkserver") and exitcode > 0:
+        hint = (f" With launcher='{method}' a rank that dies at start often could not import the "
                 "script: check that it guards its entry point with `if __name__ == \"__main__\":`"
                 " and that the task's class is importable.")
     return RankFailedError(rank, "ProcessDied", how + "." + hint)

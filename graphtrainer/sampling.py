@@ -213,8 +213,9 @@ class ShardedLoader:
             share = typed_share(self.typed, self.spans, self.seed, self.epoch, rank, world, self.even)
             self._share = (key, self.ids, share)
             return share
+        # A copy: the strided view would keep the whole epoch's permutation alive in every rank.
         share = shard_ids(self.ids, rank, world, epoch=self.epoch, seed=self.seed,
-                          shuffle=self.shuffle, even=self.even)
+                          shuffle=self.shuffle, even=self.even).clone()
         if share.numel() == 0 and self.even == "drop":
             raise ValueError(
                 f"{self.ids.numel()} seed ids cannot be split between {world} ranks with "
@@ -303,7 +304,18 @@ class NodeLoader(ShardedLoader):
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
+        warn_unshared_formats(self)
         return self.sampling.iterate(share, self.seed, gdist.get_rank(), self.epoch)
+
+
+def warn_unshared_formats(loader: Any) -> None:
+    """In a launched rank (rank 0 speaks), warn when the loader's sampling reads a sparse
+    format that was not built before launch (see :func:`graphtrainer.formats.warn_if_missing`)."""
+    if gdist.get_world_size() > 1 and gdist.get_rank() == 0:
+        from .formats import loader_formats, warn_if_missing
+
+        warn_if_missing(loader.graph, loader_formats(loader), type(loader).__name__)
+
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
@@ -342,10 +354,12 @@ def check_fanouts(fanouts: Any) -> List[Any]:
     return fanouts
 
 
-def prepare_graph(graph: Any) -> Any:
-    """Build every sparse format once, so forked ranks share them instead of each building its own."""
-    graph.create_formats_()
-    return graph
+def prepare_graph(graph: Any, formats: Sequence[str] = ("csc",)) -> Any:
+    """Build ``formats`` of ``graph`` once (default: CSC, what in-neighbour sampling reads),
+    so forked ranks share them instead of each building its own; see :mod:`graphtrainer.formats`."""
+    from .formats import build_formats
+
+    return build_formats(graph, formats)
 
 
 def find_graphs(obj: Any) -> List[Any]:

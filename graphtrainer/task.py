@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -75,6 +75,12 @@ class GraphTask:
 
     #: The network. Set it in ``__init__`` or return it from :meth:`configure_model`.
     model: Optional[nn.Module] = None
+    #: Sparse formats of the task's graphs to build before ranks start, besides CSC (what
+    #: in-neighbour sampling reads) and those of loaders and samplers held in attributes:
+    #: e.g. ``("csc", "csr")`` for a ``NeighborSampler(edge_dir="out")`` made inside the
+    #: ranks, or ``"all"``. Formats not built are built by DGL on first use, privately in
+    #: each rank. See :mod:`graphtrainer.formats`.
+    graph_formats: Union[str, Sequence[str], None] = None
 
     def __init__(self) -> None:
         self.model = None

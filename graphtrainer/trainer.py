@@ -19,7 +19,7 @@ from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint import save_checkpoint
 from .ddp import check_ddp_kwargs
-from .launch import check_main_guard, fork_blocker, launch
+from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
 from .preflight import check_task, prepare_graphs
 from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
 from .runtime import run_rank
@@ -27,7 +27,7 @@ from .state import RunResult, RunState, TrainerConfig
 from .task import GraphTask
 from .threads import available_cores
 
-LAUNCHERS = ("auto", "fork", "spawn")
+LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
 
 
 class Trainer:
@@ -43,10 +43,12 @@ class Trainer:
             index puts several ranks on one GPU; they then talk over gloo.
         num_procs: CPU ranks when ``gpus`` is not given (default 1: no launch).
         launcher: ``"auto"`` (the default: fork on Linux, unless CUDA or autograd already ran
-            in this process, which makes forked ranks unusable: then spawn, with a warning;
-            spawn elsewhere), ``"fork"`` (the graph is shared copy-on-write) or ``"spawn"``
-            (graph and features moved to shared memory once; needs a script file whose
-            entry point is under ``if __name__ == "__main__":``).
+            in this process, which makes forked ranks unusable: then forkserver, with a
+            warning; spawn elsewhere), ``"fork"`` (the graph is shared copy-on-write),
+            ``"forkserver"`` (ranks forked from a clean server that imported torch and dgl
+            once; the graph in shared memory as with spawn; safe after CUDA use) or
+            ``"spawn"`` (graph and features moved to shared memory once). Forkserver and
+            spawn need a script file whose entry point is under ``if __name__ == "__main__":``.
         max_epochs, max_steps: stop after either (``max_steps=-1``: no step limit).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches:
             batches per epoch and rank, as a count (int) or a fraction (float <= 1.0).
@@ -412,11 +414,11 @@ class Trainer:
             if launcher == "fork":
                 raise RuntimeError(f"launcher='fork': {blocker}. Keep CUDA calls and training out of the "
                                    "code before fit (torch.cuda.device_count() is safe), or use "
-                                   "launcher='spawn'")
-            warnings.warn(f"{blocker}: launching with spawn instead of fork", stacklevel=4)
-            method = "spawn"
-        if method == "spawn":
-            check_main_guard(task)
+                                   "launcher='forkserver'")
+            warnings.warn(f"{blocker}: launching with {FORK_FALLBACK} instead of fork", stacklevel=4)
+            method = FORK_FALLBACK
+        if method in ("spawn", "forkserver"):
+            check_main_guard(task, method)
         return method
 
     @staticmethod

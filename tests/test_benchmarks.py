@@ -53,7 +53,8 @@ def test_fork_vs_spawn_tiny(tmp_path):
     proc = run_bench("fork_vs_spawn.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "fork_vs_spawn", proc)
     seen = {(r["launcher"], r["world"]) for r in data["runs"]}
-    assert seen == {("single", 1), ("gt-fork", 2), ("gt-spawn", 2), ("naive-spawn", 2), ("fork-noformats", 2)}
+    assert seen == {("single", 1), ("gt-fork", 2), ("gt-forkserver", 2), ("gt-spawn", 2), ("naive-spawn", 2),
+                    ("fork-noformats", 2)}
     for run in data["runs"]:
         res = run["result"]
         world = run["world"]
@@ -141,7 +142,8 @@ def test_scaling_tiny(tmp_path):
 
 # ---- bad input: refused before anything is built ------------------------------------
 @pytest.mark.parametrize("script,args,choices", [
-    ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-spawn", "naive-spawn", "fork-noformats"]),
+    ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn",
+                                                              "fork-noformats"]),
     ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
     ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
     ("scaling.py", ["--launcher", "forkserver"], ["fork", "spawn"]),
@@ -167,6 +169,16 @@ def test_too_big_graph_is_refused_with_the_estimate(script, args, tmp_path):
     assert "refusing" in proc.stderr and "GiB" in proc.stderr
     assert "estimated" in proc.stderr
     assert not any(tmp_path.iterdir()), "nothing may be written when refusing"
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_skip_too_big_runs_what_fits_and_names_the_rest(tmp_path):
+    proc = run_bench("fork_vs_spawn.py", "--tiny", "--sizes", "20kx5", "2000Mx20", "--world-sizes", "1",
+                     "--skip-too-big", "--out", str(tmp_path))
+    data = outputs(tmp_path, "fork_vs_spawn", proc)
+    assert [r["label"] for r in data["runs"]] == ["20kx5 single x1"]
+    assert "skipping 2000Mx20 single x1: estimated" in proc.stdout
+    assert "1 planned run(s) left out by the memory estimate guard" in (tmp_path / "fork_vs_spawn.md").read_text()
 
 
 @pytest.mark.timeout(60)

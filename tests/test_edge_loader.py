@@ -169,7 +169,7 @@ def _max_diff(a, b):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+@pytest.mark.parametrize("launcher", ["fork", "forkserver", "spawn"])
 def test_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, launcher):
     _fit_equiv(root_dir, tmp_path / "one", 1, 2 * B)
     _fit_equiv(root_dir, tmp_path / "two", 2, B, launcher)

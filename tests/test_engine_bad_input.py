@@ -37,7 +37,7 @@ def test_gpus_without_cuda_suggests_num_procs():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(launcher="bogus"), r"launcher='bogus': choose one of \('auto', 'fork', 'spawn'\)"),
+    (dict(launcher="bogus"), r"launcher='bogus': choose one of \('auto', 'fork', 'spawn', 'forkserver'\)"),
     (dict(num_procs=0), "num_procs must be at least 1, got 0"),
     (dict(num_procs=-2), "num_procs must be at least 1, got -2"),
     (dict(threads_per_proc=0), "threads_per_proc must be at least 1, got 0"),
@@ -171,7 +171,8 @@ def test_bad_seed_ids_error_not_abort(root_dir, bad):
 
 # ---- spawn without a main guard ----------------------------------------------------------------
 @pytest.mark.timeout(90)
-def test_spawn_without_main_guard_says_how_to_fix(tmp_path):
+@pytest.mark.parametrize("launcher", ["spawn", "forkserver"])
+def test_spawn_without_main_guard_says_how_to_fix(tmp_path, launcher):
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent(f"""
         import sys
@@ -179,14 +180,14 @@ def test_spawn_without_main_guard_says_how_to_fix(tmp_path):
         from graphtrainer import Trainer
         from tasks import RegressionTask
 
-        Trainer(num_procs=2, launcher="spawn", max_epochs=1, progress_bar=False,
+        Trainer(num_procs=2, launcher={launcher!r}, max_epochs=1, progress_bar=False,
                 default_root_dir={str(tmp_path / "runs")!r}).fit(RegressionTask())
         print("trained")
     """))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=80)
     assert done.returncode == 1
     assert "trained" not in done.stdout
-    assert "RuntimeError: launcher='spawn' re-imports" in done.stderr
+    assert f"RuntimeError: launcher='{launcher}' re-imports" in done.stderr
     assert ("Put the code that builds the trainer and calls fit under `if __name__ == \"__main__\":`, "
             "or use launcher='fork'") in done.stderr
     fit_line = next(i for i, line in enumerate(script.read_text().splitlines(), 1) if ".fit(" in line)

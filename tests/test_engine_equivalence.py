@@ -15,6 +15,7 @@ import torch
 
 from graphtrainer import Trainer
 
+from conftest import rank_children
 from tasks import FullSageTask, ParamDump, make_graph
 
 # Three 2-rank fits against a 1-rank reference, spawn included: ~10 s each.
@@ -32,6 +33,7 @@ def _fit(root_dir, out, num_procs, batch_size, launcher="fork", model_seed=None)
                       default_root_dir=root_dir, callbacks=[ParamDump(str(out))], logger=False)
     task = FullSageTask(graph, batch_size=batch_size, model_seed=model_seed)
     trainer.fit(task)
+    assert not rank_children()
     assert trainer.global_step == EPOCHS * 96 // (batch_size * num_procs)
     return task
 
@@ -54,8 +56,10 @@ def one_rank(tmp_path_factory):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("launcher, model_seed", [("fork", None), ("spawn", None), ("spawn", 3)],
-                         ids=["fork", "spawn", "spawn-model-from-parent"])
+@pytest.mark.parametrize("launcher, model_seed",
+                         [("fork", None), ("spawn", None), ("spawn", 3), ("forkserver", None), ("forkserver", 3)],
+                         ids=["fork", "spawn", "spawn-model-from-parent", "forkserver",
+                              "forkserver-model-from-parent"])
 def test_two_ranks_batch_b_equal_one_rank_batch_2b(one_rank, root_dir, tmp_path, launcher, model_seed):
     # model_seed: the model is built in the parent with the seed the ranks would use; spawn
     # sends its parameters through shared memory, and each rank must still own a copy.

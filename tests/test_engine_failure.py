@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from graphtrainer import RankFailedError, Trainer
+from graphtrainer import RankFailedError, Trainer, forkserver
 
 from conftest import rank_children
 from tasks import FailingTask
@@ -20,12 +20,16 @@ def _fit_failing(root_dir, launcher, how):
         trainer.fit(FailingTask(how=how, at_step=3, fail_rank=1))
     elapsed = time.monotonic() - start
     assert elapsed < 30, f"fit took {elapsed:.1f} s to report the failure"
-    assert not rank_children()
+    assert not rank_children()  # ranks, and the fork server of launcher="forkserver"
+    assert forkserver.server_pid() is None
     return info.value
 
 
+LAUNCHERS = ["fork", "forkserver", "spawn"]
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_exception_in_training_step_names_rank_and_message(root_dir, launcher):
     err = _fit_failing(root_dir, launcher, "raise")
     assert err.rank == 1
@@ -36,8 +40,9 @@ def test_exception_in_training_step_names_rank_and_message(root_dir, launcher):
 
 
 @pytest.mark.timeout(60)
-def test_sigkill_in_training_step_names_rank(root_dir):
-    err = _fit_failing(root_dir, "fork", "kill")
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_sigkill_in_training_step_names_rank(root_dir, launcher):
+    err = _fit_failing(root_dir, launcher, "kill")
     assert err.rank == 1
     assert err.error_type == "ProcessDied"
     assert "killed by signal SIGKILL" in str(err)

@@ -81,8 +81,9 @@ def _equal_nested(a: Any, b: Any) -> bool:
 
 
 @pytest.mark.timeout(90)
-def test_uneven_batch_counts_finish_in_step_with_exact_metrics(root_dir, tmp_path):
-    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=EPOCHS, seed=0, progress_bar=False,
+@pytest.mark.parametrize("launcher", ["fork", "forkserver", "spawn"])
+def test_uneven_batch_counts_finish_in_step_with_exact_metrics(root_dir, tmp_path, launcher):
+    trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=EPOCHS, seed=0, progress_bar=False,
                       default_root_dir=root_dir, callbacks=[StepDump(str(tmp_path))])
     task = UnevenTask(str(tmp_path))
     trainer.fit(task)
@@ -148,9 +149,10 @@ class JoinProbe(RegressionTask):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("launcher", ["fork", "forkserver", "spawn"])
 @pytest.mark.parametrize("loader, all_joined", [("equal", False), ("uneven", True)])
-def test_join_only_when_batch_counts_differ_or_are_unknown(root_dir, loader, all_joined):
-    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=2, progress_bar=False, default_root_dir=root_dir)
+def test_join_only_when_batch_counts_differ_or_are_unknown(root_dir, loader, all_joined, launcher):
+    trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=2, progress_bar=False, default_root_dir=root_dir)
     trainer.fit(JoinProbe(loader))
     final = trainer.history[-1]
     assert final["steps"] > 0

@@ -1,6 +1,6 @@
 """Tutorial 3: a custom neighbourhood sampler (a ``BlockSampler`` with its own ``sample_frontier``),
-and how the graph it samples from is shared between processes (fork, copy-on-write,
-``create_formats_()``).
+and how the graph it samples from is shared between processes (fork, copy-on-write, the
+sparse formats built before the fork).
 
 DGL's "Customizing neighborhood sampler" guide (section 6.4 of the DGL 0.7 user guide)
 subclasses ``dgl.dataloading.BlockSampler`` and writes one method,
@@ -8,7 +8,8 @@ subclasses ``dgl.dataloading.BlockSampler`` and writes one method,
 ``block_id`` keeps. DGL's multi-GPU node classification tutorial trains in forked
 processes, calling ``graph.create_formats_()`` first. Here such a sampler is plugged into a
 ``GraphTask`` with ``self.node_dataloader(ids, sampler, batch_size)``; the trainer does the
-forking, the format building and the per-rank split of the seed nodes.
+forking, the format building (only CSC, which in-edge sampling reads) and the per-rank
+split of the seed nodes.
 
 Run it (2 CPU processes, a 100,000-node synthetic graph):
 
@@ -25,7 +26,7 @@ smoke test (``tests/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
     ...
     epoch   8  train_loss 0.6611  train_acc 0.7778  val_acc 0.8500  input_nodes 12270
     epoch   9  train_loss 0.6367  train_acc 0.7889  val_acc 0.8582  input_nodes 12268
-    graph formats after fit (the trainer called create_formats_() before launching): {'created': ['coo', 'csr', 'csc'], 'not created': []}
+    graph formats after fit (the trainer built what the samplers read before launching): {'created': ['coo', 'csc'], 'not created': ['csr']}
     fit: 10 epochs in 7.8 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8582.ckpt (val_acc 0.8582)
     memory at end of fit, rank 0  : PSS   351.2 MB  USS   235.7 MB  RSS   592.8 MB
     memory at end of fit, rank 1  : PSS   300.5 MB  USS   177.2 MB  RSS   549.7 MB
@@ -69,8 +70,8 @@ six lines: frontier -> ``dgl.to_block`` -> its source nodes are the next layer's
 ``prefetch_node_feats``/``prefetch_labels`` (``BlockSampler.__init__``) make the blocks
 carry ``feat`` and ``label`` as in DGL's own samplers.
 
-Fork, copy-on-write and ``create_formats_()``
---------------------------------------------
+Fork, copy-on-write and the sparse formats
+------------------------------------------
 On Linux, ``Trainer(num_procs=N)`` *forks* its ranks (``launcher="fork"``, the default):
 each child starts with the parent's memory mapped, not copied. A page is copied only
 when someone writes to it (copy-on-write), so a graph that every rank only reads is held
@@ -80,17 +81,21 @@ once, whatever N is. Two things break that:
   CSC, and builds a missing one the first time an operation needs it (in-edge sampling
   needs CSC; ``in_degrees`` too). Built in a child, it is private to that child: every
   rank pays for its own copy. ``graph.create_formats_()`` in the parent builds all
-  three before the fork, so they are shared. The trainer calls it for every graph it
-  finds on the task (``task.graph`` here); the script prints ``graph.formats()`` before
+  three before the fork, so they are shared; the trainer builds only those the samplers
+  read (CSC here, about 340 MB less than all three at 2M nodes / 20M edges) for every
+  graph it finds on the task (``task.graph`` here), and a task that needs more says so
+  with ``graph_formats = ("csc", "csr")``. The script prints ``graph.formats()`` before
   and after ``fit`` so you can see it happen.
 * **spawn.** ``launcher="spawn"`` starts fresh interpreters (needed on macOS/Windows,
   or after CUDA was used in the parent). A hand-written ``mp.spawn(run, args=(graph,))``
   pickles the graph into every child: N private copies. graphtrainer's spawn launcher
-  moves the structure and every node/edge tensor to shared memory once instead, and the
-  ranks attach to it. With GPUs, a forked rank cannot use CUDA if the parent already
+  moves the structure and every node/edge tensor to shared memory once instead, in place
+  (the parent keeps no private copy), and the ranks attach to it. ``launcher="forkserver"``
+  does the same for the graph but forks the ranks from a clean server that imported torch
+  and dgl once, so they share those pages instead of importing them each. With GPUs, a forked rank cannot use CUDA if the parent already
   has (``torch.cuda.is_available()`` counts, unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``;
-  ``torch.cuda.device_count()`` is fork-safe): ``launcher="auto"`` then spawns, with a
-  warning, and ``launcher="fork"`` raises a clear error. The same happens, CPU ranks
+  ``torch.cuda.device_count()`` is fork-safe): ``launcher="auto"`` then uses the fork
+  server, with a warning, and ``launcher="fork"`` raises a clear error. The same happens, CPU ranks
   included, on a machine with GPUs when the parent ran a backward pass before ``fit``
   (autograd's per-device threads do not survive a fork).
 
@@ -111,12 +116,13 @@ these. This script
 with ``--nodes 2000000 --avg-degree 10 --feat-dim 64`` builds a graph of the same size
 (not run here: this machine is shared), and its ``MemoryReport`` callback prints the PSS,
 USS (private memory) and RSS of each rank and of the launching process at the end of
-``fit``, so you can compare launchers on your own graph (``--launcher fork|spawn``).
+``fit``, so you can compare launchers on your own graph (``--launcher fork|spawn|forkserver``).
 
 The classic hand-written workflow, and what replaces it
 -------------------------------------------------------
 1. ``class Sampler(BlockSampler): sample_frontier(...)``      -> the same class, below.
-2. ``graph.create_formats_()`` before starting processes       -> done by the trainer.
+2. ``graph.create_formats_()`` before starting processes       -> done by the trainer (the
+                                                                  formats the samplers read).
 3. ``dgl.multiprocessing.Process(target=run, args=(rank, ...))`` per device, each calling
    ``init_process_group``, wrapping the model in DDP, building
    ``DataLoader(graph, ids, sampler, use_ddp=True)``            -> ``Trainer(num_procs=2)``
@@ -199,7 +205,7 @@ class CustomSamplerTask(NodeClassification):
 
     def __init__(self, graph: Any, fanouts: Sequence[int] = (5, 5), sampler: str = "weighted",
                  hidden: int = 128, lr: float = 3e-3, batch_size: int = 512, eval_batch_size: int = 4096):
-        # self.graph is found by the trainer: create_formats_(), then fork.
+        # self.graph is found by the trainer: the formats its samplers read, then fork.
         super().__init__(graph, fanouts=fanouts, hidden=hidden, dropout=0.2, lr=lr,
                          batch_size=batch_size, eval_batch_size=eval_batch_size)
         self.save_hyperparameters("sampler")
@@ -278,7 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser.add_argument("--sampler", choices=("weighted", "uniform"), default="weighted")
     parser.add_argument("--fanouts", default="5,5")
     parser.add_argument("--num-procs", type=int, default=2)
-    parser.add_argument("--launcher", choices=("auto", "fork", "spawn"), default="auto")
+    parser.add_argument("--launcher", choices=("auto", "fork", "spawn", "forkserver"), default="auto")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--root-dir", default="runs/tutorial03", help="run folders and checkpoints")
@@ -314,7 +320,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     trainer.fit(task)
     fit_s = time.time() - t0
     formats_after = graph.formats()
-    print(f"graph formats after fit (the trainer called create_formats_() before launching): "
+    print(f"graph formats after fit (the trainer built what the samplers read before launching): "
           f"{formats_after}", flush=True)
     print(f"fit: {trainer.current_epoch} epochs in {fit_s:.1f} s; best checkpoint {ckpt.best_model_path} "
           f"(val_acc {ckpt.best_model_score:.4f})", flush=True)
