@@ -146,8 +146,10 @@ def test_every_type_is_prepared_and_shared(root_dir, launcher):
     graph = make_hetero()
     trainer = Trainer(num_procs=2, launcher=launcher, progress_bar=False, default_root_dir=root_dir, logger=False)
     metrics = trainer.validate(SharingProbe(graph))
-    # Every relation's sparse formats (coo, csr, csc) were built before the ranks started.
-    assert all(metrics[f"formats_{et}"] == 2 * 3 for et in ("cites", "has", "in")), metrics
+    # Every relation's formats were built before the ranks started: the ones in-neighbour
+    # sampling reads (csc) besides the coo a graph keeps; csr is not built (issue 16). Summed
+    # over 2 ranks.
+    assert all(metrics[f"formats_{et}"] == 2 * 2 for et in ("cites", "has", "in")), metrics
     shared = {k: v for k, v in metrics.items() if k.startswith("shared_")}
     assert set(shared) == {"shared_paper_feat", "shared_paper_label", "shared_paper_train_mask",
                            "shared_paper_val_mask", "shared_paper_test_mask", "shared_word_label"}
