@@ -13,8 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
-from . import distributed as gdist
-from .sampling import ShardedLoader, check_seed_ids, default_sampler, warn_unshared_formats
+from .sampling import ShardedLoader, check_seed_ids, default_sampler, iterate_sampled
 from .workers import BatchSampling
 
 EXCLUDE_MODES = (None, "self", "reverse_id", "reverse_types")
@@ -218,15 +217,11 @@ class EdgeLoader(ShardedLoader):
         return self.ids.numel()
 
     def __iter__(self) -> Iterator[Any]:
-        share = self.local_ids()
-        if share.numel() == 0:
-            return iter(())
-        warn_unshared_formats(self)
         if isinstance(self.negatives, PerEdgeUniform):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         # Pairs go through DGL's loader too (their positions are the indices): it fills in
         # the features the block sampler asked to prefetch.
-        return self.sampling.iterate(share, self.seed, gdist.get_rank(), self.epoch)
+        return iterate_sampled(self)
 
 
 class _NegativeEpoch:

@@ -127,9 +127,17 @@ def created_formats(graph: Any) -> List[str]:
     return sorted(graph.formats()["created"])
 
 
+#: True in ranks that graphtrainer started from a graph it prepared (fork, forkserver,
+#: spawn); under torchrun or Slurm each process builds its own graph, and there is nothing
+#: to share or to advise.
+launched_from_prepared_graph = False
+
+
 def warn_if_missing(graph: Any, needed: Iterable[str], what: str) -> None:
     """Warn once per graph and format when ``needed`` is not built on ``graph``: sampling
     will build it here, in this process alone, a private copy in every rank."""
+    if not launched_from_prepared_graph:
+        return
     created = set(graph.formats()["created"])
     for fmt in needed:
         key = (id(graph), fmt)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional, Tuple
 import torch
 
 from . import distributed as gdist
+from . import formats
 from .eval_loop import run_evaluation
 from .fit_loop import run_fit
 from .loggers import make_logger
@@ -42,6 +43,7 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
     state = trainer.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
     state.launched = info.source == "launcher"
+    formats.launched_from_prepared_graph = state.launched
     state.local_rank = info.local_rank
     state.precision = Precision(config.precision, device)
     state.profiler = Profiler(config.profiler == "simple" and stage == "fit")

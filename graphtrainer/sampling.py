@@ -301,11 +301,16 @@ class NodeLoader(ShardedLoader):
         return self.ids.numel()
 
     def __iter__(self) -> Iterator[Any]:
-        share = self.local_ids()
-        if share.numel() == 0:
-            return iter(())
-        warn_unshared_formats(self)
-        return self.sampling.iterate(share, self.seed, gdist.get_rank(), self.epoch)
+        return iterate_sampled(self)
+
+
+def iterate_sampled(loader: Any) -> Iterator[Any]:
+    """A node or edge loader's batches this epoch: its share through its ``BatchSampling``."""
+    share = loader.local_ids()
+    if share.numel() == 0:
+        return iter(())
+    warn_unshared_formats(loader)
+    return loader.sampling.iterate(share, loader.seed, gdist.get_rank(), loader.epoch)
 
 
 def warn_unshared_formats(loader: Any) -> None:

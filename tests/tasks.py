@@ -363,6 +363,18 @@ class ParamDump(Callback):
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         self._dump(trainer, task, f"e{trainer.current_epoch}")
 
+    @staticmethod
+    def load(out: Any, tag: str, rank: int) -> Dict[str, torch.Tensor]:
+        """What rank ``rank`` dumped under ``tag`` into ``out``."""
+        import os
+
+        return torch.load(os.path.join(str(out), f"{tag}_r{rank}.pt"), weights_only=True)
+
+
+def max_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:
+    """The largest absolute difference between two state dicts with the same keys."""
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
 
 class FailingTask(RegressionTask):
     """Rank ``fail_rank`` misbehaves in ``training_step`` once ``global_step`` reaches

@@ -23,7 +23,7 @@ from graphtrainer.sampling import check_loader, shard_ids
 
 from conftest import rank_children
 from link_tasks import LinkTask, _full, rand_link_graph
-from tasks import ParamDump
+from tasks import ParamDump, max_diff
 
 EPOCHS = 3
 B = 8
@@ -160,14 +160,6 @@ def _fit_equiv(root_dir, out, num_procs, batch_size, launcher="fork"):
     assert trainer.global_step == EPOCHS * 96 // (batch_size * num_procs)
 
 
-def _load(out, tag, rank):
-    return torch.load(out / f"{tag}_r{rank}.pt", weights_only=True)
-
-
-def _max_diff(a, b):
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("launcher", ["fork", "forkserver", "spawn"])
 def test_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, launcher):
@@ -175,15 +167,15 @@ def test_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, launcher)
     _fit_equiv(root_dir, tmp_path / "two", 2, B, launcher)
     _fit_equiv(root_dir, tmp_path / "one_b", 1, B)
     for epoch in range(EPOCHS):
-        r0, r1 = _load(tmp_path / "two", f"e{epoch}", 0), _load(tmp_path / "two", f"e{epoch}", 1)
+        r0, r1 = ParamDump.load(tmp_path / "two", f"e{epoch}", 0), ParamDump.load(tmp_path / "two", f"e{epoch}", 1)
         for name in r0:
             assert torch.equal(r0[name], r1[name]), (epoch, name)
-        single = _load(tmp_path / "one", f"e{epoch}", 0)
+        single = ParamDump.load(tmp_path / "one", f"e{epoch}", 0)
         for name in r0:
             torch.testing.assert_close(r0[name], single[name], atol=1e-5, rtol=0, msg=f"{epoch} {name}")
-    final = _load(tmp_path / "two", f"e{EPOCHS - 1}", 0)
-    assert _max_diff(final, _load(tmp_path / "two", "start", 0)) > 1e-2  # training moved the weights
-    assert _max_diff(final, _load(tmp_path / "one_b", f"e{EPOCHS - 1}", 0)) > 1e-3  # b on 1 rank differs
+    final = ParamDump.load(tmp_path / "two", f"e{EPOCHS - 1}", 0)
+    assert max_diff(final, ParamDump.load(tmp_path / "two", "start", 0)) > 1e-2  # training moved the weights
+    assert max_diff(final, ParamDump.load(tmp_path / "one_b", f"e{EPOCHS - 1}", 0)) > 1e-3  # b on 1 rank differs
     assert not rank_children()
 
 
@@ -230,9 +222,9 @@ def test_uneven_batch_counts_train_inside_join(root_dir, tmp_path):
     trainer.fit(task)
     assert trainer.global_step == 4  # the longer rank's 2 steps per epoch
     for epoch in range(2):
-        r0, r1 = _load(out, f"e{epoch}", 0), _load(out, f"e{epoch}", 1)
+        r0, r1 = ParamDump.load(out, f"e{epoch}", 0), ParamDump.load(out, f"e{epoch}", 1)
         assert all(torch.equal(r0[k], r1[k]) for k in r0)
-    assert _max_diff(_load(out, "e1", 0), _load(out, "start", 0)) > 0
+    assert max_diff(ParamDump.load(out, "e1", 0), ParamDump.load(out, "start", 0)) > 0
     assert not rank_children()
 
 

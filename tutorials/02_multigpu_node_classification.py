@@ -16,28 +16,33 @@ With OGB's ogbn-arxiv files on disk (see "ogbn-arxiv" below):
         --dataset ogbn-arxiv --ogb-root /data/ogb          # or OGB_ROOT=/data/ogb
 
 Output of the first command, measured on this project's 2-core machine (2 CPU ranks;
-the ``RESULT`` JSON line is cut short; 13.8 s of wall time in all). ``--fast`` runs 3
+the ``RESULT`` JSON line is cut short; 21.6 s of wall time in all). ``--fast`` runs 3
 epochs and is the CI smoke test (``tests/test_tutorial_02.py``):
 
     tolokers: 11758 nodes, 1038000 edges, 10 features, 2 classes; train/val/test 5879/2939/2940; 2 CPU processes
-    epoch   0  train_loss 0.6507  train_acc 0.7675  val_acc 0.7679  val_auc 0.5206
-    epoch   1  train_loss 0.5737  train_acc 0.7660  val_acc 0.7635  val_auc 0.5960
-    epoch   2  train_loss 0.5370  train_acc 0.7570  val_acc 0.7673  val_auc 0.6607
+    name   type            params
+    conv1  SAGEConv         2,688
+    conv2  SAGEConv           514
+    Model: 3,202 trainable of 3,202 parameters (0.0 MB in float32)
+    epoch   0  train_loss 0.6474  train_acc 0.7680  val_acc 0.7673  val_auc 0.5188
+    epoch   1  train_loss 0.5880  train_acc 0.7605  val_acc 0.7628  val_auc 0.5951
+    epoch   2  train_loss 0.5428  train_acc 0.7560  val_acc 0.7669  val_auc 0.6592
     ...
-    epoch   9  train_loss 0.4526  train_acc 0.7745  val_acc 0.7816  val_auc 0.7786
+    epoch   9  train_loss 0.4530  train_acc 0.7747  val_acc 0.7822  val_auc 0.7784
     ...
-    epoch  28  train_loss 0.4212  train_acc 0.7932  val_acc 0.7982  val_auc 0.8019
-    epoch  29  train_loss 0.4169  train_acc 0.7934  val_acc 0.7996  val_auc 0.8023
-    fit: 30 epochs in 9.2 s; best checkpoint runs/tutorial02/version_0/checkpoints/epoch=29-val_auc=0.8023.ckpt (val_auc 0.8023)
-    test (best checkpoint, every rank scores its share, 2940 nodes): test_acc 0.7823  test_auc 0.7789
+    epoch  28  train_loss 0.4211  train_acc 0.7929  val_acc 0.7996  val_auc 0.8008
+    epoch  29  train_loss 0.4184  train_acc 0.7884  val_acc 0.7996  val_auc 0.8014
+    [graphtrainer] ckpt_path='best': using runs/tutorial02/version_0/checkpoints/epoch=29-val_auc=0.8014.ckpt
+    fit: 30 epochs in 17.1 s; best checkpoint runs/tutorial02/version_0/checkpoints/epoch=29-val_auc=0.8014.ckpt (val_auc 0.8014)
+    test (best checkpoint, every rank scores its share, 2940 nodes): test_acc 0.7827  test_auc 0.7788
     RESULT {"tutorial": "02_multigpu_node_classification", "dataset": "tolokers", ...}
-    total 11.3 s
+    total 19.7 s
 
 DGL's settings learn slowly here: each epoch is only 3 optimizer steps per rank
 (5,879 training nodes, 1,024 per batch, 2 ranks), with Adam's default learning rate;
 the validation ROC-AUC is still rising at the end. DGL's own 10 epochs gave test_auc
-0.7491 (``--epochs 10``), and ``--lr 1e-2`` with 30 epochs gave val_auc 0.8109 (best,
-epoch 23) and test_auc 0.7993, both measured on the same machine.
+0.7489 (``--epochs 10``), and ``--lr 1e-2`` with 30 epochs gave val_auc 0.8114 (best,
+epoch 29) and test_auc 0.8003, both measured on the same machine.
 
 Tolokers (11,758 nodes, 1,038,000 edges, 10 features, 2 classes, 50/25/25 split) is
 imbalanced, 78 % of nodes are class 0, so accuracy says little; ROC-AUC is its

@@ -16,41 +16,46 @@ Run it (2 CPU processes, a 100,000-node synthetic graph):
     bash scripts/env.sh python tutorials/03_custom_sampler.py
 
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
-``RESULT`` JSON line is cut short; 14.6 s of wall time in all). ``--fast`` is the CI
+``RESULT`` JSON line is cut short; 13.6 s of wall time in all). ``--fast`` is the CI
 smoke test (``tests/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
 
     synthetic graph: 100000 nodes, 1000000 edges, 64-dim features, 8 classes; train/val/test 10000/5000/85000; weighted sampler, fanouts [5, 5]
     graph formats before fit: {'created': ['coo'], 'not created': ['csr', 'csc']}
-    epoch   0  train_loss 3.0367  train_acc 0.1839  val_acc 0.3180  input_nodes 12274
-    epoch   1  train_loss 1.8403  train_acc 0.3875  val_acc 0.5908  input_nodes 12284
+    name     type              params
+    layers   ModuleList        18,568
+    dropout  Dropout                0
+    SAGE: 18,568 trainable of 18,568 parameters (0.1 MB in float32)
+    epoch   0  train_loss 3.0289  train_acc 0.1803  val_acc 0.3166  input_nodes 12268
+    epoch   1  train_loss 1.8545  train_acc 0.3845  val_acc 0.5890  input_nodes 12267
     ...
-    epoch   8  train_loss 0.6611  train_acc 0.7778  val_acc 0.8500  input_nodes 12270
-    epoch   9  train_loss 0.6367  train_acc 0.7889  val_acc 0.8582  input_nodes 12268
+    epoch   8  train_loss 0.6666  train_acc 0.7751  val_acc 0.8508  input_nodes 12290
+    epoch   9  train_loss 0.6283  train_acc 0.7925  val_acc 0.8588  input_nodes 12264
     graph formats after fit (the trainer built what the samplers read before launching): {'created': ['coo', 'csc'], 'not created': ['csr']}
-    fit: 10 epochs in 7.8 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8582.ckpt (val_acc 0.8582)
-    memory at end of fit, rank 0  : PSS   351.2 MB  USS   235.7 MB  RSS   592.8 MB
-    memory at end of fit, rank 1  : PSS   300.5 MB  USS   177.2 MB  RSS   549.7 MB
-    memory at end of fit, launcher: PSS   272.0 MB  USS    70.4 MB  RSS   597.2 MB
-    memory at end of fit, total PSS of all 3 processes: 923.7 MB (auto launcher)
-    one layer for 2000 training seeds, fanout 5: mean degree of sampled neighbours: uniform 33.6, weighted (1/degree) 17.9; over all edges 31.5
-    test (best checkpoint, 85000 nodes, exact over 2 ranks): test_acc 0.8565  (chance 0.125)
+    fit: 10 epochs in 7.7 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8588.ckpt (val_acc 0.8588)
+    memory at end of fit, rank 0  : PSS   165.8 MB  USS    41.0 MB  RSS   427.9 MB
+    memory at end of fit, rank 1  : PSS   164.3 MB  USS    39.3 MB  RSS   425.9 MB
+    memory at end of fit, launcher: PSS   215.9 MB  USS    38.3 MB  RSS   586.9 MB
+    memory at end of fit, total PSS of all 3 processes: 545.9 MB (auto launcher)
+    one layer for 2000 training seeds, fanout 5: mean degree of sampled neighbours: uniform 34.1, weighted (1/degree) 17.8; over all edges 31.5
+    [graphtrainer] ckpt_path='best': using runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8588.ckpt
+    test (best checkpoint, 85000 nodes, exact over 2 ranks): test_acc 0.8578  (chance 0.125)
     RESULT {"tutorial": "03_custom_sampler", "sampler": "weighted", "fanouts": [5, 5], ...}
-    total 11.9 s
+    total 10.5 s
 
 Reading it:
 
-* The weighted sampler halves the degree of the neighbours it picks (17.9 against 33.6
+* The weighted sampler halves the degree of the neighbours it picks (17.8 against 34.1
   for uniform sampling). It does not change the accuracy on this graph, whose labels
-  agree along an edge regardless of degree: ``--sampler uniform`` gave test_acc 0.8574
-  (val_acc 0.8596). Drawing with probabilities costs more than uniform draws; on this
+  agree along an edge regardless of degree: ``--sampler uniform`` gave test_acc 0.8560
+  (val_acc 0.8590). Drawing with probabilities costs more than uniform draws; on this
   shared machine fit times varied too much between identical runs (4-16 s) to rank them.
 * Memory: at 100,000 nodes the graph is small (COO + CSR + CSC about 50 MB, features
-  26 MB) next to what each rank holds privately (USS 177-245 MB per rank in these runs:
-  interpreter and library state, model, optimizer, sampled batches), so this is not
-  where fork's sharing shows. Five identical fork runs gave a total PSS of 878, 924
-  (the run above), 947, 1,029 and 1,040 MB (the launcher's private memory varied most:
-  70-245 MB); ``--launcher spawn`` gave 1,339 MB (ranks 426 + 475, launcher 438), with
-  the same losses, accuracies and checkpoint as fork. The large-graph figures are below.
+  26 MB), of the order of what each rank holds privately (USS 37-45 MB per rank in these
+  runs: interpreter and library state, model, optimizer, sampled batches). Five
+  identical fork runs gave a total PSS of 537, 546 (the run above), 554, 580 and 584 MB
+  (the launcher's private memory varied most: 28-47 MB); ``--launcher spawn`` gave
+  1,173 MB (ranks 372 + 374, launcher 427), with the same losses, accuracies and
+  checkpoint as fork. The large-graph figures are below.
 
 The sampler
 -----------
@@ -59,7 +64,7 @@ distinct in-edges (sampling *without replacement*), drawn with probability propo
 to the edge weight ``g.edata["w"]``, via ``dgl.sampling.sample_neighbors(..., prob="w",
 replace=False)``. The weight here is ``1 / degree`` of the neighbour: the synthetic
 graph has a heavy-tailed degree distribution (mean degree 10), and a uniformly drawn
-neighbour is most likely a hub (its mean degree is 33.6 in the run above). The script
+neighbour is most likely a hub (its mean degree is 34.1 in the run above). The script
 prints the mean degree of the sampled neighbours under both samplers to show the bias
 at work. It is an example weight: put your own in ``g.edata["w"]`` (an interaction
 count, a recency, a similarity).

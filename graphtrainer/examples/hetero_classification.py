@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from graphtrainer import GraphTask
 from graphtrainer.inference import layerwise
 from graphtrainer.metrics import accuracy
+from graphtrainer.examples.node_classification import CrossEntropySteps
 from graphtrainer.models import HeteroSAGE
 
 
-class HeteroClassification(GraphTask):
+class HeteroClassification(CrossEntropySteps, GraphTask):
     """:class:`~graphtrainer.models.HeteroSAGE` on the ``target`` nodes of a heterograph
     whose target type has ``feat``, ``label`` and ``{train,val,test}_mask`` (e.g.
     :func:`graphtrainer.datasets.cora_hetero`); featureless types get learned embeddings.
@@ -77,18 +77,8 @@ class HeteroClassification(GraphTask):
         out = self.model(blocks, feats)
         return out[self.target], blocks[-1].dstdata["label"][self.target]
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        logits, labels = self._forward(batch)
-        loss = F.cross_entropy(logits, labels)
-        self.log("train_loss", loss, prog_bar=True)
-        self.log("train_acc", accuracy(logits, labels))
-        return loss
-
     def _eval_step(self, batch: Any, prefix: str) -> None:
-        logits, labels = self._forward(batch)
-        self.log(f"{prefix}_loss", F.cross_entropy(logits, labels))
-        self.log(f"{prefix}_acc", accuracy(logits, labels))
-        self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
+        self._log_eval(*self._forward(batch), prefix)
 
     def full_outputs(self) -> Dict[str, torch.Tensor]:
         """Every node's logits with full neighbourhoods (collective: call on every rank)."""

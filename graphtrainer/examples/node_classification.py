@@ -19,7 +19,25 @@ from graphtrainer.metrics import accuracy, roc_auc
 from graphtrainer.models import SAGE
 
 
-class NodeClassification(GraphTask):
+class CrossEntropySteps:
+    """The training step and evaluation logging of the classification examples; a task
+    using it provides ``_forward(batch) -> (logits, labels)`` (logits of the seed nodes)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        logits, labels = self._forward(batch)
+        loss = F.cross_entropy(logits, labels)
+        self.log("train_loss", loss, prog_bar=True)
+        self.log("train_acc", accuracy(logits, labels))
+        return loss
+
+    def _log_eval(self, logits: torch.Tensor, labels: torch.Tensor, prefix: str) -> None:
+        self.log(f"{prefix}_loss", F.cross_entropy(logits, labels))
+        self.log(f"{prefix}_acc", accuracy(logits, labels))
+        # A total, not a mean: reduce_fx="sum" adds the values of every call on every rank.
+        self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
+
+
+class NodeClassification(CrossEntropySteps, GraphTask):
     """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
     shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``).
 
@@ -91,22 +109,12 @@ class NodeClassification(GraphTask):
         _, _, blocks = batch
         return self.model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]
 
-    # Backward, optimizer step and gradient sync are the trainer's. The batch size (number
-    # of seeds) is read from the DGL batch: epoch values are sum(value * n) / sum(n) over
-    # all batches of all ranks.
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        logits, labels = self._forward(batch)
-        loss = F.cross_entropy(logits, labels)
-        self.log("train_loss", loss, prog_bar=True)
-        self.log("train_acc", accuracy(logits, labels))
-        return loss
-
+    # training_step (CrossEntropySteps): backward, optimizer step and gradient sync are the
+    # trainer's. The batch size (number of seeds) is read from the DGL batch: epoch values
+    # are sum(value * n) / sum(n) over all batches of all ranks.
     def _eval_step(self, batch: Any, prefix: str) -> None:
         logits, labels = self._forward(batch)
-        self.log(f"{prefix}_loss", F.cross_entropy(logits, labels))
-        self.log(f"{prefix}_acc", accuracy(logits, labels))
-        # A total, not a mean: reduce_fx="sum" adds the values of every call on every rank.
-        self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
+        self._log_eval(logits, labels, prefix)
         if self.metric == "roc_auc":
             self._scores.append(torch.softmax(logits, dim=-1)[:, 1].cpu())
             self._labels.append(labels.cpu())
