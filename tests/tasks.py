@@ -376,6 +376,22 @@ def max_diff(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
+def assert_two_ranks_match_one(one: Any, two: Any, epochs: int) -> Dict[str, torch.Tensor]:
+    """``ParamDump`` folders of a 1-rank run (batch 2b) and a 2-rank run (batch b): after every
+    epoch both ranks hold identical parameters, equal to the 1-rank run's within 1e-5, and
+    training moved them. Returns the 2-rank run's final parameters."""
+    for epoch in range(epochs):
+        r0, r1 = ParamDump.load(two, f"e{epoch}", 0), ParamDump.load(two, f"e{epoch}", 1)
+        for name in r0:
+            assert torch.equal(r0[name], r1[name]), (epoch, name)
+        single = ParamDump.load(one, f"e{epoch}", 0)
+        for name in r0:
+            torch.testing.assert_close(r0[name], single[name], atol=1e-5, rtol=0, msg=f"{epoch} {name}")
+    final = ParamDump.load(two, f"e{epochs - 1}", 0)
+    assert max_diff(final, ParamDump.load(two, "start", 0)) > 1e-2  # training moved the weights
+    return final
+
+
 class FailingTask(RegressionTask):
     """Rank ``fail_rank`` misbehaves in ``training_step`` once ``global_step`` reaches
     ``at_step``: ``how="raise"`` raises, ``"kill"`` SIGKILLs itself, ``"sleep"`` hangs (sleeps

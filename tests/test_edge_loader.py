@@ -23,7 +23,7 @@ from graphtrainer.sampling import check_loader, shard_ids
 
 from conftest import rank_children
 from link_tasks import LinkTask, _full, rand_link_graph
-from tasks import ParamDump, max_diff
+from tasks import ParamDump, assert_two_ranks_match_one, max_diff
 
 EPOCHS = 3
 B = 8
@@ -166,15 +166,7 @@ def test_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, launcher)
     _fit_equiv(root_dir, tmp_path / "one", 1, 2 * B)
     _fit_equiv(root_dir, tmp_path / "two", 2, B, launcher)
     _fit_equiv(root_dir, tmp_path / "one_b", 1, B)
-    for epoch in range(EPOCHS):
-        r0, r1 = ParamDump.load(tmp_path / "two", f"e{epoch}", 0), ParamDump.load(tmp_path / "two", f"e{epoch}", 1)
-        for name in r0:
-            assert torch.equal(r0[name], r1[name]), (epoch, name)
-        single = ParamDump.load(tmp_path / "one", f"e{epoch}", 0)
-        for name in r0:
-            torch.testing.assert_close(r0[name], single[name], atol=1e-5, rtol=0, msg=f"{epoch} {name}")
-    final = ParamDump.load(tmp_path / "two", f"e{EPOCHS - 1}", 0)
-    assert max_diff(final, ParamDump.load(tmp_path / "two", "start", 0)) > 1e-2  # training moved the weights
+    final = assert_two_ranks_match_one(tmp_path / "one", tmp_path / "two", EPOCHS)
     assert max_diff(final, ParamDump.load(tmp_path / "one_b", f"e{EPOCHS - 1}", 0)) > 1e-3  # b on 1 rank differs
     assert not rank_children()
 
