@@ -95,6 +95,9 @@ def gather_predictions(loader: Any, outputs: List[Any], device: torch.device, li
     if local is None:
         local = torch.empty((0,) + known[0], dtype=getattr(torch, known[1].split(".")[-1]), device=device)
     gathered = gdist.all_gather_tensor(local).cpu()
+    keys = loader.prediction_keys() if hasattr(loader, "prediction_keys") else None
+    if keys is not None:  # the same on every rank: rows go in the order of their keys (node ids)
+        return gathered[torch.argsort(gdist.all_gather_tensor(keys[: local.shape[0]]).cpu())]
     ids = getattr(loader, "ids", None)
     world = gdist.get_world_size()
     if ids is None or world == 1:

@@ -29,7 +29,7 @@ PLACES = (
     "on_test_epoch_end", "on_predict_epoch_start", "the predict loader", "predict_step",
     "on_predict_epoch_end", "on_train_epoch_end", "save_checkpoint", "on_save_checkpoint",
     "on_load_checkpoint", "on_fit_end", "teardown", "on_exception", "barrier", "all_reduce",
-    "all_gather", "broadcast",
+    "all_gather", "broadcast", "graph servers",
 )
 _INDEX = {name: i for i, name in enumerate(PLACES)}
 

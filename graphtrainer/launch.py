@@ -29,6 +29,7 @@ import time
 import traceback
 import warnings
 from multiprocessing.connection import wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -62,20 +63,62 @@ STACK_DUMP_WAIT_S = 3.0
 
 
 class RankFailedError(RuntimeError):
-    """A rank raised, or died. ``rank``, ``error_type``, ``message`` and ``remote_traceback`` say how."""
+    """A rank raised, or died. ``rank``, ``error_type``, ``message`` and ``remote_traceback`` say how.
+
+    On a run over several machines ``machine`` names the machine (its rank and address);
+    a failed graph server (see :mod:`graphtrainer.graph_servers`) has ``rank`` -1 and
+    ``process`` naming it.
+    """
 
     def __init__(self, rank: int, error_type: str, message: str, remote_traceback: str = "",
-                 ranks: Optional[List[int]] = None):
+                 ranks: Optional[List[int]] = None, machine: Optional[str] = None,
+                 process: Optional[str] = None):
         self.rank = rank
         #: Every rank blamed (a hang can stop several); ``rank`` is the first of them.
         self.ranks = ranks if ranks is not None else [rank]
         self.error_type = error_type
         self.message = message
         self.remote_traceback = remote_traceback
-        text = f"rank {rank} failed: {error_type}: {message}"
+        self.machine = machine
+        #: What failed, in words: "rank 3 on machine 1 (10.0.0.2)", "graph server 0 ...".
+        self.process = process or f"rank {rank}" + (f" on machine {machine}" if machine else "")
+        text = f"{self.process} failed: {error_type}: {message}"
         if remote_traceback:
-            text += f"\n\n--- traceback from rank {rank} ---\n{remote_traceback.rstrip()}"
+            text += f"\n\n--- traceback from {self.process} ---\n{remote_traceback.rstrip()}"
         super().__init__(text)
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_failure, (self.rank, self.error_type, self.message, self.remote_traceback, self.ranks,
+                                   self.machine, self.process))
+
+
+def _rebuild_failure(*args: Any) -> "RankFailedError":
+    return RankFailedError(*args)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this machine's launched ranks sit in a job over several machines.
+
+    Rank ``first_rank + i`` is the ``i``-th process started here; the ranks of all
+    machines rendezvous at ``master_addr:master_port`` (rank 0's store, on machine 0),
+    and gloo talks over ``socket_ifname``.
+    """
+
+    first_rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    socket_ifname: Optional[str]
+    machine: str  # "<machine rank> (<address>)", for error messages
+
+
+class WatchedService:
+    """A helper process the ranks depend on (a graph server): its death ends the run."""
+
+    def failure(self) -> Optional[RankFailedError]:
+        """The error to raise when the process has failed, else None."""
+        raise NotImplementedError
 
 
 def _die_with_parent() -> None:
@@ -100,6 +143,7 @@ def _child_entry(
     fresh_thread: bool,
     board: Any,
     stack_dir: str,
+    placement: Optional[Placement] = None,
 ) -> None:
     _die_with_parent()
     limit_malloc_caches()
@@ -108,13 +152,20 @@ def _child_entry(
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     remove_partials_on_signals()
-    port = listener.getsockname()[1]
-    listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
-    listener.close()
-    if sys.platform.startswith("linux") and any(name == "lo" for _, name in socket.if_nameindex()):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets: loopback too
-    info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
-                    master_port=port, source="launcher", listen_fd=listen_fd)
+    if placement is None:
+        port = listener.getsockname()[1]
+        listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
+        listener.close()
+        if sys.platform.startswith("linux") and any(name == "lo" for _, name in socket.if_nameindex()):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets: loopback too
+        info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
+                        master_port=port, source="launcher", listen_fd=listen_fd)
+    else:
+        if placement.socket_ifname:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", placement.socket_ifname)
+        info = RankInfo(rank=placement.first_rank + rank, local_rank=rank, world_size=placement.world_size,
+                        master_addr=placement.master_addr, master_port=placement.master_port,
+                        source="launcher")
     outcome: Dict[str, Any] = {}
 
     def run() -> None:
@@ -260,11 +311,15 @@ def launch(
     method: str,
     threads_per_proc: int,
     hang_timeout: Optional[float] = None,
+    placement: Optional[Placement] = None,
+    services: Sequence[WatchedService] = (),
 ) -> Any:
     """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
 
     Raises :class:`RankFailedError` for the first rank that fails, or for the ranks that
     made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.
+    With ``placement`` the processes are this machine's share of a larger job (and the
+    result is that of its first rank); a failed ``services`` process ends the run too.
     """
     if method not in LAUNCH_METHODS:
         raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")
@@ -296,7 +351,7 @@ def launch(
             proc = ctx.Process(
                 target=_child_entry,
                 args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread,
-                      board, stack_dir),
+                      board, stack_dir, placement),
                 name=f"graphtrainer-rank{rank}",
                 daemon=False,
             )
@@ -312,7 +367,7 @@ def launch(
         listener.close()
         if method == "fork":
             gc.unfreeze()
-        watch = _Watch(procs, conns, method, board, hang_timeout, stack_dir)
+        watch = _Watch(procs, conns, method, board, hang_timeout, stack_dir, placement, services)
         result = watch.run()
         succeeded = True
         return result
@@ -389,8 +444,10 @@ class _Watch:
     """The launcher's view of its ranks until rank 0's result arrives or one fails."""
 
     def __init__(self, procs: List[Any], conns: Dict[int, Any], method: str, board: Any,
-                 hang_timeout: Optional[float], stack_dir: str):
+                 hang_timeout: Optional[float], stack_dir: str, placement: Optional[Placement] = None,
+                 services: Sequence[WatchedService] = ()):
         self.procs, self.method, self.board = procs, method, board
+        self.placement, self.services = placement, list(services)
         self.hang_timeout, self.stack_dir = hang_timeout, Path(stack_dir)
         self.open_conns = dict(conns)
         self.results: Dict[int, Any] = {}
@@ -417,13 +474,29 @@ class _Watch:
                 if rank is not None:
                     self._receive(rank)
             self._reap_dead()
+            self._check_services()
             if not self.failures and self.hang_timeout is not None:
                 self._check_hang()
             if self.failures and deadline is None:
                 deadline = time.monotonic() + FAILURE_SETTLE_S
         if self.failures:
-            raise min(self.failures, key=_cause_order)[1]
+            raise self._placed(min(self.failures, key=_cause_order)[1])
         return self.results[0]
+
+    def _check_services(self) -> None:
+        for service in self.services:
+            failure = service.failure()
+            if failure is not None and all(f[1] is not failure for f in self.failures):
+                self.failures.append((time.monotonic(), failure))
+                self.services.remove(service)  # reported once
+
+    def _placed(self, err: RankFailedError) -> RankFailedError:
+        """``err`` with global rank numbers and the machine, on a job over several machines."""
+        if self.placement is None or err.rank < 0:
+            return err
+        offset = self.placement.first_rank  # (a hang's message counts this machine's ranks from 0)
+        return RankFailedError(err.rank + offset, err.error_type, err.message, err.remote_traceback,
+                               [r + offset for r in err.ranks], machine=self.placement.machine)
 
     def _failed(self, rank: int) -> bool:
         return any(f[1].rank == rank for f in self.failures)
@@ -518,7 +591,9 @@ def _cause_order(failure: tuple) -> tuple:
     its peers' connection errors arrive first), then a real exception, then peers' errors
     about the lost connection; earliest first within each."""
     stamp, err = failure
-    if err.error_type == "ProcessDied":
+    if err.rank < 0:  # a graph server: the ranks' errors follow from its loss
+        kind = -1
+    elif err.error_type == "ProcessDied":
         kind = 0
     elif _is_peer_loss(err):
         kind = 2

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
 
+from . import dist_graph, heartbeat
 from . import distributed as gdist
 from . import formats
 from .eval_loop import run_evaluation
@@ -27,18 +28,23 @@ from .state import RunResult, RunState, TrainerConfig
 from .threads import set_threads
 
 if TYPE_CHECKING:
+    from .dist_cluster import Cluster
     from .task import GraphTask
     from .trainer import Trainer
 
 
 def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage: str,
-             ckpt_path: Optional[str]) -> RunResult:
-    """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict")."""
+             ckpt_path: Optional[str], cluster: Optional["Cluster"] = None) -> RunResult:
+    """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict");
+    with ``cluster``, a rank of a DistDGL run."""
     config = trainer.config
     if info.source != "launcher" and config.threads_per_proc:
         set_threads(config.threads_per_proc)  # launched ranks get theirs from the launcher
     device, backend = device_and_backend(config, info)
     _use_device(device)
+    if cluster is not None:
+        with heartbeat.waiting("graph servers"):
+            dist_graph.connect(cluster, info.local_rank)  # before the process group, as DGL requires
     gdist.init_process_group(info, backend, config.timeout)
     state = trainer.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
@@ -48,6 +54,8 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
     state.precision = Precision(config.precision, device)
     state.profiler = Profiler(config.profiler == "simple" and stage == "fit")
     _attach(trainer, task, state, stage)
+    if cluster is not None:
+        task.graph = dist_graph.open_graph(cluster)
     try:
         warn_if_dgl_stream_moved(info.rank)
         seed_all(config.seed)  # model build; evaluation's samplers (fit reseeds every epoch)
@@ -62,6 +70,9 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
         raise  # no teardown of the group: peers may be stuck in a collective
     if state.logger is not None:
         state.logger.finalize("success")
+    if cluster is not None:
+        with heartbeat.waiting("graph servers"):
+            dist_graph.disconnect()  # every rank, after success only: DGL's client barrier
     # The group is not torn down: a launched rank exits right after reporting (closing its
     # sockets), and tearing down first can block in gloo once a peer has exited; under
     # torchrun the group stays up for the process's next fit/test call.

@@ -11,7 +11,7 @@ import math
 import numbers
 import sys
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -203,7 +203,7 @@ class ShardedLoader:
     def local_ids(self) -> torch.Tensor:
         """The ids this rank iterates this epoch, in order (computed once per epoch: the
         trainer asks for ``len`` before iterating)."""
-        rank, world = gdist.get_rank(), gdist.get_world_size()
+        rank, world = self.split_place()
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
             return self._share[2]
@@ -224,6 +224,11 @@ class ShardedLoader:
             )
         self._share = (key, self.ids, share)
         return share
+
+    def split_place(self) -> Tuple[int, int]:
+        """``(place, count)``: who splits the ids and which share is this rank's (by default
+        all ranks of the job)."""
+        return gdist.get_rank(), gdist.get_world_size()
 
     def local_batches(self) -> List[torch.Tensor]:
         """This rank's share cut into batches of ``batch_size`` (the last one shorter unless

@@ -52,6 +52,8 @@ class TrainerConfig:
     overfit_batches: BatchLimit = None
     profiler: Optional[str] = None
     ddp_kwargs: Dict[str, Any] = field(default_factory=dict)
+    #: A DistDGL run (``distributed_graph=``): the partition, ip_config, servers per machine.
+    distgraph: Optional[Any] = None
 
 
 @dataclass

@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 from . import distributed as gdist
+from .dist_graph import is_dist_graph
+from .dist_loader import DistNodeLoader
 from .edge_loader import EdgeLoader
 from .graph_loader import GraphLoader
 from .metrics import MetricStore, is_metric
@@ -266,6 +268,12 @@ class GraphTask:
         launches anything; built in ``train_dataloader()`` (run in each rank), every rank
         raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
 
+        On a ``DistGraph`` (a DistDGL run) it is a
+        :class:`~graphtrainer.dist_loader.DistNodeLoader`: ``ids`` may be a ``DistTensor``
+        mask such as ``self.graph.ndata["train_mask"]`` (each machine splits its own
+        partition's nodes between its ranks, reshuffled every epoch) or node ids (split
+        over all ranks as here).
+
         On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly,
         ``batch_size`` counts the seeds of all types, and batches hold ``{ntype: ids}``
         (see :class:`~graphtrainer.sampling.NodeLoader`). ``dataloader_kwargs`` go to DGL's
@@ -279,6 +287,11 @@ class GraphTask:
             sampler = default_sampler(graph, sampler)
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
+        if is_dist_graph(graph):
+            if dataloader_kwargs:
+                raise ValueError(f"node_dataloader on a DistGraph takes no DataLoader options "
+                                 f"({sorted(dataloader_kwargs)}): it samples in the rank and on the graph servers")
+            return DistNodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
         return NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
                           seed=seed, **dataloader_kwargs)
 
@@ -308,6 +321,9 @@ class GraphTask:
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
             raise ValueError("edge_dataloader needs a graph: pass graph= or set self.graph")
+        if is_dist_graph(graph):
+            raise NotImplementedError("edge_dataloader on a DistGraph is not supported yet: DistDGL runs take "
+                                      "node_dataloader; train link prediction on one machine")
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
         return EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,

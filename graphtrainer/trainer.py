@@ -19,6 +19,9 @@ from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint import save_checkpoint
 from .ddp import check_ddp_kwargs
+from .dist_cluster import DistGraphOptions, check_options, resolve_cluster
+from .dist_graph import PartitionedGraph
+from .graph_servers import graph_servers
 from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
 from .preflight import check_task, prepare_graphs
 from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
@@ -110,6 +113,19 @@ class Trainer:
         ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
             the module and devices itself.
+        distributed_graph: a partition config (``parts/cora.json``, or its folder) made by
+            ``python -m graphtrainer.partition``: train on DistDGL. On each machine ``fit``
+            starts the machine's graph servers and ``num_procs`` (or ``gpus``) trainer ranks;
+            in each rank ``task.graph`` is the ``DistGraph`` and ``node_dataloader`` gives
+            ``DistNodeDataLoader`` batches. A task whose ``graph`` is a
+            :class:`~graphtrainer.dist_graph.PartitionedGraph` needs no other option.
+        ip_config: for several machines, DGL's ip_config file: one line ``<address> [port]``
+            per machine (one partition each), the same file on every machine. Without it
+            the run is this machine alone, on loopback.
+        num_servers: graph servers per machine (more serve more ranks' sampling requests).
+        machine_rank: which line of ``ip_config`` this machine is; by default
+            ``$GRAPHTRAINER_MACHINE_RANK``, else Slurm's ``$SLURM_NODEID``, else the line
+            holding one of this machine's addresses.
     """
 
     def __init__(
@@ -148,6 +164,10 @@ class Trainer:
         profiler: Optional[str] = None,
         find_unused_parameters: bool = False,
         ddp_kwargs: Optional[Dict[str, Any]] = None,
+        distributed_graph: Union[None, str, os.PathLike] = None,
+        ip_config: Union[None, str, os.PathLike] = None,
+        num_servers: int = 1,
+        machine_rank: Optional[int] = None,
     ):
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
@@ -198,7 +218,10 @@ class Trainer:
             val_check_interval=options.val_check_interval(val_check_interval),
             max_time=options.max_time(max_time), min_epochs=min_epochs, overfit_batches=overfit_batches,
             profiler=options.choice("profiler", profiler, options.PROFILERS),
-            ddp_kwargs=check_ddp_kwargs(find_unused_parameters, ddp_kwargs))
+            ddp_kwargs=check_ddp_kwargs(find_unused_parameters, ddp_kwargs),
+            distgraph=None if distributed_graph is None else check_options(distributed_graph, ip_config, num_servers,
+                                                                           machine_rank))
+        self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
@@ -360,6 +383,9 @@ class Trainer:
         launched ranks; bring rank 0's result into this process."""
         check_task(task, stage)
         config = self.config
+        distgraph = self._distgraph_options(task)
+        if distgraph is not None:
+            return self._guarded(stage, lambda: self._run_distgraph(task, stage, ckpt_path, distgraph))
         external = gdist.detect_external_launch()
         if external is not None:
             if config.device_ids and len(config.device_ids) not in (1, external.world_size):
@@ -382,6 +408,37 @@ class Trainer:
             return result
 
         return self._guarded(stage, launched)
+
+    def _distgraph_options(self, task: GraphTask) -> Optional[DistGraphOptions]:
+        """The DistDGL options: the trainer's, or those of the task's ``PartitionedGraph``."""
+        held = getattr(task, "graph", None)
+        options = self.config.distgraph
+        if isinstance(held, PartitionedGraph):
+            if options is None:
+                return check_options(held.part_config, *self._dist_args)
+            if options.part_config != held.part_config:
+                raise ValueError(f"distributed_graph={options.part_config!r} but the task's graph is "
+                                 f"{held.part_config!r}: give one of them")
+        return options
+
+    def _run_distgraph(self, task: GraphTask, stage: str, ckpt_path: Optional[str],
+                       options: DistGraphOptions) -> RunResult:
+        """This machine's share of a DistDGL run: its graph servers, then its ranks; rank 0
+        (on machine 0) numbers the run folder, as under torchrun."""
+        config = self.config
+        if gdist.detect_external_launch() is not None:
+            raise RuntimeError("distributed_graph= runs one process per machine, which starts that machine's "
+                               "graph servers and trainer ranks: do not start it with torchrun or with several "
+                               "srun tasks per node (use srun --ntasks-per-node=1)")
+        cluster = resolve_cluster(options, config.num_procs)
+        method = self._launch_method(task)
+        prepare_graphs(task, method)
+        threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
+        with graph_servers(cluster) as servers:
+            result = launch(run_rank, (self, task, stage, ckpt_path, cluster), config.num_procs, method, threads,
+                            config.hang_timeout, placement=cluster.placement(), services=servers)
+        self._absorb(task, result)
+        return result
 
     def _guarded(self, stage: str, run: Callable[[], RunResult]) -> RunResult:
         """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no

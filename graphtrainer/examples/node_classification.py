@@ -14,7 +14,8 @@ from typing import Any, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer
+from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer, datasets
+from graphtrainer.dist_graph import PartitionedGraph
 from graphtrainer.metrics import accuracy, roc_auc
 from graphtrainer.models import SAGE
 
@@ -39,7 +40,10 @@ class CrossEntropySteps:
 
 class NodeClassification(CrossEntropySteps, GraphTask):
     """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
-    shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``).
+    shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``),
+    or on a partitioned graph (a :class:`~graphtrainer.dist_graph.PartitionedGraph`, or
+    the path of its ``<name>.json``): then each rank trains on the ``DistGraph``, each
+    machine on the masked nodes of its own partition.
 
     Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour
     (DGL's ``MultiLayerFullNeighborSampler``) so it is exact. ``metric`` is
@@ -58,22 +62,24 @@ class NodeClassification(CrossEntropySteps, GraphTask):
         if metric not in ("accuracy", "roc_auc"):
             raise ValueError(f"metric={metric!r}: use 'accuracy' or 'roc_auc'")
         self.save_hyperparameters()        # plain arguments -> hparams.yaml and checkpoints
-        if isinstance(graph, str):         # a dataset name, e.g. from a config file
-            from graphtrainer import datasets
-
-            graph = datasets.load(graph)
+        if isinstance(graph, str):         # a partition config, or a dataset name (e.g. from a config file)
+            graph = PartitionedGraph(graph) if graph.endswith(".json") else datasets.load(graph)
         self.graph = graph                 # shared with the ranks (fork: copy-on-write)
         self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
         self.lr, self.weight_decay, self.metric = lr, weight_decay, metric
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
-        self.num_classes = int(graph.ndata["label"].max()) + 1
-        self.split_ids = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
+        if isinstance(graph, PartitionedGraph):  # read from the partition folder; the ranks open the graph
+            self.num_classes, self.in_feats = graph.num_classes, graph.feature_shape("feat")[0]
+            self.split_ids: Optional[dict] = None
+        else:
+            self.num_classes, self.in_feats = int(graph.ndata["label"].max()) + 1, graph.ndata["feat"].shape[1]
+            self.split_ids = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
         self._scores: List[torch.Tensor] = []
         self._labels: List[torch.Tensor] = []
 
     # Built inside each rank (ranks must not share parameters); the trainer wraps it in DDP.
     def configure_model(self) -> torch.nn.Module:
-        return SAGE(self.graph.ndata["feat"].shape[1], self.hidden, self.num_classes,
+        return SAGE(self.in_feats, self.hidden, self.num_classes,
                     num_layers=len(self.fanouts), dropout=self.dropout)
 
     def configure_optimizers(self) -> Any:
@@ -84,9 +90,16 @@ class NodeClassification(CrossEntropySteps, GraphTask):
         ``feat`` for input nodes and ``label`` for seeds) or any DGL block sampler."""
         return self.fanouts
 
-    # This rank's share of the seed nodes, from a new global permutation every epoch.
+    def seeds(self, split: str) -> Any:
+        """The nodes of ``split``: ids, or on a DistGraph its ``DistTensor`` mask (each
+        machine then takes its own partition's nodes)."""
+        if self.split_ids is None:
+            return self.graph.ndata[f"{split}_mask"]
+        return self.split_ids[split]
+
+    # This rank's share of the seed nodes, from a new permutation every epoch.
     def train_dataloader(self) -> Any:
-        return self.node_dataloader(self.split_ids["train"], self.train_sampler(), self.batch_size, shuffle=True)
+        return self.node_dataloader(self.seeds("train"), self.train_sampler(), self.batch_size, shuffle=True)
 
     # Every id is scored exactly once over all ranks (no shuffling, no padding).
     def _eval_loader(self, split: str) -> Any:
@@ -94,7 +107,7 @@ class NodeClassification(CrossEntropySteps, GraphTask):
 
         sampler = dgl.dataloading.MultiLayerFullNeighborSampler(
             len(self.fanouts), prefetch_node_feats=["feat"], prefetch_labels=["label"])
-        return self.node_dataloader(self.split_ids[split], sampler, self.eval_batch_size, shuffle=False)
+        return self.node_dataloader(self.seeds(split), sampler, self.eval_batch_size, shuffle=False)
 
     def val_dataloader(self) -> Any:
         return self._eval_loader("val")
