@@ -15,7 +15,6 @@ import contextlib
 import io
 import logging
 import os
-from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from .dist_cluster import Cluster, config_path
