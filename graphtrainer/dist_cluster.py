@@ -167,14 +167,13 @@ class Cluster:
     def server_port(self, index: int) -> int:
         return self.machines[self.machine_rank][1] + index
 
-    def placement(self) -> Optional[Placement]:
-        """Where this machine's ranks sit; None for a run on this machine alone (the
-        launcher's own loopback rendezvous)."""
+    def placement(self) -> Placement:
+        """Where this machine's ranks sit (on this machine alone: the launcher's own
+        loopback rendezvous)."""
         if self.num_machines == 1:
-            return None
-        master = self.machines[0][0]
+            return Placement(0, self.world_size, None, 0, None, self.describe())
         return Placement(first_rank=self.machine_rank * self.trainers_per_machine, world_size=self.world_size,
-                         master_addr=master, master_port=self.master_port,
+                         master_addr=self.machines[0][0], master_port=self.master_port,
                          socket_ifname=local_addresses().get(self.address), machine=self.describe())
 
 

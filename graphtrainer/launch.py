@@ -107,7 +107,8 @@ class Placement:
 
     first_rank: int
     world_size: int
-    master_addr: str
+    #: None: this machine alone, on the launcher's own loopback rendezvous.
+    master_addr: Optional[str]
     master_port: int
     socket_ifname: Optional[str]
     machine: str  # "<machine rank> (<address>)", for error messages
@@ -152,7 +153,7 @@ def _child_entry(
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     remove_partials_on_signals()
-    if placement is None:
+    if placement is None or placement.master_addr is None:
         port = listener.getsockname()[1]
         listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
         listener.close()
@@ -161,6 +162,7 @@ def _child_entry(
         info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
                         master_port=port, source="launcher", listen_fd=listen_fd)
     else:
+        assert placement.master_addr is not None
         if placement.socket_ifname:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", placement.socket_ifname)
         info = RankInfo(rank=placement.first_rank + rank, local_rank=rank, world_size=placement.world_size,

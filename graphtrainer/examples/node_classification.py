@@ -8,6 +8,7 @@ best checkpoint. Binary datasets (Tolokers) report ROC-AUC, the others accuracy.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, List, Optional, Sequence
 
@@ -62,8 +63,10 @@ class NodeClassification(CrossEntropySteps, GraphTask):
         if metric not in ("accuracy", "roc_auc"):
             raise ValueError(f"metric={metric!r}: use 'accuracy' or 'roc_auc'")
         self.save_hyperparameters()        # plain arguments -> hparams.yaml and checkpoints
-        if isinstance(graph, str):         # a partition config, or a dataset name (e.g. from a config file)
-            graph = PartitionedGraph(graph) if graph.endswith(".json") else datasets.load(graph)
+        if isinstance(graph, os.PathLike) or (isinstance(graph, str) and graph.endswith(".json")):
+            graph = PartitionedGraph(graph)  # a partition config: the ranks open the graph
+        elif isinstance(graph, str):       # a dataset name, e.g. from a config file
+            graph = datasets.load(graph)
         self.graph = graph                 # shared with the ranks (fork: copy-on-write)
         self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
         self.lr, self.weight_decay, self.metric = lr, weight_decay, metric

@@ -1,0 +1,223 @@
+"""DistDGL runs (issue 15): graph servers and trainer ranks started by the Trainer, real
+processes over gloo and DGL's RPC, each test bounded by a timeout and checked to leave no
+process, port or shared-memory segment behind."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from conftest import rank_children
+from dist_tasks import CORA, SeedRecorder
+from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
+from graphtrainer.dist_cluster import check_options, resolve_cluster
+from graphtrainer.dist_graph import PartitionedGraph
+from graphtrainer.examples.node_classification import NodeClassification
+from graphtrainer.partition import load_orig_ids, partition_graph
+
+REPO = Path(__file__).resolve().parent.parent
+SHM = Path("/dev/shm")
+
+
+def dgl_segments() -> set:
+    """Shared-memory segments a DistDGL server makes for Cora: the graph and its features."""
+    return {p.name for p in SHM.iterdir() if p.name.startswith(("cora", "node~", "edge~"))} if SHM.is_dir() else set()
+
+
+@pytest.fixture(scope="module")
+def cora():
+    return datasets.load("cora")
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory, cora):
+    """Cora in one partition, as ``python -m graphtrainer.partition --parts 1`` writes it."""
+    out = tmp_path_factory.mktemp("cora1")
+    return partition_graph(cora, "cora", 1, out).config
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left():
+    """No rank, graph server or segment outlives a test."""
+    before = dgl_segments()
+    yield
+    deadline = time.monotonic() + 10
+    while rank_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not rank_children(), f"processes left: {[p.cmdline() for p in rank_children()]}"
+    assert dgl_segments() <= before, f"shared memory left: {sorted(dgl_segments() - before)}"
+
+
+def _trainer(root, epochs, **kwargs):
+    kwargs.setdefault("callbacks", [])
+    return Trainer(num_procs=2, max_epochs=epochs, default_root_dir=root, progress_bar=False,
+                   enable_model_summary=False, hang_timeout=120, **kwargs)
+
+
+@pytest.mark.timeout(240)
+def test_one_machine_trains_cora_to_the_floor_and_covers_each_train_id_once_per_epoch(tmp_path, cora, cora_parts):
+    """1 partition, 2 trainer ranks, nothing but the partition folder: accuracy as on one
+    machine, every train id once per epoch, a new order every epoch, exact evaluation."""
+    task = SeedRecorder(cora_parts, str(tmp_path), **CORA)
+    assert isinstance(task.graph, PartitionedGraph)  # the driver never loads the graph
+    ckpt = ModelCheckpoint(monitor="val_acc", mode="max")
+    trainer = _trainer(tmp_path / "runs", 40, callbacks=[ckpt])
+    trainer.fit(task)
+    result = trainer.test(task, ckpt_path="best")
+    assert result["test_acc"] >= 0.78, result
+    assert result["test_nodes"] == 1000 and trainer.history[-1]["val_nodes"] == 500  # each id once
+
+    orig = load_orig_ids(cora_parts)["nodes"]
+    train_ids = cora.ndata["train_mask"][orig].nonzero().squeeze(1)  # in partition numbering
+    orders = []
+    for epoch in range(40):
+        seen = torch.load(tmp_path / f"seeds_epoch{epoch}.pt")
+        assert torch.equal(torch.sort(seen).values, train_ids), f"epoch {epoch}: not each train id once"
+        orders.append(seen)
+    assert not torch.equal(orders[0], orders[1])  # reshuffled between epochs
+    assert Path(ckpt.best_model_path).is_file() and Path(ckpt.best_model_path).parent.parent == trainer.log_dir
+
+
+@pytest.mark.timeout(180)
+def test_predictions_come_back_in_id_order_equal_to_the_in_memory_model(tmp_path, cora, cora_parts):
+    task = NodeClassification(cora_parts, **CORA)
+    _trainer(tmp_path / "runs", 2).fit(task)
+    dist_rows = _trainer(tmp_path / "runs", 1).predict(task)
+    # The same weights on the in-memory graph, one process: K=1 keeps Cora's numbering.
+    assert torch.equal(load_orig_ids(cora_parts)["nodes"], torch.arange(cora.num_nodes()))
+    local = NodeClassification(cora, **CORA)
+    local.model = local.configure_model()
+    local.model.load_state_dict(task.module.state_dict())
+    local_rows = Trainer(max_epochs=1, progress_bar=False, logger=False, enable_model_summary=False).predict(local)
+    assert dist_rows.shape == (1000, 7)
+    assert torch.allclose(dist_rows, local_rows, atol=1e-5), (dist_rows - local_rows).abs().max()
+
+
+@pytest.mark.timeout(120)
+def test_a_trainer_raising_ends_the_run_naming_rank_and_machine(tmp_path, cora_parts):
+    task = SeedRecorder(cora_parts, str(tmp_path), fail="raise", **CORA)
+    started = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        _trainer(tmp_path / "runs", 5).fit(task)
+    assert time.monotonic() - started < 60
+    err = info.value
+    assert err.rank == 1 and err.machine == "0 (127.0.0.1)"
+    assert "rank 1 on machine 0 (127.0.0.1) failed: RuntimeError: trainer fault at step 3" in str(err)
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora_parts):
+    task = SeedRecorder(cora_parts, str(tmp_path), fail="kill-server", fail_rank=0, **CORA)
+    with pytest.raises(RankFailedError) as info:
+        _trainer(tmp_path / "runs", 5).fit(task)
+    surfaced = time.time() - float((tmp_path / "killed_at").read_text())
+    assert surfaced < 30, surfaced
+    err = info.value
+    assert err.rank == -1 and err.error_type == "GraphServerDied"
+    assert "graph server 0 on machine 0 (127.0.0.1)" in str(err) and "killed by signal SIGKILL" in str(err)
+    assert "Server is waiting for connections" in err.remote_traceback  # the end of its log
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
+    """SIGINT to the whole process group (a terminal's Ctrl-C) mid-training: the script
+    ends, and no rank, server or shared-memory segment is left."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]
+        from dist_tasks import CORA
+        from graphtrainer import Callback, Trainer
+        from graphtrainer.examples.node_classification import NodeClassification
+
+        class Announce(Callback):
+            def on_train_epoch_end(self, trainer, task):
+                if trainer.rank == 0 and trainer.current_epoch == 1:
+                    print("TRAINING", flush=True)
+
+        if __name__ == "__main__":
+            Trainer(num_procs=2, max_epochs=10_000, progress_bar=False, default_root_dir={str(tmp_path / 'runs')!r},
+                    callbacks=[Announce()]).fit(NodeClassification({str(cora_parts)!r}, **CORA))
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "TRAINING" in line:
+                break
+        assert "TRAINING" in line, "".join(lines)
+        family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert any("graph_servers" in " ".join(psutil.Process(p).cmdline()) for p in family[1:])
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in family) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in family if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert proc.returncode != 0
+
+
+# ---- options: refused before anything starts ------------------------------------------------
+def test_bad_options_are_refused_with_the_fix(tmp_path, cora_parts):
+    with pytest.raises(FileNotFoundError, match="python -m graphtrainer.partition"):
+        Trainer(distributed_graph=tmp_path / "nothing.json")
+    with pytest.raises(ValueError, match="num_servers=0"):
+        Trainer(distributed_graph=cora_parts, num_servers=0)
+    with pytest.raises(ValueError, match=r"machine_rank=3: .* \[0, 1\)"):
+        Trainer(distributed_graph=cora_parts, machine_rank=3)
+    two = tmp_path / "ip2.txt"
+    two.write_text("10.0.0.1\n10.0.0.2\n")
+    with pytest.raises(ValueError, match="lists 2 machine.* has 1 partition.*--parts 2"):
+        Trainer(distributed_graph=cora_parts, ip_config=two)
+    same = tmp_path / "same.txt"
+    same.write_text("127.0.0.1 30050\n127.0.0.1 30060\n")
+    with pytest.raises(ValueError, match="127.0.0.1 more than once.*rpc.cc:395"):
+        Trainer(distributed_graph=cora_parts, ip_config=same)
+    names = tmp_path / "names.txt"
+    names.write_text("node01 30050\n")
+    with pytest.raises(ValueError, match="line 1.*not '<IPv4 address> \\[port\\]'"):
+        Trainer(distributed_graph=cora_parts, ip_config=names)
+
+
+def test_several_partitions_need_an_ip_config_and_a_known_machine(tmp_path, cora, monkeypatch):
+    config = partition_graph(cora, "cora", 2, tmp_path / "p2").config
+    with pytest.raises(ValueError, match="2 partitions, one per machine: pass ip_config="):
+        Trainer(distributed_graph=config)
+    ip = tmp_path / "ip.txt"
+    ip.write_text("192.0.2.10\n192.0.2.11\n")  # addresses this machine does not have
+    with pytest.raises(ValueError, match="cannot tell which machine.*machine_rank"):
+        resolve_cluster(check_options(config, ip), 1)
+    monkeypatch.setenv("GRAPHTRAINER_MACHINE_RANK", "1")
+    cluster = resolve_cluster(check_options(config, ip), 2)
+    assert (cluster.machine_rank, cluster.world_size, cluster.placement().first_rank) == (1, 4, 2)
+    assert cluster.master_port == 30051 and cluster.placement().master_addr == "192.0.2.10"
+
+
+def test_distributed_graph_is_not_started_under_torchrun(tmp_path, cora_parts, monkeypatch):
+    for name, value in dict(RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500").items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError, match="srun --ntasks-per-node=1"):
+        Trainer(distributed_graph=cora_parts, max_epochs=1).fit(NodeClassification(cora_parts, **CORA))
+
+
+def test_a_partitioned_graph_reads_what_the_task_needs_without_loading_it(cora_parts):
+    graph = PartitionedGraph(Path(cora_parts).parent)  # the folder works too
+    assert (graph.num_nodes(), graph.num_edges(), graph.num_classes) == (2708, 10556, 7)
+    assert graph.feature_shape("feat") == (1433,)
+    with pytest.raises(KeyError, match="no node data 'missing'"):
+        graph.feature_shape("missing")
