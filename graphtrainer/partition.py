@@ -216,6 +216,15 @@ def load_orig_ids(part_config: PathLike) -> Dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def to_partition_ids(part_config: PathLike, ids: torch.Tensor, kind: str = "nodes") -> torch.Tensor:
+    """Original node (or edge, ``kind="edges"``) ids as the ``DistGraph`` numbers them
+    (partitioning renumbers so that each part's ids are contiguous)."""
+    orig = load_orig_ids(part_config)[kind]
+    inverse = torch.empty_like(orig)
+    inverse[orig] = torch.arange(orig.numel(), dtype=orig.dtype)
+    return inverse[torch.as_tensor(ids, dtype=torch.int64)]
+
+
 def _sibling(config: pathlib.Path, suffix: str) -> pathlib.Path:
     if not config.is_file():
         raise FileNotFoundError(f"partition config not found: {config} (give the <name>.json that "

@@ -10,7 +10,7 @@ from torch import nn
 
 from . import distributed as gdist
 from .dist_graph import is_dist_graph
-from .dist_loader import DistNodeLoader
+from .dist_loader import DistEdgeLoader, DistNodeLoader
 from .edge_loader import EdgeLoader
 from .graph_loader import GraphLoader
 from .metrics import MetricStore, is_metric
@@ -314,6 +314,9 @@ class GraphTask:
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
         here, before any sampling (DGL aborts the process on an out-of-range id).
 
+        On a ``DistGraph`` it is a :class:`~graphtrainer.dist_loader.DistEdgeLoader` (edge ids,
+        a ``DistTensor`` edge mask or node pairs, in partition numbering; no ``exclude``).
+
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
         :class:`~graphtrainer.edge_loader.EdgeLoader`).
@@ -321,11 +324,13 @@ class GraphTask:
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
             raise ValueError("edge_dataloader needs a graph: pass graph= or set self.graph")
-        if is_dist_graph(graph):
-            raise NotImplementedError("edge_dataloader on a DistGraph is not supported yet: DistDGL runs take "
-                                      "node_dataloader; train link prediction on one machine")
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
+        if is_dist_graph(graph):
+            if reverse_eids is not None or dataloader_kwargs:
+                raise ValueError("edge_dataloader on a DistGraph takes no reverse_eids or DataLoader options")
+            return DistEdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
+                                  shuffle=shuffle, drop_last=drop_last, seed=seed)
         return EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
                           reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
                           **dataloader_kwargs)
