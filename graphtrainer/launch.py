@@ -40,6 +40,7 @@ import torch.multiprocessing  # noqa: F401
 from . import forkserver, heartbeat
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
+from .job_failures import JobFailures
 from .lean import import_rank_modules, limit_malloc_caches
 from .threads import set_threads
 
@@ -53,6 +54,8 @@ FORK_FALLBACK = "forkserver"
 TERMINATE_GRACE_S = 3.0
 #: After the first failure, seconds to wait for other reports before naming the cause.
 FAILURE_SETTLE_S = 1.0
+#: Over several machines, how long a failure waits for another machine's report of its cause.
+OTHER_MACHINE_SETTLE_S = 4.0
 #: Ranks finish together (the run ends with a barrier): once one has reported its result,
 #: a rank still silent after this many seconds is hung and is ended.
 FINISH_SKEW_S = 60.0
@@ -450,12 +453,22 @@ class _Watch:
                  services: Sequence[WatchedService] = ()):
         self.procs, self.method, self.board = procs, method, board
         self.placement, self.services = placement, list(services)
+        self.job = None  # over several machines: failures the other machines report, and ours for them
+        if placement is not None and placement.master_addr is not None:
+            self.job = JobFailures(placement.master_addr, placement.master_port + 1, serve=placement.first_rank == 0)
         self.hang_timeout, self.stack_dir = hang_timeout, Path(stack_dir)
         self.open_conns = dict(conns)
         self.results: Dict[int, Any] = {}
         self.failures: List[tuple] = []  # (time, RankFailedError)
 
     def run(self) -> Any:
+        try:
+            return self._run()
+        finally:
+            if self.job is not None:
+                self.job.close()
+
+    def _run(self) -> Any:
         deadline = None  # once a rank fails, peers get a moment to report, then we pick the cause
         first_done: Optional[float] = None
         procs = self.procs
@@ -470,7 +483,11 @@ class _Watch:
             waitables = list(self.open_conns.values()) + [p.sentinel for r, p in enumerate(procs)
                                                           if r not in self.results and p.exitcode is None]
             if not waitables:
-                break
+                if deadline is None or self.job is None:
+                    break
+                time.sleep(0.1)  # nothing left here to wait on; another machine may still say why
+            if self._check_other_machines() and deadline is not None:
+                deadline = min(deadline, time.monotonic() + FAILURE_SETTLE_S)  # the cause is known
             for ready in wait(waitables, timeout=0.2 if deadline else 1.0):
                 rank = next((r for r, c in self.open_conns.items() if c is ready), None)
                 if rank is not None:
@@ -480,10 +497,45 @@ class _Watch:
             if not self.failures and self.hang_timeout is not None:
                 self._check_hang()
             if self.failures and deadline is None:
-                deadline = time.monotonic() + FAILURE_SETTLE_S
+                deadline = time.monotonic() + self._settle_s()
+            self._report_cause()
         if self.failures:
-            raise self._placed(min(self.failures, key=_cause_order)[1])
+            cause = self._placed(min(self.failures, key=_cause_order)[1])
+            if self.job is not None and not getattr(cause, "elsewhere", False):
+                self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
+            raise cause
         return self.results[0]
+
+    def _report_cause(self) -> None:
+        """Tell the other machines at once when a failure here is a cause (not a lost peer):
+        their ranks may be stuck waiting on ours."""
+        if self.job is None:
+            return
+        causes = [f for f in self.failures if _cause_order(f)[0] < 2 and not getattr(f[1], "elsewhere", False)]
+        if causes:
+            cause = self._placed(min(causes, key=_cause_order)[1])
+            self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
+
+    def _settle_s(self) -> float:
+        """How long to wait for other reports once a failure is in: longer over several
+        machines, where what failed here may follow from a failure elsewhere (a lost peer,
+        a C++ abort in a collective) and that machine will say so."""
+        if self.job is not None and not any(getattr(f[1], "elsewhere", False) for f in self.failures):
+            return OTHER_MACHINE_SETTLE_S
+        return FAILURE_SETTLE_S
+
+    def _check_other_machines(self) -> bool:
+        """True once another machine has reported a failure (added to ours)."""
+        reported = self.job.reported() if self.job is not None else None
+        if reported is None:
+            return False
+        if any(getattr(f[1], "elsewhere", False) for f in self.failures):
+            return True
+        err = RankFailedError(reported["rank"], reported["error_type"],
+                              f"{reported['message']} (this machine's ranks were stopped)", machine=reported["machine"])
+        err.elsewhere = True  # type: ignore[attr-defined]
+        self.failures.append((time.monotonic(), err))
+        return True
 
     def _check_services(self) -> None:
         for service in self.services:
@@ -494,7 +546,7 @@ class _Watch:
 
     def _placed(self, err: RankFailedError) -> RankFailedError:
         """``err`` with global rank numbers and the machine, on a job over several machines."""
-        if self.placement is None or err.rank < 0:
+        if self.placement is None or err.rank < 0 or getattr(err, "elsewhere", False):
             return err
         offset = self.placement.first_rank  # (a hang's message counts this machine's ranks from 0)
         return RankFailedError(err.rank + offset, err.error_type, err.message, err.remote_traceback,
@@ -593,8 +645,8 @@ def _cause_order(failure: tuple) -> tuple:
     its peers' connection errors arrive first), then a real exception, then peers' errors
     about the lost connection; earliest first within each."""
     stamp, err = failure
-    if err.rank < 0:  # a graph server: the ranks' errors follow from its loss
-        kind = -1
+    if err.rank < 0 or getattr(err, "elsewhere", False):  # a graph server or another machine: the
+        kind = -1                                            # ranks' errors here follow from that
     elif err.error_type == "ProcessDied":
         kind = 0
     elif _is_peer_loss(err):

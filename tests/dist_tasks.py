@@ -1,14 +1,16 @@
 """Tasks and helpers of the DistDGL tests; also the script one simulated machine runs:
 
-    python tests/dist_tasks.py PART_CONFIG IP_CONFIG OUT_DIR EPOCHS
+    python tests/dist_tasks.py PART_CONFIG IP_CONFIG OUT_DIR EPOCHS MACHINE [FAIL]
 
-(fits, tests the best checkpoint, writes the result as JSON to OUT_DIR/machine<rank>.json).
+(fits, tests the best checkpoint, writes the result or the error as JSON to
+OUT_DIR/machine<MACHINE>.json).
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,19 +142,27 @@ def kill_graph_servers(out: str) -> None:
         os.kill(proc.pid, signal.SIGKILL)
 
 
-def run_machine(part_config: str, ip_config: str, out: str, epochs: int) -> None:
-    task = SeedRecorder(part_config, out, **CORA)
+def run_machine(part_config: str, ip_config: str, out: str, epochs: int, machine: int, fail: str = "") -> None:
+    """One machine's script: fit, test the best checkpoint, write ``<out>/machine<m>.json``
+    (the result, or the error this machine raised)."""
+    task = SeedRecorder(part_config, out, fail=fail, fail_rank=1, **CORA)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", dirpath=os.path.join(out, "checkpoints"))
     trainer = Trainer(num_procs=1, max_epochs=epochs, ip_config=ip_config, progress_bar=False,
                       default_root_dir=os.path.join(out, "runs"), callbacks=[ckpt], hang_timeout=120,
                       enable_model_summary=False)
-    trainer.fit(task)
-    result = trainer.test(task, ckpt_path="best")
-    rank = trainer.state.rank  # this machine's first rank (one rank per machine here)
-    with open(os.path.join(out, f"machine{rank}.json"), "w") as fh:
-        json.dump({"rank": rank, "world_size": trainer.world_size, "test": result,
+    path = os.path.join(out, f"machine{machine}.json")
+    try:
+        trainer.fit(task)
+        result = trainer.test(task, ckpt_path="best")
+    except Exception as err:
+        with open(path, "w") as fh:
+            json.dump({"error": str(err).splitlines()[0], "type": type(err).__name__, "at": time.time()}, fh)
+        raise
+    with open(path, "w") as fh:
+        json.dump({"rank": trainer.state.rank, "world_size": trainer.world_size, "test": result,
                    "last_epoch": trainer.history[-1]}, fh)
 
 
 if __name__ == "__main__":
-    run_machine(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    run_machine(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                sys.argv[6] if len(sys.argv) > 6 else "")

@@ -19,18 +19,14 @@ SCRIPT = Path(__file__).resolve().parent / "dist_tasks.py"
 POSSIBLE, WHY_NOT = can_simulate()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-@pytest.mark.skipif(not POSSIBLE, reason=f"cannot simulate machines here: {WHY_NOT}")
-def test_two_machines_train_cora_to_the_floor_and_leave_nothing(tmp_path):
-    cora = datasets.load("cora")
-    config = partition_graph(cora, "cora", 2, tmp_path / "parts").config
-    epochs = 40
+def run_two_machines(tmp_path: Path, config: Path, epochs: int, fail: str = "") -> tuple:
+    """Both machines' script in their namespaces; ``(first bad return code, output)``.
+    Afterwards no namespace and no process of theirs is left."""
     with SimulatedMachines(2) as machines:
         ip_config = machines.ip_config(str(tmp_path / "ip_config.txt"))
         logs = [open(tmp_path / f"machine{m}.log", "w") for m in range(2)]
-        procs = [machines.popen(m, [sys.executable, str(SCRIPT), str(config), ip_config, str(tmp_path), str(epochs)],
-                                stdout=logs[m], stderr=subprocess.STDOUT) for m in range(2)]
+        argv = [sys.executable, str(SCRIPT), str(config), ip_config, str(tmp_path), str(epochs)]
+        procs = [machines.popen(m, argv + [str(m), fail], stdout=logs[m], stderr=subprocess.STDOUT) for m in range(2)]
         try:
             failed = wait_all(procs, timeout=360)
         finally:
@@ -38,8 +34,19 @@ def test_two_machines_train_cora_to_the_floor_and_leave_nothing(tmp_path):
                 log.close()
         output = "\n".join(f"--- machine {m} ---\n" + (tmp_path / f"machine{m}.log").read_text()[-3000:]
                            for m in range(2))
-        assert failed is None, output
     assert machines.existing() == [] and all(p.poll() is not None for p in procs)
+    return failed, output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+@pytest.mark.skipif(not POSSIBLE, reason=f"cannot simulate machines here: {WHY_NOT}")
+def test_two_machines_train_cora_to_the_floor_and_leave_nothing(tmp_path):
+    cora = datasets.load("cora")
+    config = partition_graph(cora, "cora", 2, tmp_path / "parts").config
+    epochs = 40
+    failed, output = run_two_machines(tmp_path, config, epochs)
+    assert failed is None, output
 
     results = [json.loads((tmp_path / f"machine{m}.json").read_text()) for m in range(2)]
     assert [r["rank"] for r in results] == [0, 1] and all(r["world_size"] == 2 for r in results)
@@ -54,3 +61,22 @@ def test_two_machines_train_cora_to_the_floor_and_leave_nothing(tmp_path):
     for epoch in (0, epochs - 1):
         seen = torch.load(tmp_path / f"seeds_epoch{epoch}.pt")
         assert torch.equal(torch.sort(seen).values, train_ids)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not POSSIBLE, reason=f"cannot simulate machines here: {WHY_NOT}")
+def test_a_rank_failing_on_one_machine_ends_every_machine_naming_it(tmp_path):
+    """Machine 1's rank raises at step 3. Machine 0's rank was waiting on it (gloo, or a DGL
+    RPC that never returns); machine 0 stops within seconds all the same, raising the
+    original error with the failed machine and rank, reported by machine 1's launcher."""
+    config = partition_graph(datasets.load("cora"), "cora", 2, tmp_path / "parts").config
+    failed, output = run_two_machines(tmp_path, config, 50, fail="raise")
+    assert failed is not None, output
+    errors = [json.loads((tmp_path / f"machine{m}.json").read_text()) for m in range(2)]
+    for err in errors:
+        assert err["type"] == "RankFailedError", output
+        assert err["error"].startswith("rank 1 on machine 1 (192.0.2.2) failed: RuntimeError: trainer fault at step 3"), \
+            output
+    assert "this machine's ranks were stopped" in errors[0]["error"]
+    assert abs(errors[0]["at"] - errors[1]["at"]) < 15, errors  # not after machine 0's hang_timeout (120 s)
