@@ -599,6 +599,10 @@ class _Watch:
         lines = [p.describe() for p in stuck]
         message = (f"no progress for {self.hang_timeout:g} s (Trainer(hang_timeout=...)): "
                    + "; ".join(lines) + "." + (f" Waiting for it: {'; '.join(others)}." if others else ""))
+        if any(p.place == "graph servers" for p in stuck):
+            message += (" DGL's clients wait for the graph servers of every machine of ip_config, and each "
+                        "server for every machine's ranks: is the script running on every machine, with the "
+                        "same ip_config, and are the ports of ip_config open between the machines?")
         self.failures.append((time.monotonic(), RankFailedError(blamed[0], "Hang", message, stacks, blamed)))
 
     def _dump_stacks(self, ranks: List[int]) -> str:

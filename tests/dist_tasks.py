@@ -145,10 +145,11 @@ def kill_graph_servers(out: str) -> None:
 def run_machine(part_config: str, ip_config: str, out: str, epochs: int, machine: int, fail: str = "") -> None:
     """One machine's script: fit, test the best checkpoint, write ``<out>/machine<m>.json``
     (the result, or the error this machine raised)."""
-    task = SeedRecorder(part_config, out, fail=fail, fail_rank=1, **CORA)
+    task = SeedRecorder(part_config, out, fail="" if fail == "alone" else fail, fail_rank=1, **CORA)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", dirpath=os.path.join(out, "checkpoints"))
     trainer = Trainer(num_procs=1, max_epochs=epochs, ip_config=ip_config, progress_bar=False,
-                      default_root_dir=os.path.join(out, "runs"), callbacks=[ckpt], hang_timeout=120,
+                      default_root_dir=os.path.join(out, "runs"), callbacks=[ckpt],
+                      hang_timeout=10 if fail == "alone" else 120,  # "alone": the other machine never starts
                       enable_model_summary=False)
     path = os.path.join(out, f"machine{machine}.json")
     try:

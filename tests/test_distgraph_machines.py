@@ -80,3 +80,22 @@ def test_a_rank_failing_on_one_machine_ends_every_machine_naming_it(tmp_path):
             output
     assert "this machine's ranks were stopped" in errors[0]["error"]
     assert abs(errors[0]["at"] - errors[1]["at"]) < 15, errors  # not after machine 0's hang_timeout (120 s)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not POSSIBLE, reason=f"cannot simulate machines here: {WHY_NOT}")
+def test_a_machine_that_never_starts_ends_the_run_saying_what_to_check(tmp_path):
+    """Only machine 0 of two runs: its ranks wait for machine 1's graph server forever (DGL
+    retries for 50 minutes); hang_timeout ends the run with the likely cause."""
+    config = partition_graph(datasets.load("cora"), "cora", 2, tmp_path / "parts").config
+    with SimulatedMachines(2) as machines:
+        ip_config = machines.ip_config(str(tmp_path / "ip_config.txt"))
+        with open(tmp_path / "machine0.log", "w") as log:
+            proc = machines.popen(0, [sys.executable, str(SCRIPT), str(config), ip_config, str(tmp_path), "1", "0",
+                                      "alone"], stdout=log, stderr=subprocess.STDOUT)
+            failed = wait_all([proc], timeout=120)
+    assert machines.existing() == []
+    output = (tmp_path / "machine0.log").read_text()[-3000:]
+    assert failed is not None, output
+    err = json.loads((tmp_path / "machine0.json").read_text())["error"]
+    assert "waiting in graph servers" in err and "is the script running on every machine" in err, err
