@@ -413,6 +413,12 @@ class Trainer:
         """The DistDGL options: the trainer's, or those of the task's ``PartitionedGraph``."""
         held = getattr(task, "graph", None)
         options = self.config.distgraph
+        if options is not None and held is not None and not isinstance(held, PartitionedGraph):
+            raise ValueError(f"distributed_graph={options.part_config!r} trains on the partitioned graph, but the "
+                             f"task holds an in-memory graph ({type(held).__name__}), from which it may have taken "
+                             "node ids: partitioning numbers nodes differently. Build the task on "
+                             "PartitionedGraph(<partition config>) (graphtrainer.dist_graph), or leave task.graph "
+                             "None and read the DistGraph in setup()")
         if isinstance(held, PartitionedGraph):
             if options is None:
                 return check_options(held.part_config, *self._dist_args)

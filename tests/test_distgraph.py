@@ -245,6 +245,12 @@ def test_distributed_graph_is_not_started_under_torchrun(tmp_path, cora_parts, m
         Trainer(distributed_graph=cora_parts, max_epochs=1).fit(NodeClassification(cora_parts, **CORA))
 
 
+def test_an_in_memory_task_is_refused_on_a_partitioned_graph(cora, cora_parts):
+    """Its ids would be in the original numbering, the DistGraph's are not."""
+    with pytest.raises(ValueError, match="partitioning numbers nodes differently"):
+        Trainer(distributed_graph=cora_parts, max_epochs=1).fit(NodeClassification(cora, **CORA))
+
+
 def test_a_partitioned_graph_reads_what_the_task_needs_without_loading_it(cora_parts):
     graph = PartitionedGraph(Path(cora_parts).parent)  # the folder works too
     assert (graph.num_nodes(), graph.num_edges(), graph.num_classes) == (2708, 10556, 7)
