@@ -103,6 +103,18 @@ def detect_external_launch() -> Optional[RankInfo]:
     return None
 
 
+def one_process_per_machine() -> Optional[str]:
+    """None when this process may act for its whole machine (a DistDGL launcher), else what
+    says it is one of several ranks: torchrun's variables, or more Slurm tasks than nodes."""
+    if _int_env("RANK") is not None and _int_env("WORLD_SIZE") is not None:
+        return "RANK/WORLD_SIZE are set (torchrun starts one process per rank)"
+    ntasks = _int_env("SLURM_NTASKS")
+    nodes = _int_env("SLURM_NNODES") or _int_env("SLURM_JOB_NUM_NODES")
+    if ntasks is not None and nodes is not None and ntasks > nodes:
+        return f"Slurm started {ntasks} tasks on {nodes} node(s)"
+    return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now, below the kernel's ephemeral range.
 

@@ -14,9 +14,12 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Set
 
@@ -28,6 +31,10 @@ from .launch import RankFailedError, WatchedService, _die_with_parent
 SHUTDOWN_WAIT_S = 15.0
 TERMINATE_GRACE_S = 3.0
 SHM_DIR = "/dev/shm"
+#: Seconds a run waits for another DistDGL run on the machine, and for its servers to listen.
+LOCK_WAIT_S = 900.0
+READY_WAIT_S = 120.0
+LOCK_NAME = "\0graphtrainer-distdgl-graph-servers"
 #: Lines of a failed server's log quoted in the error.
 LOG_TAIL_LINES = 15
 
@@ -82,25 +89,108 @@ class GraphServer(WatchedService):
 
 @contextlib.contextmanager
 def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
-    """Start this machine's servers; on leaving, stop them: after a clean exit they get
-    :data:`SHUTDOWN_WAIT_S` to finish by themselves, after an exception none. No server
-    process, log folder or written ip_config outlives the block."""
-    log_dir = Path(tempfile.mkdtemp(prefix="graphtrainer-servers-"))
-    servers: List[GraphServer] = []
-    clean = False
-    shm_before = _shared_memory()
+    """Start this machine's servers and wait until they listen; on leaving, stop them:
+    after a clean exit they get :data:`SHUTDOWN_WAIT_S` to finish by themselves, after an
+    exception (SIGTERM included) none. No server process, shared-memory segment, log
+    folder or written ip_config outlives the block.
+
+    One DistDGL run per machine at a time: DGL names the features' shared memory after
+    the feature key alone (``node~_N~feat-kvdata-``, ``dgl/distributed/kvstore.py:909``),
+    so two runs' servers would read each other's data. A second run waits for the first.
+    """
+    with _machine_lock(), _terminate_as_exit():
+        log_dir = Path(tempfile.mkdtemp(prefix="graphtrainer-servers-"))
+        servers: List[GraphServer] = []
+        clean = False
+        shm_before = _shared_memory()
+        try:
+            for index in range(cluster.options.num_servers):
+                servers.append(GraphServer(cluster, index, log_dir))
+            _wait_listening(servers, cluster)
+            yield servers
+            clean = True
+        finally:
+            for server in servers:
+                server.stop(SHUTDOWN_WAIT_S if clean else 0.0)
+            _remove_left_segments(shm_before, cluster.options.graph_name)  # ours: we hold the machine
+            shutil.rmtree(log_dir, ignore_errors=True)
+            if cluster.options.ip_config is None:  # the loopback file resolve_cluster wrote
+                shutil.rmtree(os.path.dirname(cluster.ip_config_path), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    """Hold this machine's DistDGL lock: an abstract Unix socket, per network namespace
+    (so per machine, simulated ones included), released when this process ends."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline, told = time.monotonic() + LOCK_WAIT_S, False
     try:
-        for index in range(cluster.options.num_servers):
-            servers.append(GraphServer(cluster, index, log_dir))
-        yield servers
-        clean = True
+        while True:
+            try:
+                sock.bind(LOCK_NAME)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another DistDGL run has held this machine's graph servers for "
+                                       f"{LOCK_WAIT_S:.0f} s; DGL's shared memory allows one run per machine "
+                                       "at a time: let it finish, or run on other machines") from None
+                if not told:
+                    print("[graphtrainer] another DistDGL run is using this machine's graph servers (DGL's shared "
+                          "memory allows one at a time): waiting for it to finish", file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(0.5)
+        yield
     finally:
+        sock.close()
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (scancel, a time limit) unwinds like Ctrl-C, so the servers are stopped and
+    their shared memory removed; Python's default would end this process on the spot."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _wait_listening(servers: List[GraphServer], cluster: Cluster) -> None:
+    """Until every server listens (ranks started earlier wait 3 s per failed connect, DGL's
+    retry step), or one failed; never longer than :data:`READY_WAIT_S`. Reads the socket
+    table: a probe connection would count as one of the server's clients."""
+    deadline = time.monotonic() + READY_WAIT_S
+    ports = {cluster.server_port(s.index) for s in servers}
+    while time.monotonic() < deadline:
         for server in servers:
-            server.stop(SHUTDOWN_WAIT_S if clean else 0.0)
-        _remove_left_segments(shm_before, cluster.options.graph_name)
-        shutil.rmtree(log_dir, ignore_errors=True)
-        if cluster.options.ip_config is None:  # the loopback file resolve_cluster wrote
-            shutil.rmtree(os.path.dirname(cluster.ip_config_path), ignore_errors=True)
+            failure = server.failure()
+            if failure is not None:
+                raise failure
+        if ports <= _listening_ports():
+            return
+        time.sleep(0.1)
+
+
+def _listening_ports() -> Set[int]:
+    found: Set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                found.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return found
 
 
 def _shared_memory() -> Set[str]:

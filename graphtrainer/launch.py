@@ -155,6 +155,7 @@ def _child_entry(
     # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the launching process set for itself
     remove_partials_on_signals()
     if placement is None or placement.master_addr is None:
         port = listener.getsockname()[1]

@@ -3,14 +3,16 @@ testing it) without a cluster.
 
 DistDGL tells machines apart by IP address and shares each machine's partition through
 ``/dev/shm``, so each simulated machine is a network namespace with an address of its
-own and a private ``/dev/shm``. The namespaces hang off one bridge in a namespace of
-their own; nothing is added to this box's own network (the addresses are from
-192.0.2.0/24, reserved for documentation, and exist only inside the namespaces).
+own and a ``/dev/shm`` of its own (shared by the processes of that machine). The
+namespaces hang off one bridge in a namespace of their own. Only loopback addresses are
+used, and only inside these namespaces: machine ``m`` is ``127.100.0.<m+1>`` (each
+namespace lets loopback addresses travel over its link: ``route_localnet``, and its ``lo``
+keeps ``127.0.0.1`` alone). Nothing is added to or changed on this box's own network.
 Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ``ip`` tool.
 
 ::
 
-    with SimulatedMachines(2) as machines:          # machines.addresses: 192.0.2.1, 192.0.2.2
+    with SimulatedMachines(2) as machines:          # machines.addresses: 127.100.0.1, 127.100.0.2
         procs = [machines.popen(m, [sys.executable, "train.py"]) for m in range(2)]
         ...                                          # every process and namespace goes on exit
 """
@@ -24,7 +26,8 @@ import time
 import uuid
 from typing import Any, List, Optional, Sequence, Tuple
 
-SUBNET = "192.0.2"
+SUBNET = "127.100.0"
+SHM = "/dev/shm"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -47,7 +50,7 @@ def can_simulate() -> Tuple[bool, str]:
 
 class SimulatedMachines:
     """``count`` network namespaces joined by a bridge; machine ``m`` has address
-    ``192.0.2.<m+1>``. Use as a context manager."""
+    ``127.100.0.<m+1>``. Use as a context manager."""
 
     def __init__(self, count: int):
         if count < 1 or count > 200:
@@ -57,6 +60,8 @@ class SimulatedMachines:
         self.switch = f"gt{tag}-sw"
         self.names = [f"gt{tag}-m{m}" for m in range(count)]
         self.addresses = [f"{SUBNET}.{m + 1}" for m in range(count)]
+        #: Each machine's /dev/shm: a folder of this box's /dev/shm, mounted over /dev/shm there.
+        self.shm_dirs = [os.path.join(SHM, f"gt{tag}-m{m}") for m in range(count)]
         self.procs: List[subprocess.Popen] = []
 
     def __enter__(self) -> "SimulatedMachines":
@@ -67,12 +72,19 @@ class SimulatedMachines:
             for m, name in enumerate(self.names):
                 _ip("netns", "add", name)
                 _ip("-n", name, "link", "set", "lo", "up")
+                # lo keeps 127.0.0.1 alone, so the rest of 127/8 can live on the link.
+                _ip("-n", name, "addr", "del", "127.0.0.1/8", "dev", "lo")
+                _ip("-n", name, "addr", "add", "127.0.0.1/32", "dev", "lo")
                 # One end in the machine, the other on the bridge.
                 _ip("-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{m}", "netns", self.switch)
+                for key in ("all", "eth0"):
+                    subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw",
+                                    f"net.ipv4.conf.{key}.route_localnet=1"], check=True, timeout=30)
                 _ip("-n", name, "addr", "add", f"{self.addresses[m]}/24", "dev", "eth0")
                 _ip("-n", name, "link", "set", "eth0", "up")
                 _ip("-n", self.switch, "link", "set", f"p{m}", "master", "br0")
                 _ip("-n", self.switch, "link", "set", f"p{m}", "up")
+                os.makedirs(self.shm_dirs[m], mode=0o1777)
         except BaseException:
             self.close()
             raise
@@ -88,11 +100,11 @@ class SimulatedMachines:
         return path
 
     def popen(self, machine: int, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """Start ``argv`` on machine ``machine`` (its namespace, with a private ``/dev/shm``),
-        in a session of its own."""
-        script = 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"'
-        proc = subprocess.Popen(["ip", "netns", "exec", self.names[machine], "sh", "-c", script, "sh", *argv],
-                                start_new_session=True, **kwargs)
+        """Start ``argv`` on machine ``machine`` (its namespace and its ``/dev/shm``), in a
+        session of its own."""
+        script = 'mount --bind "$0" /dev/shm && exec "$@"'  # in the mount namespace ip-netns-exec makes
+        proc = subprocess.Popen(["ip", "netns", "exec", self.names[machine], "sh", "-c", script,
+                                 self.shm_dirs[machine], *argv], start_new_session=True, **kwargs)
         self.procs.append(proc)
         return proc
 
@@ -128,6 +140,8 @@ class SimulatedMachines:
                 pass
         for name in self.names + [self.switch]:
             _ip("netns", "del", name, check=False)
+        for folder in self.shm_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def existing(self) -> List[str]:
         """Which of this object's namespaces exist now (none after :meth:`close`)."""

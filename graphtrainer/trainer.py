@@ -432,10 +432,10 @@ class Trainer:
         """This machine's share of a DistDGL run: its graph servers, then its ranks; rank 0
         (on machine 0) numbers the run folder, as under torchrun."""
         config = self.config
-        if gdist.detect_external_launch() is not None:
-            raise RuntimeError("distributed_graph= runs one process per machine, which starts that machine's "
-                               "graph servers and trainer ranks: do not start it with torchrun or with several "
-                               "srun tasks per node (use srun --ntasks-per-node=1)")
+        if gdist.one_process_per_machine() is not None:
+            raise RuntimeError(f"distributed_graph= runs one process per machine, which starts that machine's "
+                               f"graph servers and trainer ranks, but {gdist.one_process_per_machine()}: start "
+                               "the script once per machine (under Slurm: srun --ntasks-per-node=1)")
         cluster = resolve_cluster(options, config.num_procs)
         method = self._launch_method(task)
         prepare_graphs(task, method)

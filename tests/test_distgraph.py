@@ -229,13 +229,13 @@ def test_several_partitions_need_an_ip_config_and_a_known_machine(tmp_path, cora
     with pytest.raises(ValueError, match="2 partitions, one per machine: pass ip_config="):
         Trainer(distributed_graph=config)
     ip = tmp_path / "ip.txt"
-    ip.write_text("192.0.2.10\n192.0.2.11\n")  # addresses this machine does not have
+    ip.write_text("198.51.100.10\n198.51.100.11\n")  # addresses this machine does not have (RFC 5737)
     with pytest.raises(ValueError, match="cannot tell which machine.*machine_rank"):
         resolve_cluster(check_options(config, ip), 1)
     monkeypatch.setenv("GRAPHTRAINER_MACHINE_RANK", "1")
     cluster = resolve_cluster(check_options(config, ip), 2)
     assert (cluster.machine_rank, cluster.world_size, cluster.placement().first_rank) == (1, 4, 2)
-    assert cluster.master_port == 30051 and cluster.placement().master_addr == "192.0.2.10"
+    assert cluster.master_port == 30051 and cluster.placement().master_addr == "198.51.100.10"
 
 
 def test_distributed_graph_is_not_started_under_torchrun(tmp_path, cora_parts, monkeypatch):

@@ -76,7 +76,7 @@ def test_a_rank_failing_on_one_machine_ends_every_machine_naming_it(tmp_path):
     errors = [json.loads((tmp_path / f"machine{m}.json").read_text()) for m in range(2)]
     for err in errors:
         assert err["type"] == "RankFailedError", output
-        assert err["error"].startswith("rank 1 on machine 1 (192.0.2.2) failed: RuntimeError: trainer fault at step 3"), \
+        assert err["error"].startswith("rank 1 on machine 1 (127.100.0.2) failed: RuntimeError: trainer fault at step 3"), \
             output
     assert "this machine's ranks were stopped" in errors[0]["error"]
     assert abs(errors[0]["at"] - errors[1]["at"]) < 15, errors  # not after machine 0's hang_timeout (120 s)
