@@ -157,7 +157,8 @@ makes N network namespaces with addresses ``192.0.2.1`` ... (each with a private
 ``/dev/shm``, as separate machines have: ``graphtrainer.simulated_machines``), writes
 their ip_config and starts ``--machine-run`` in each, without a machine rank: each finds
 its line by address. Each machine's output lines are prefixed ``[machine m]``; if one
-fails, or ``--timeout`` passes, every machine is ended, and the namespaces go with them.
+fails, or ``--timeout`` passes, every machine is ended (Ctrl-C first, so that each trainer
+stops its graph servers and cleans up after them), and the namespaces go with them.
 Without root it prints why it cannot simulate, and exits.
 
 Output
@@ -271,8 +272,10 @@ stand-in ``srun`` that runs each task on a simulated machine are skipped without
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -450,6 +453,16 @@ def simulate(args: argparse.Namespace) -> int:
         if any(c is None for c in codes):
             print(f"[sim] ending machine(s) {[m for m, c in enumerate(codes) if c is None]}"
                   f"{': timeout' if time.time() >= deadline else ': a peer failed'}", flush=True)
+            # Ctrl-C first: the trainer then stops its graph servers and cleans up after them;
+            # leaving the block ends whatever is left (SIGTERM, then SIGKILL).
+            for p in procs:
+                if p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGINT)
+            stop_by = time.time() + 10
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                for p in procs:
+                    p.wait(timeout=max(0.1, stop_by - time.time()))
     # Leaving the block ended every process in the namespaces and removed them (and ip_config).
     for t in relays:
         t.join(5)
