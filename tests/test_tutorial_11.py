@@ -145,7 +145,7 @@ def test_simulate_two_machines(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert "[sim] exit codes: machine 0 0, machine 1 0" in out
     # Each machine found its own line of ip_config by address.
-    assert "[machine 0] machine 0 of 2 (192.0.2.1)" in out and "[machine 1] machine 1 of 2 (192.0.2.2)" in out
+    assert "[machine 0] machine 0 of 2 (127.100.0.1)" in out and "[machine 1] machine 1 of 2 (127.100.0.2)" in out
     # The metrics are reduced over the 4 ranks of both machines: both print the same.
     m0, m1 = _results(out, "machine 0"), _results(out, "machine 1")
     assert m0 == m1
@@ -160,20 +160,27 @@ def test_simulate_two_machines(tmp_path):
     assert _left_segments(shm_before) == set()
 
 
-# Stand-in for Slurm's srun: task i runs on simulated machine i (its network namespace,
-# with a private /dev/shm), with the variables srun sets for each task.
+# Stand-in for Slurm's srun: task i runs on simulated machine i (its network namespace
+# and /dev/shm), with the variables srun sets for each task.
 FAKE_SRUN = """#!/bin/bash
 while [[ $# -gt 0 && "$1" == -* ]]; do shift; done
 read -r -a machines <<< "$FAKE_SRUN_NETNS"
+read -r -a shms <<< "$FAKE_SRUN_SHM"
 pids=()
 for ((i = 0; i < SLURM_NNODES; i++)); do
     SLURM_PROCID=$i SLURM_LOCALID=0 SLURM_NODEID=$i SLURM_NTASKS=$SLURM_NNODES \\
-        ip netns exec "${machines[$i]}" sh -c 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"' sh "$@" &
+        ip netns exec "${machines[$i]}" sh -c 'mount --bind "$0" /dev/shm && exec "$@"' "${shms[$i]}" "$@" &
     pids+=($!)
 done
 rc=0
 for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
 exit $rc
+"""
+
+
+# Stand-in for hostname: -I prints the simulated machine's address.
+FAKE_HOSTNAME = """#!/bin/bash
+ip -4 -o addr show dev eth0 | awk '{split($4, a, "/"); print a[1]}'
 """
 
 
@@ -184,10 +191,13 @@ def test_sbatch_under_stand_in_srun_on_simulated_machines(tmp_path):
     bindir.mkdir()
     (bindir / "srun").write_text(FAKE_SRUN)
     (bindir / "srun").chmod(0o755)
+    (bindir / "hostname").write_text(FAKE_HOSTNAME)  # real hostname -I leaves out loopback addresses
+    (bindir / "hostname").chmod(0o755)
     out_dir = tmp_path / "out"
     with SimulatedMachines(2) as machines:
         proc, out = _run(["bash", str(SBATCH), "--fast"], TIMEOUT, PATH=f"{bindir}:{os.environ['PATH']}",
-                         FAKE_SRUN_NETNS=" ".join(machines.names), PYTHON=sys.executable,
+                         FAKE_SRUN_NETNS=" ".join(machines.names), FAKE_SRUN_SHM=" ".join(machines.shm_dirs),
+                         PYTHON=sys.executable,
                          SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_JOB_NODELIST="node[01-02]",
                          SLURM_SUBMIT_DIR=str(ROOT), OUT=str(out_dir),
                          PART_CONFIG=str(tmp_path / "parts" / "cora.json"), GRAPHTRAINER_CACHE=str(tmp_path / "cache"))
@@ -195,7 +205,7 @@ def test_sbatch_under_stand_in_srun_on_simulated_machines(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     # ip_config from the "nodes'" own addresses, in SLURM_NODEID order, on the job's port.
     port = 15000 + (4242 % 2000) * 8
-    assert (out_dir / "ip_config.txt").read_text() == f"192.0.2.1 {port}\n192.0.2.2 {port}\n"
+    assert (out_dir / "ip_config.txt").read_text() == "".join(f"{a} {port}\n" for a in machines.addresses)
     summaries = [json.loads((out_dir / f"machine{m}" / "summary.json").read_text()) for m in (0, 1)]
     assert [s["machine_rank"] for s in summaries] == [0, 1]      # from SLURM_NODEID
     for s in summaries:

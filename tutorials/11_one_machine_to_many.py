@@ -125,10 +125,8 @@ node order::
 (``scontrol show hostnames "$SLURM_JOB_NODELIST"`` with ``getent hosts`` gives the same
 when host names resolve to the right network), and runs the script on every node with
 ``srun --ntasks-per-node=1 ... --machine-run``; each node's machine rank is its
-``SLURM_NODEID``, which the trainer reads. One detail: srun also sets ``SLURM_PROCID``
-and ``SLURM_NTASKS``, from which the trainer concludes that srun started the ranks
-itself, and refuses ``distributed_graph=``; the sbatch file runs the script under
-``env -u SLURM_PROCID``.
+``SLURM_NODEID``, which the trainer reads (with one task per node it acts for the whole
+node: it starts the node's servers and ranks; it refuses more tasks than nodes).
 
 *Ports*. Between the machines these must be open (TCP):
 
@@ -149,11 +147,12 @@ run until the ``hang_timeout``.
 graph (``/dev/shm/cora*``) but the node data after the key alone
 (``/dev/shm/node~_N~feat-kvdata-``): two runs on one machine, even of different graphs,
 overwrite each other's features and labels (seen here, Cora beside a synthetic graph with
-3 classes: the Cora run killed by SIGBUS, the other failing on Cora's labels). The sbatch
-file asks for ``--exclusive`` nodes.
+3 classes: the Cora run killed by SIGBUS, the other failing on Cora's labels). So the
+trainer lets one DistDGL run per machine start its servers at a time: a second one waits
+for the first, saying so. The sbatch file asks for ``--exclusive`` nodes.
 
 (c) Here, simulated machines: ``--simulate N`` (root, Linux). It partitions into N parts,
-makes N network namespaces with addresses ``192.0.2.1`` ... (each with a private
+makes N network namespaces with loopback addresses ``127.100.0.1`` ... (each with its own
 ``/dev/shm``, as separate machines have: ``graphtrainer.simulated_machines``), writes
 their ip_config and starts ``--machine-run`` in each, without a machine rank: each finds
 its line by address. Each machine's output lines are prefixed ``[machine m]``; if one
