@@ -163,7 +163,7 @@ Without root it prints why it cannot simulate, and exits.
 Output
 ------
 Measured on this project's 2-core machine, shared with other jobs (torch 2.2.1, dgl
-2.1.0; all ranks on CPU over gloo). Steps 1 and 2, 40 epochs (31.4 s of wall time,
+2.1.0; all ranks on CPU over gloo). Steps 1 and 2, 40 epochs (20.3 s of wall time,
 interpreter start-up included)::
 
     == step 1: partition ==
@@ -172,8 +172,8 @@ interpreter start-up included)::
     part inner nodes halo nodes inner edges train nodes MB on disk
        0        2708          0       10556         140       15.9
     edge cut: 0 of 10556 edges (0.00%), each direction counted
-    config: /work/wt3/runs/tutorial11/parts/cora-1part/cora.json
-    time: 0.17 s (partitioning and writing 0.12 s)
+    config: runs/tutorial11/parts/cora-1part/cora.json
+    time: 0.09 s (partitioning and writing 0.05 s)
 
     == step 2a: DistDGL on this machine: the task from runs/tutorial11/parts/cora-1part/cora.json alone ==
     name     type              params
@@ -184,12 +184,14 @@ interpreter start-up included)::
     epoch   1  train_loss 1.8411  train_acc 0.6143  val_loss 1.8429  val_acc 0.6520
     epoch   2  train_loss 1.7301  train_acc 0.8429  val_loss 1.7823  val_acc 0.7160
     ...
+    epoch  17  train_loss 0.2608  train_acc 1.0000  val_loss 0.8969  val_acc 0.7740
+    ...
     epoch  34  train_loss 0.1052  train_acc 0.9929  val_loss 0.7585  val_acc 0.7980
     ...
     epoch  38  train_loss 0.1046  train_acc 1.0000  val_loss 0.7636  val_acc 0.7860
     epoch  39  train_loss 0.0941  train_acc 1.0000  val_loss 0.7575  val_acc 0.7880
     [graphtrainer] ckpt_path='best': using runs/tutorial11/distdgl/version_0/checkpoints/epoch=34-val_acc=0.7980.ckpt
-    DistDGL, 1 partition: best val_acc 0.7980 over 500 nodes, test_acc 0.8200 over 1000 nodes, 2 ranks; fit 13.4 s, test 6.9 s
+    DistDGL, 1 partition: best val_acc 0.7980 over 500 nodes, test_acc 0.8200 over 1000 nodes, 2 ranks; fit 9.0 s, test 5.5 s
 
     == step 2b: the same task in memory: NodeClassification(datasets.load('cora')) ==
     name     type              params
@@ -202,54 +204,57 @@ interpreter start-up included)::
     ...
     epoch  17  train_loss 0.2800  train_acc 0.9929  val_loss 0.9074  val_acc 0.7900
     ...
+    epoch  34  train_loss 0.1077  train_acc 1.0000  val_loss 0.7817  val_acc 0.7840
+    ...
+    epoch  38  train_loss 0.0993  train_acc 1.0000  val_loss 0.7565  val_acc 0.7880
     epoch  39  train_loss 0.0852  train_acc 1.0000  val_loss 0.7534  val_acc 0.7840
     [graphtrainer] ckpt_path='best': using runs/tutorial11/in_memory/version_0/checkpoints/epoch=17-val_acc=0.7900.ckpt
-    in memory: best val_acc 0.7900 over 500 nodes, test_acc 0.8150 over 1000 nodes, 2 ranks; fit 7.6 s, test 0.2 s
+    in memory: best val_acc 0.7900 over 500 nodes, test_acc 0.8150 over 1000 nodes, 2 ranks; fit 3.3 s, test 0.1 s
 
     test_acc: DistDGL 0.8200, in memory 0.8150 (difference +0.0050)
 
     == step 3: several machines ==
     simulate them here: python tutorials/11_one_machine_to_many.py --simulate 2
-    total 28.4 s
+    total 18.0 s
 
-Step 3 on 2 simulated machines, 2 ranks each, 40 epochs (``--simulate 2``; 42.0 s of wall
+Step 3 on 2 simulated machines, 2 ranks each, 40 epochs (``--simulate 2``; 26.7 s of wall
 time; long lines cut at ``...``)::
 
     == step 1: partition into 2 parts, one per machine ==
     $ python -m graphtrainer.partition --dataset cora --parts 2 --out runs/tutorial11/parts/cora-2parts --overwrite
-    [18:45:07] /opt/dgl/src/graph/transform/metis_partition_hetero.cc:89: Partition a graph with 2708 nodes and 10556 edges into 2 parts and get 336 edge cuts
+    [18:56:39] /opt/dgl/src/graph/transform/metis_partition_hetero.cc:89: Partition a graph with 2708 nodes and 10556 edges into 2 parts and get 336 edge cuts
     cora: 2708 nodes, 10556 edges -> 2 parts (metis, train-balanced, halo hops 1)
     part inner nodes halo nodes inner edges train nodes MB on disk
        0        1393        201        5726          71        8.2
        1        1315        211        4830          69        7.7
     edge cut: 672 of 10556 edges (6.37%), each direction counted
-    config: /work/wt3/runs/tutorial11/parts/cora-2parts/cora.json
-    time: 0.27 s (partitioning and writing 0.23 s)
+    config: runs/tutorial11/parts/cora-2parts/cora.json
+    time: 0.07 s (partitioning and writing 0.03 s)
 
     == step 3: 2 simulated machines ==
-    [sim] ip_config /tmp/tutorial11-x5un9ile/ip_config.txt: 192.0.2.1 30050; 192.0.2.2 30050
-    [sim] machine 0 (192.0.2.1): python tutorials/11_one_machine_to_many.py --machine-run --partition runs/tutorial11/parts/cora-2parts/cora.json --ip-config /tmp/tutorial11-x5un9ile/ip_config.txt ...
-    [sim] machine 1 (192.0.2.2): python tutorials/11_one_machine_to_many.py --machine-run --partition runs/tutorial11/parts/cora-2parts/cora.json --ip-config /tmp/tutorial11-x5un9ile/ip_config.txt ...
-    [machine 0] machine 0 of 2 (192.0.2.1): 1 graph server(s) from port 30050, ranks 0-1 of 4; rendezvous 192.0.2.1:30051
-    [machine 1] machine 1 of 2 (192.0.2.2): 1 graph server(s) from port 30050, ranks 2-3 of 4; rendezvous 192.0.2.1:30051
+    [sim] ip_config /tmp/tutorial11-7sifqfcb/ip_config.txt: 127.100.0.1 30050; 127.100.0.2 30050
+    [sim] machine 0 (127.100.0.1): python tutorials/11_one_machine_to_many.py --machine-run --partition runs/tutorial11/parts/cora-2parts/cora.json --ip-config /tmp/tutorial11-7sifqfcb/ip_config.txt ...
+    [sim] machine 1 (127.100.0.2): python tutorials/11_one_machine_to_many.py --machine-run --partition runs/tutorial11/parts/cora-2parts/cora.json --ip-config /tmp/tutorial11-7sifqfcb/ip_config.txt ...
+    [machine 0] machine 0 of 2 (127.100.0.1): 1 graph server(s) from port 30050, ranks 0-1 of 4; rendezvous 127.100.0.1:30051
+    [machine 1] machine 1 of 2 (127.100.0.2): 1 graph server(s) from port 30050, ranks 2-3 of 4; rendezvous 127.100.0.1:30051
     [machine 0] name     type              params
     [machine 0] layers   ModuleList       368,775
     [machine 0] dropout  Dropout                0
     [machine 0] SAGE: 368,775 trainable of 368,775 parameters (1.4 MB in float32)
-    [machine 0] epoch   0  train_loss 1.9433  train_acc 0.1690  val_loss 1.9136  val_acc 0.3020
-    [machine 0] epoch   1  train_loss 1.8655  train_acc 0.5070  val_loss 1.8822  val_acc 0.5400
-    [machine 0] epoch   2  train_loss 1.8039  train_acc 0.7394  val_loss 1.8520  val_acc 0.6240
+    [machine 0] epoch   0  train_loss 1.9433  train_acc 0.1761  val_loss 1.9134  val_acc 0.3200
+    [machine 0] epoch   1  train_loss 1.8659  train_acc 0.5141  val_loss 1.8819  val_acc 0.5400
+    [machine 0] epoch   2  train_loss 1.8043  train_acc 0.7535  val_loss 1.8519  val_acc 0.6240
     ...
-    [machine 0] epoch  22  train_loss 0.3538  train_acc 1.0000  val_loss 0.9901  val_acc 0.7960
+    [machine 0] epoch  22  train_loss 0.3537  train_acc 1.0000  val_loss 0.9895  val_acc 0.7960
     ...
-    [machine 0] epoch  38  train_loss 0.1467  train_acc 0.9930  val_loss 0.8123  val_acc 0.7900
-    [machine 0] epoch  39  train_loss 0.1474  train_acc 1.0000  val_loss 0.8135  val_acc 0.7940
+    [machine 0] epoch  38  train_loss 0.1463  train_acc 0.9930  val_loss 0.8122  val_acc 0.7920
+    [machine 0] epoch  39  train_loss 0.1469  train_acc 1.0000  val_loss 0.8135  val_acc 0.7940
     [machine 0] [graphtrainer] ckpt_path='best': using runs/tutorial11/simulated-2/version_0/checkpoints/epoch=22-val_acc=0.7960.ckpt
     [machine 1] [graphtrainer] ckpt_path='best': using runs/tutorial11/simulated-2/version_0/checkpoints/epoch=22-val_acc=0.7960.ckpt
-    [machine 0] machine 0: best val_acc 0.7960 over 500 nodes, test_acc 0.7990 over 1000 nodes, 4 ranks; fit 23.7 s, test 10.5 s
-    [machine 1] machine 1: best val_acc 0.7960 over 500 nodes, test_acc 0.7990 over 1000 nodes, 4 ranks; fit 22.3 s, test 11.1 s
+    [machine 1] machine 1: best val_acc 0.7960 over 500 nodes, test_acc 0.7990 over 1000 nodes, 4 ranks; fit 15.3 s, test 6.0 s
+    [machine 0] machine 0: best val_acc 0.7960 over 500 nodes, test_acc 0.7990 over 1000 nodes, 4 ranks; fit 15.3 s, test 6.1 s
     [sim] exit codes: machine 0 0, machine 1 0
-    total 39.5 s
+    total 24.4 s
 
 Both machines print the same numbers: they are the job's, reduced over its 4 ranks. The
 test accuracy is 0.7990, against 0.8200 on one machine (21 of the 1,000 test nodes). The
