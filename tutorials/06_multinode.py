@@ -155,7 +155,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -169,6 +168,7 @@ from graphtrainer import distributed as gdist  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 from tutorials.summary import write_summary  # noqa: E402
+from tutorials.watch import relay_and_watch  # noqa: E402
 
 
 class RecordRanks(Callback):
@@ -275,33 +275,8 @@ def local_demo(args: argparse.Namespace, script_args: List[str]) -> int:
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, start_new_session=True))
 
-    def relay(node: int, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:
-            print(f"[node {node}] {line}", end="", flush=True)
-
-    relays = [threading.Thread(target=relay, args=(i, p), daemon=True) for i, p in enumerate(procs)]
-    for t in relays:
-        t.start()
-    deadline = time.time() + args.timeout
-    codes: List[Optional[int]] = [None, None]
-    while time.time() < deadline and any(c is None for c in codes):
-        codes = [p.poll() for p in procs]
-        if any(c not in (None, 0) for c in codes):   # one node failed: give the other a moment
-            time.sleep(5)
-            codes = [p.poll() for p in procs]
-            break
-        time.sleep(0.2)
-    for i, p in enumerate(procs):
-        if p.poll() is None:                          # timed out, or its peer failed
-            print(f"[demo] node {i} still running: ending it", flush=True)
-            os.killpg(p.pid, 15)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, 9)
-                p.wait()
-    for t in relays:
-        t.join(5)
+    # "Ending" is SIGTERM to the node's process group: torchrun passes it on to its ranks.
+    relay_and_watch(procs, "node", "demo", args.timeout)
     codes = [p.returncode for p in procs]
     print(f"[demo] exit codes: node 0 {codes[0]}, node 1 {codes[1]}", flush=True)
     return 0 if codes == [0, 0] else 1

@@ -276,14 +276,12 @@ stand-in ``srun`` that runs each task on a simulated machine are skipped without
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -293,6 +291,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 from tutorials.summary import write_summary  # noqa: E402
+from tutorials.watch import relay_and_watch  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 #: Tutorial 1's task settings (01_quickstart_cora.yaml), for every run of this script.
@@ -439,38 +438,10 @@ def simulate(args: argparse.Namespace) -> int:
             procs.append(machines.popen(m, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         env={**os.environ, "DGLBACKEND": "pytorch", "PYTHONUNBUFFERED": "1"}))
 
-        def relay(m: int, proc: subprocess.Popen) -> None:
-            for line in proc.stdout:
-                print(f"[machine {m}] {line}", end="", flush=True)
-
-        relays = [threading.Thread(target=relay, args=(m, p), daemon=True) for m, p in enumerate(procs)]
-        for t in relays:
-            t.start()
-        deadline = time.time() + args.timeout
-        while time.time() < deadline and any(c is None for c in codes):
-            codes = [p.poll() for p in procs]
-            if any(c not in (None, 0) for c in codes):   # one failed: its peers would wait for it
-                time.sleep(5)                             # (a moment for them to report the loss)
-                break
-            time.sleep(0.2)
-        codes = [p.poll() for p in procs]
-        if any(c is None for c in codes):
-            print(f"[sim] ending machine(s) {[m for m, c in enumerate(codes) if c is None]}"
-                  f"{': timeout' if time.time() >= deadline else ': a peer failed'}", flush=True)
-            # Ctrl-C first: the trainer then stops its graph servers and cleans up after them;
-            # leaving the block ends whatever is left (SIGTERM, then SIGKILL).
-            for p in procs:
-                if p.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(p.pid, signal.SIGINT)
-            stop_by = time.time() + 10
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                for p in procs:
-                    p.wait(timeout=max(0.1, stop_by - time.time()))
+        # Ending a machine is Ctrl-C first: its trainer then stops its graph servers and cleans
+        # up after them; leaving the block ends whatever is left.
+        codes = relay_and_watch(procs, "machine", "sim", args.timeout, stop_signal=signal.SIGINT)
     # Leaving the block ended every process in the namespaces and removed them (and ip_config).
-    for t in relays:
-        t.join(5)
-    codes = [p.returncode for p in procs]
     print("[sim] exit codes: " + ", ".join(f"machine {m} {c}" for m, c in enumerate(codes)), flush=True)
     left = machines.existing()
     summary: Dict[str, Any] = {"tutorial": "11_one_machine_to_many", "mode": "simulate", "machines": n,
