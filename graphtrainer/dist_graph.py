@@ -60,6 +60,16 @@ class PartitionedGraph:
             raise KeyError(f"{self.part_config} has no node data {key!r}; it has {sorted(ndata)}")
         return tuple(int(d) for d in ndata[key]["shape"])
 
+    @property
+    def ndata(self) -> Dict[str, Any]:
+        """Node data as shape-only ``meta`` tensors (``g.ndata["feat"].shape[1]`` works, as on
+        an in-memory graph); the values live with the graph servers."""
+        import torch
+
+        return {key: torch.empty((self.num_nodes(), *spec["shape"]), dtype=getattr(torch, spec["dtype"].split(".")[-1]),
+                                 device="meta")
+                for key, spec in self.meta.get("ndata", {}).items()}
+
     def __repr__(self) -> str:
         return f"PartitionedGraph({self.part_config!r}: {self.num_nodes()} nodes, {self.meta.get('num_parts')} parts)"
 

@@ -15,26 +15,33 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
 from graphtrainer.dist_graph import PartitionedGraph  # noqa: E402
-from graphtrainer.models import LinkPredictor  # noqa: E402
 from graphtrainer.partition import to_partition_ids  # noqa: E402
-from graphtrainer.ranking import LinkScores  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
+from link_tasks import LinkTask  # noqa: E402
 
 #: Tutorial 1's Cora settings.
 CORA = dict(fanouts=[10, 10], hidden=128, dropout=0.6, lr=0.005, weight_decay=5e-4, batch_size=32,
             eval_batch_size=512)
 
 
+def save_seen(task: GraphTask, seen: list, name: str) -> None:
+    """Gather what every rank trained on this epoch; rank 0 writes ``<out>/<name>_epoch<e>.pt``.
+    Collective (call from ``on_train_epoch_end``)."""
+    gathered = task.all_gather(torch.cat(seen) if seen else torch.empty(0, dtype=torch.int64))
+    seen.clear()
+    if task.rank == 0:
+        torch.save(gathered, os.path.join(task.out, f"{name}_epoch{task.current_epoch}.pt"))
+
+
 class SeedRecorder(NodeClassification):
-    """Writes, after every training epoch, the seed nodes all ranks trained on (gathered
-    on rank 0) to ``<out>/seeds_epoch<e>.pt``. With ``fail`` ("raise" or "kill-server"),
-    rank ``fail_rank`` breaks the run at global step 3."""
+    """Writes, after every training epoch, the seed nodes all ranks trained on to
+    ``<out>/seeds_epoch<e>.pt``. With ``fail`` ("raise" or "kill-server"), rank
+    ``fail_rank`` breaks the run at global step 3."""
 
     def __init__(self, graph: Any, out: str, fail: str = "", fail_rank: int = 1, **kwargs: Any):
         super().__init__(graph, **kwargs)
@@ -51,81 +58,30 @@ class SeedRecorder(NodeClassification):
         return super().training_step(batch, batch_idx)
 
     def on_train_epoch_end(self) -> None:
-        seen = self.all_gather(torch.cat(self._seen) if self._seen else torch.empty(0, dtype=torch.int64))
-        self._seen = []
-        if self.rank == 0:
-            torch.save(seen, os.path.join(self.out, f"seeds_epoch{self.current_epoch}.pt"))
+        save_seen(self, self._seen, "seeds")
 
 
-class DistLinkPrediction(GraphTask):
-    """GraphSAGE + dot product on a partitioned training graph (``datasets.link_split``'s,
-    without exclusion); held-out pairs in partition numbering; exact ranking metrics. Writes
-    the seed edges of each training epoch to ``<out>/edges_epoch<e>.pt`` like SeedRecorder."""
+class DistLinkPrediction(LinkTask):
+    """The link-prediction test task on a partitioned training graph (no exclusion), with
+    held-out pairs in partition numbering; writes each epoch's seed edges to
+    ``<out>/edges_epoch<e>.pt``."""
 
-    def __init__(self, part_config: str, val: Any, test: Any, out: str, hidden: int = 64):
-        super().__init__()
-        self.graph = PartitionedGraph(part_config)
-        self.val = tuple(to_partition_ids(part_config, t) for t in val)
-        self.test = tuple(to_partition_ids(part_config, t) for t in test)
-        self.in_feats, self.hidden, self.out = self.graph.feature_shape("feat")[0], hidden, out
+    def __init__(self, part_config: str, val: Any, test: Any, out: str):
+        graph = PartitionedGraph(part_config)
+        super().__init__(graph, torch.arange(graph.num_edges()),
+                         tuple(to_partition_ids(part_config, t) for t in val),
+                         tuple(to_partition_ids(part_config, t) for t in test), lr=5e-3)
+        self.out = out
         self._seen: list = []
-
-    def configure_model(self) -> torch.nn.Module:
-        return LinkPredictor(self.in_feats, self.hidden, num_layers=2)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.Adam(self.model.parameters(), lr=5e-3)
-
-    def train_dataloader(self) -> Any:
-        return self.edge_dataloader(torch.arange(self.graph.num_edges()), [10, 10], 256, negatives=1)
-
-    def _eval_loader(self, pairs: Any) -> Any:
-        import dgl
-
-        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(2, prefetch_node_feats=["feat"])
-        return self.edge_dataloader(pairs, sampler, 256, negatives=20, shuffle=False)
-
-    def val_dataloader(self) -> Any:
-        return self._eval_loader(self.val)
-
-    def test_dataloader(self) -> Any:
-        return self._eval_loader(self.test)
-
-    def _scores(self, batch: Any) -> tuple:
-        _, pos_graph, neg_graph, blocks = batch
-        return self.model(blocks, blocks[0].srcdata["feat"], pos_graph, neg_graph)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         import dgl
 
         self._seen.append(batch[1].edata[dgl.EID].clone())
-        pos, neg = self._scores(batch)
-        loss = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos))
-                + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg)))
-        self.log("train_loss", loss)
-        return loss
+        return super().training_step(batch, batch_idx)
 
     def on_train_epoch_end(self) -> None:
-        seen = self.all_gather(torch.cat(self._seen) if self._seen else torch.empty(0, dtype=torch.int64))
-        self._seen = []
-        if self.rank == 0:
-            torch.save(seen, os.path.join(self.out, f"edges_epoch{self.current_epoch}.pt"))
-
-    def on_validation_epoch_start(self) -> None:
-        self.scores = LinkScores(20, hits=(20,))
-
-    on_test_epoch_start = on_validation_epoch_start
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self.scores.add(*self._scores(batch))
-
-    test_step = validation_step
-
-    def on_validation_epoch_end(self) -> None:
-        self.log_dict(self.scores.compute("val_"))
-
-    def on_test_epoch_end(self) -> None:
-        self.log_dict(self.scores.compute("test_"))
+        save_seen(self, self._seen, "edges")
 
 
 def kill_graph_servers(out: str) -> None:
