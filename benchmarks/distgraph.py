@@ -2,6 +2,7 @@
 remote feature fetches, and what a partitioned papers100M holds per machine.
 
     python benchmarks/distgraph.py --out benchmarks/results/distgraph   # full run, 1M nodes
+    python benchmarks/distgraph.py --rounds 3 --arms distdgl fork distdgl-glibc fork-glibc --out ...
     python benchmarks/distgraph.py --paper                                # papers100M table only (no data)
     python benchmarks/distgraph.py --quick --skip-remote --out /tmp/dg    # seconds (smoke test)
     python benchmarks/distgraph.py --measure-halo --out benchmarks/results/distgraph
@@ -25,10 +26,15 @@ remote feature fetches, and what a partitioned papers100M holds per machine.
    process calling ``fit``) and the graph server (``graphtrainer.graph_servers``) every
    second (``/proc/<pid>/smaps_rollup``); figures are medians over the steady epochs.
    At the last epoch's end every rank also times, for 10 batches of its own training
-   seeds, the three things a batch costs before the model runs: sampling
-   (``NeighborSampler.sample`` on the ``DistGraph`` or the ``DGLGraph``), the feature
-   fetch of the input nodes (``g.ndata["feat"][input_nodes]``: a kvstore pull from shared
-   memory, or an index into the in-memory tensor) and the labels of the seeds.
+   seeds: sampling (``NeighborSampler.sample`` on the ``DistGraph`` or the ``DGLGraph``),
+   the feature fetch of the input nodes as its loader does it (a kvstore pull from the
+   ``DistTensor``; ``index_select`` on the in-memory tensor, as DGL's ``DataLoader``),
+   the labels, the same seeds through DGL's ``DistNodeDataLoader``, forward + backward
+   of a copy of the model, and ``next()`` on the task's own training loader. One more
+   run per arm (``--profile-rounds``) with ``profiler="simple"`` splits real training
+   batches into stages; it is not in the seeds/s figures. ``--arms`` adds
+   ``distdgl-glibc`` and ``fork-glibc``: the same with ``GRAPHTRAINER_MALLOC_TUNING=0``
+   (glibc's allocator defaults in the ranks instead of ``graphtrainer/lean.py``'s).
 2. **Remote feature fetches.** The same graph in 2 METIS parts, 2 simulated machines
    (``SimulatedMachines(2)``: network namespaces, own addresses and ``/dev/shm``), 1
    trainer each (``Trainer(num_procs=1, distributed_graph=..., ip_config=...)``, 1 epoch
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import json
 import os
@@ -112,7 +119,16 @@ from graphtrainer.callbacks import Callback  # noqa: E402
 NAME = "distgraph"
 SCRIPT = os.path.abspath(__file__)
 ARMS = {"distdgl": "DistDGL, 1 partition (2 trainers + 1 graph server)",
-        "fork": "in-memory graph, fork (2 trainers)"}
+        "fork": "in-memory graph, fork (2 trainers)",
+        "distdgl-glibc": "DistDGL, glibc malloc defaults (GRAPHTRAINER_MALLOC_TUNING=0)",
+        "fork-glibc": "fork, glibc malloc defaults (GRAPHTRAINER_MALLOC_TUNING=0)"}
+#: Arms whose ranks keep glibc's allocator defaults instead of graphtrainer's
+#: ``lean.limit_malloc_caches`` (1 MB fixed mmap threshold, 8 MB trim threshold, 2 arenas).
+GLIBC_SUFFIX = "-glibc"
+
+
+def _base(arm: str) -> str:
+    return arm[:-len(GLIBC_SUFFIX)] if arm.endswith(GLIBC_SUFFIX) else arm
 MB = 1024 * 1024
 GB = 1e9
 
@@ -343,7 +359,9 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
     sampler = dgl.dataloading.NeighborSampler(list(fanouts))
     gen = torch.Generator().manual_seed(1000 + int(task.rank))
     dist = is_dist_graph(g)
-    cost: Dict[str, List[float]] = {"sample_ms": [], "feat_ms": [], "label_ms": []}
+    model = copy.deepcopy(task.module)
+    formats: Dict[str, Any] = {}
+    cost: Dict[str, List[float]] = {"sample_ms": [], "feat_ms": [], "label_ms": [], "fwd_bwd_ms": []}
     if dist:
         cost["dgl_loader_ms"] = []
     inputs: List[int] = []
@@ -351,12 +369,25 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
     for i in range(batches + 1):
         seeds = pool[torch.randperm(len(pool), generator=gen)[:batch_size]]
         t0 = time.perf_counter()
-        input_nodes, output_nodes, _ = sampler.sample(g, seeds)
+        input_nodes, output_nodes, blocks = sampler.sample(g, seeds)
         t1 = time.perf_counter()
-        x = g.ndata["feat"][input_nodes]
+        # As each loader gathers them: DistNodeLoader pulls from the DistTensor (kvstore);
+        # DGL's DataLoader gathers rows of the in-memory tensor with index_select
+        # (dgl.storages.TensorStorage.fetch), not with advanced indexing (8x slower here).
+        x = g.ndata["feat"][input_nodes] if dist else torch.index_select(g.ndata["feat"], 0, input_nodes)
         t2 = time.perf_counter()
-        g.ndata["label"][output_nodes]
+        if dist:
+            y = g.ndata["label"][output_nodes]
+        else:
+            y = torch.index_select(g.ndata["label"], 0, output_nodes)
         t3 = time.perf_counter()
+        # Forward and backward of a copy of the model (no DDP hooks, no optimizer) on these blocks.
+        logits = model(blocks, x)
+        torch.nn.functional.cross_entropy(logits, y).backward()
+        model.zero_grad(set_to_none=True)
+        t5 = time.perf_counter()
+        if i == 0:
+            formats = {k: v for k, v in blocks[0].formats().items()}
         if dist:
             # The same seeds through DGL's DistNodeDataLoader, as graphtrainer's DistNodeLoader
             # gets its batches (sampling included; no features).
@@ -371,9 +402,28 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
         cost["sample_ms"].append(1000 * (t1 - t0))
         cost["feat_ms"].append(1000 * (t2 - t1))
         cost["label_ms"].append(1000 * (t3 - t2))
+        cost["fwd_bwd_ms"].append(1000 * (t5 - t3))
         inputs.append(int(input_nodes.numel()))
-    out: Dict[str, Any] = {k: statistics.median(v) for k, v in cost.items()}
+    # The task's own training loader (NodeLoader or DistNodeLoader), as the epochs used it:
+    # a whole batch (seeds, sampling, features, labels) per next().
+    from graphtrainer.batches import set_epoch
+
+    loader = task.train_dataloader()
+    set_epoch(loader, 1000)
+    batches_iter = iter(loader)
+    next(batches_iter)  # the loader's start-up
+    cost["loader_ms"] = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        try:
+            next(batches_iter)
+        except StopIteration:
+            break
+        cost["loader_ms"].append(1000 * (time.perf_counter() - t0))
+    del batches_iter, loader
+    out: Dict[str, Any] = {k: statistics.median(v) for k, v in cost.items() if v}
     out["input_nodes"] = statistics.median(inputs)
+    out["block0_formats"] = formats
     out["feat_mb_per_s"] = out["input_nodes"] * row_bytes / MB / (out["feat_ms"] / 1000) if out["feat_ms"] else None
     out["rank"] = int(task.rank)
     return out
@@ -403,9 +453,11 @@ def run_arm(arm: str, cfg: Dict[str, Any], work: Path, private_shm: bool, timeou
         argv = private_shm_prefix() + argv
     log = run_dir / "log.txt"
     load = round(os.getloadavg()[0], 2)
+    env = child_env()
+    if arm.endswith(GLIBC_SUFFIX):
+        env["GRAPHTRAINER_MALLOC_TUNING"] = "0"
     with open(log, "wb") as fh, sysinfo.LoadMeter() as meter:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=child_env())
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -445,14 +497,16 @@ def arm_worker(cfg_path: str) -> None:
         time.sleep(0.05)  # a first sample (the driver alone) before anything starts
     t_start = time.time()
     try:
-        if cfg["arm"] == "fork":
+        if _base(cfg["arm"]) == "fork":
             graph: Any = workload.build_graph(cfg["spec"])
         else:
             graph = cfg["part_config"]  # the task holds a PartitionedGraph; ranks open the DistGraph
         task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"], batch_size=cfg["batch_size"],
                                   lr=3e-3, dropout=0.5)
         probe = RankProbe(cfg["epochs"], cfg["probe_batches"], cfg["fanouts"], cfg["batch_size"])
-        kwargs = {"distributed_graph": cfg["part_config"]} if cfg["arm"] == "distdgl" else {}
+        kwargs = {"distributed_graph": cfg["part_config"]} if _base(cfg["arm"]) == "distdgl" else {}
+        if cfg.get("profile"):
+            kwargs["profiler"] = "simple"
         trainer = Trainer(num_procs=2, max_epochs=cfg["epochs"], limit_train_batches=cfg["batches"],
                           progress_bar=False, logger=False, enable_model_summary=False, callbacks=[probe], seed=0,
                           default_root_dir=str(work / "runs"), **kwargs)
@@ -468,6 +522,7 @@ def arm_worker(cfg_path: str) -> None:
             watcher.wait()
     rows = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
     result = {"arm": cfg["arm"], "epochs": probe.rows, "probe": probe.probe, "fit_s": fit_s,
+              "profile": getattr(trainer.state, "profile", None),
               "start_to_fit_s": t_fit - t_start, "samples": rows, "threads_per_proc": trainer.threads_per_proc}
     Path(cfg["result"]).write_text(json.dumps(result))
 
@@ -520,6 +575,24 @@ def summarize_run(res: Dict[str, Any], batch_size: int) -> Dict[str, Any]:
     }
 
 
+#: Stages of graphtrainer's simple profiler reported per batch (see graphtrainer/profiler.py).
+PROFILE_STAGES = ("sample", "to device", "forward", "backward", "optimizer", "on_train_batch_end")
+
+
+def profile_per_batch(res: Dict[str, Any]) -> Optional[Dict[str, float]]:
+    """ms per training batch of each profiler stage, mean over ranks (``None`` unprofiled).
+    ``sample`` is the loader's ``next()``: sampling, features and labels."""
+    if not res.get("profile"):
+        return None
+    batches = sum(e["batches_all_ranks"] for e in res["epochs"]) / max(1, len(res["epochs"][-1]["ranks"]))
+    out = {}
+    for stage in PROFILE_STAGES + ("epoch start", "epoch end", "all-reduce (inside backward)"):
+        vals = [r.get(stage, 0.0) for r in res["profile"]]
+        out[stage] = 1000 * _mean(vals) / max(1.0, batches)
+    out["fit_per_batch"] = 1000 * _mean([r.get("fit", 0.0) for r in res["profile"]]) / max(1.0, batches)
+    return out
+
+
 def _num(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:,.0f}"
 
@@ -535,7 +608,8 @@ def analyse_throughput(runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
         def med(key: str) -> Optional[float]:
             vals = [r[key] for r in items if r.get(key) is not None]
             return statistics.median(vals) if vals else None
-        probe_keys = ("sample_ms", "feat_ms", "label_ms", "input_nodes", "feat_mb_per_s", "dgl_loader_ms")
+        probe_keys = ("sample_ms", "feat_ms", "label_ms", "input_nodes", "feat_mb_per_s", "dgl_loader_ms",
+                      "loader_ms", "fwd_bwd_ms")
         probes = [p for r in items for p in r["probe"]]
         arms[arm] = {
             "runs": len(items), "seeds_per_s": med("seeds_per_s"), "seeds_per_s_runs": [r["seeds_per_s"] for r in items],
@@ -554,15 +628,22 @@ def analyse_throughput(runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
             "loadavg_before": [r.get("loadavg_1min_before") for r in items],
         }
     out: Dict[str, Any] = {"arms": arms}
+    keys = ("seeds_per_s", "batch_ms", "rank_uss_mb", "rank_pss_mb", "rank_rss_mb", "total_pss_mb")
+
+    def ratios(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, float]:
+        return {k: a[k] / b[k] for k in keys if a.get(k) and b.get(k)}
+
     if "distdgl" in arms and "fork" in arms:
         d, f = arms["distdgl"], arms["fork"]
-        out["ratios"] = {k: d[k] / f[k] for k in ("seeds_per_s", "batch_ms", "rank_uss_mb", "rank_pss_mb",
-                                                      "rank_rss_mb", "total_pss_mb")
-                         if d.get(k) and f.get(k)}
+        out["ratios"] = ratios(d, f)
         out["pair_ratios_seeds_per_s"] = [a / b for a, b in zip(d["seeds_per_s_runs"], f["seeds_per_s_runs"])]
         out["extra_ms_per_batch"] = {k: d["probe"].get(k, 0) - f["probe"].get(k, 0)
-                                     for k in ("sample_ms", "feat_ms", "label_ms")}
+                                     for k in ("sample_ms", "feat_ms", "label_ms", "loader_ms", "fwd_bwd_ms")}
         out["extra_batch_ms"] = d["batch_ms"] - f["batch_ms"]
+    if "distdgl-glibc" in arms and "fork-glibc" in arms:
+        out["ratios_glibc"] = ratios(arms["distdgl-glibc"], arms["fork-glibc"])
+    out["glibc_over_tuned"] = {base: ratios(arms[base + GLIBC_SUFFIX], arms[base]) for base in ("distdgl", "fork")
+                               if base in arms and base + GLIBC_SUFFIX in arms}
     return out
 
 
@@ -795,7 +876,13 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", default="10,10")
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=["distdgl", "fork"],
+                   help="arms, run in this order every round (default: distdgl fork); the -glibc arms keep "
+                        "glibc's malloc defaults in the ranks (GRAPHTRAINER_MALLOC_TUNING=0)")
     p.add_argument("--probe-batches", type=int, default=10, help="batches timed for the per-batch breakdown")
+    p.add_argument("--profile-rounds", type=int, default=1,
+                   help="extra DistDGL/fork pairs with profiler='simple', for where a batch's time goes "
+                        "(not in the seeds/s figures; default %(default)s)")
     p.add_argument("--remote-batches", type=int, default=20, help="training batches per rank in part 2")
     p.add_argument("--remote-reps", type=int, default=5, help="timed fetches per kind and size in part 2")
     p.add_argument("--out", type=Path, default=Path("bench_out") / NAME, help="output folder (default: %(default)s)")
@@ -816,7 +903,7 @@ def parse_args(argv: Any = None) -> Any:
     if args.quick:
         args.nodes, args.feat_dim, args.epochs, args.batches, args.rounds = 20_000, 16, 1, 3, 1
         args.batch_size, args.hidden, args.probe_batches = 256, 32, 2
-        args.remote_batches, args.remote_reps, args.timeout = 3, 2, 300.0
+        args.remote_batches, args.remote_reps, args.timeout, args.profile_rounds = 3, 2, 300.0, 0
     if args.epochs < 1 or args.batches < 1 or args.rounds < 1 or args.nodes < 100:
         p.error("--epochs, --batches and --rounds must be >= 1, --nodes >= 100")
     return args
@@ -834,9 +921,7 @@ def render(spec: Dict[str, Any], thr: Dict[str, Any], remote: Optional[Dict[str,
                "driver RSS / PSS MB", "total PSS MB (peak)", "CPU cores used: trainers / server / driver",
                "other load (cores)", "1-min load before"]
     rows = []
-    for arm in ("distdgl", "fork"):
-        if arm not in a:
-            continue
+    for arm in [k for k in ARMS if k in a]:
         r = a[arm]
         server = " / ".join(_num(r[k]) for k in ("server_rss_mb", "server_pss_mb", "server_uss_mb"))
         rows.append([ARMS[arm], f"{r['seeds_per_s']:,.0f} (" + ", ".join(f"{x:,.0f}" for x in r["seeds_per_s_runs"])
@@ -855,28 +940,53 @@ def render(spec: Dict[str, Any], thr: Dict[str, Any], remote: Optional[Dict[str,
                   + ", ".join(f"{x:.2f}" for x in thr["pair_ratios_seeds_per_s"]) + f"); ms per batch "
                   f"{q['batch_ms']:.2f}x; trainer USS {q['rank_uss_mb']:.2f}x, PSS {q['rank_pss_mb']:.2f}x, "
                   f"RSS {q['rank_rss_mb']:.2f}x; total PSS of the run {q.get('total_pss_mb', float('nan')):.2f}x.")
+    if thr.get("ratios_glibc"):
+        q = thr["ratios_glibc"]
+        md.append(f"\n**With glibc's malloc defaults, DistDGL / fork**: seeds/s {q['seeds_per_s']:.2f}x; trainer USS "
+                  f"{q['rank_uss_mb']:.2f}x, PSS {q['rank_pss_mb']:.2f}x.")
+    for base, q in (thr.get("glibc_over_tuned") or {}).items():
+        md.append(f"\n**{base}, glibc defaults / graphtrainer's malloc tuning**: seeds/s {q['seeds_per_s']:.2f}x; "
+                  f"trainer USS {q['rank_uss_mb']:.2f}x, PSS {q['rank_pss_mb']:.2f}x.")
+    if "ratios" in thr:
         md.append(f"\nModel of the layouts (`paper_rows` on this graph): a 1-part DistDGL server holds "
                   f"{model['server_mb']:,.0f} MB, one in-memory graph {model['one_machine_mb']:,.0f} MB.")
     md.append("\n### Per-batch costs before the model runs (each rank, medians over "
               f"{args.probe_batches} batches of its own training seeds, after the last epoch)\n")
     headers = ["arm", "input nodes / batch", "sampling ms", "feature fetch ms", "feature MB/s", "labels ms",
-               "sum ms", "sampling via DGL's DistNodeDataLoader ms", "whole batch ms (training)"]
+               "sum ms", "sampling via DGL's DistNodeDataLoader ms", "model forward + backward ms",
+               "training loader ms / batch", "whole batch ms (training)", "rest: step and loop ms"]
     rows = []
-    for arm in ("distdgl", "fork"):
-        if arm not in a or not a[arm]["probe"]:
+    for arm in [k for k in ARMS if k in a]:
+        if not a[arm]["probe"]:
             continue
         p = a[arm]["probe"]
         total = p["sample_ms"] + p["feat_ms"] + p["label_ms"]
         rows.append([ARMS[arm], f"{p['input_nodes']:,.0f}", f"{p['sample_ms']:.1f}", f"{p['feat_ms']:.1f}",
                      f"{p.get('feat_mb_per_s') or 0:,.0f}", f"{p['label_ms']:.2f}", f"{total:.1f}",
-                     f"{p['dgl_loader_ms']:.1f}" if "dgl_loader_ms" in p else "",
-                     f"{a[arm]['batch_ms']:.1f}"])
+                     f"{p['dgl_loader_ms']:.1f}" if "dgl_loader_ms" in p else "", f"{p['fwd_bwd_ms']:.1f}",
+                     f"{p['loader_ms']:.1f}" if "loader_ms" in p else "", f"{a[arm]['batch_ms']:.1f}",
+                     f"{a[arm]['batch_ms'] - p['loader_ms']:.1f}" if "loader_ms" in p else ""])
     md.append(report.markdown_table(headers, rows))
     if "extra_ms_per_batch" in thr:
         x = thr["extra_ms_per_batch"]
-        md.append(f"\nDistDGL's batch took {thr['extra_batch_ms']:+.1f} ms more in training; of the probed parts, "
-                  f"sampling {x['sample_ms']:+.1f} ms, feature fetch {x['feat_ms']:+.1f} ms, labels "
-                  f"{x['label_ms']:+.2f} ms.")
+        md.append(f"\nDistDGL's batch took {thr['extra_batch_ms']:+.1f} ms more in training; its training loader "
+                  f"{x['loader_ms']:+.1f} ms per batch; of the probed parts, sampling {x['sample_ms']:+.1f} ms, "
+                  f"feature fetch {x['feat_ms']:+.1f} ms, labels {x['label_ms']:+.2f} ms; model forward + backward "
+                  f"{x['fwd_bwd_ms']:+.1f} ms. The probes run after the epochs, both ranks at once, as in training.")
+    profiles = thr.get("profiles") or {}
+    if profiles:
+        md.append("\n### Where a training batch's time goes (graphtrainer's `profiler=\"simple\"`, separate "
+                  "profiled run per arm; ms per batch, mean of the 2 ranks, all epochs)\n")
+        stages = PROFILE_STAGES + ("all-reduce (inside backward)", "fit_per_batch")
+        headers = ["arm", "seeds/s (profiled run)"] + [("fit / batch" if k == "fit_per_batch" else k) for k in stages]
+        rows = []
+        for arm in [k for k in ARMS if k in profiles]:
+            for item in profiles[arm]:
+                pb = item["per_batch_ms"] or {}
+                rows.append([ARMS[arm], f"{item['seeds_per_s']:,.0f}"] + [f"{pb.get(k, 0):.1f}" for k in stages])
+        md.append(report.markdown_table(headers, rows))
+        md.append("\n`sample` is the loader's `next()` (sampling, features, labels); `fit / batch` includes the "
+                  "epochs' start-up and ends; `all-reduce` overlaps `backward`.")
     md.append("\n## 2. Remote feature fetches (2 simulated machines, 1 trainer each)\n")
     if remote is None:
         md.append("Not run (--skip-remote).")
@@ -914,7 +1024,7 @@ def render(spec: Dict[str, Any], thr: Dict[str, Any], remote: Optional[Dict[str,
 
 def draw_for(thr: Dict[str, Any]) -> Any:
     def draw(fig: Any) -> None:
-        arms = [k for k in ("distdgl", "fork") if k in thr["arms"]]
+        arms = [k for k in ARMS if k in thr["arms"]]
         ax = fig.add_subplot(1, 2, 1)
         ax.bar(range(len(arms)), [thr["arms"][k]["seeds_per_s"] for k in arms])
         ax.set_xticks(range(len(arms)), arms)
@@ -967,10 +1077,10 @@ def main(argv: Any = None) -> Optional[Dict[str, Any]]:
         del graph
         gc.collect()
         cfg["part_config"] = str(one.config)
-        runs: Dict[str, List[Dict[str, Any]]] = {"distdgl": [], "fork": []}
+        runs: Dict[str, List[Dict[str, Any]]] = {arm: [] for arm in args.arms}
         order = []
         for rnd in range(args.rounds):
-            for arm in ("distdgl", "fork"):
+            for arm in args.arms:
                 print(f"[{NAME}] round {rnd + 1}/{args.rounds}: {arm} (load {os.getloadavg()[0]:.2f})", flush=True)
                 res = run_arm(arm, cfg, work, private, args.timeout)
                 summ = summarize_run(res, args.batch_size)
@@ -980,6 +1090,16 @@ def main(argv: Any = None) -> Optional[Dict[str, Any]]:
                       f"trainer USS {[round(x) for x in summ['rank_uss_mb']]} MB  other load "
                       f"{summ['other_cores']} cores", flush=True)
         thr = analyse_throughput(runs)
+        profiles: Dict[str, Any] = {}
+        for rnd in range(args.profile_rounds):
+            for arm in args.arms:
+                print(f"[{NAME}] profiled run {rnd + 1}/{args.profile_rounds}: {arm} (load "
+                      f"{os.getloadavg()[0]:.2f})", flush=True)
+                res = run_arm(arm, dict(cfg, profile=True, probe_batches=0), work, private, args.timeout)
+                profiles.setdefault(arm, []).append(
+                    {"per_batch_ms": profile_per_batch(res), "seeds_per_s": summarize_run(res, args.batch_size)
+                     ["seeds_per_s"], "other_cores": res["other_cores"], "profile": res["profile"]})
+        thr["profiles"] = profiles
         remote = None
         if two is not None:
             print(f"[{NAME}] remote fetches on 2 simulated machines (load {os.getloadavg()[0]:.2f})", flush=True)
