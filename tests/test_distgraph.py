@@ -62,6 +62,7 @@ def _trainer(root, epochs, **kwargs):
                    enable_model_summary=False, hang_timeout=120, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_one_machine_trains_cora_to_the_floor_and_covers_each_train_id_once_per_epoch(tmp_path, cora, cora_parts):
     """1 partition, 2 trainer ranks, nothing but the partition folder: accuracy as on one
@@ -86,6 +87,7 @@ def test_one_machine_trains_cora_to_the_floor_and_covers_each_train_id_once_per_
     assert Path(ckpt.best_model_path).is_file() and Path(ckpt.best_model_path).parent.parent == trainer.log_dir
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_predictions_come_back_in_id_order_equal_to_the_in_memory_model(tmp_path, cora, cora_parts):
     task = NodeClassification(cora_parts, **CORA)
@@ -113,6 +115,7 @@ def test_a_trainer_raising_ends_the_run_naming_rank_and_machine(tmp_path, cora_p
     assert "rank 1 on machine 0 (127.0.0.1) failed: RuntimeError: trainer fault at step 3" in str(err)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora_parts):
     task = SeedRecorder(cora_parts, str(tmp_path), fail="kill-server", fail_rank=0, **CORA)
@@ -127,6 +130,7 @@ def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora
     assert "Server is waiting for connections" in err.remote_traceback  # the end of its log
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
     """SIGINT to the whole process group (a terminal's Ctrl-C) mid-training: the script
@@ -173,6 +177,7 @@ def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
     assert proc.returncode != 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_link_prediction_on_a_partitioned_graph_covers_each_edge_once_and_ranks_exactly(tmp_path, cora):
     """edge_dataloader on the DistGraph: every training edge once per epoch, held-out pairs

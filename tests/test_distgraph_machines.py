@@ -82,6 +82,7 @@ def test_a_rank_failing_on_one_machine_ends_every_machine_naming_it(tmp_path):
     assert abs(errors[0]["at"] - errors[1]["at"]) < 15, errors  # not after machine 0's hang_timeout (120 s)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not POSSIBLE, reason=f"cannot simulate machines here: {WHY_NOT}")
 def test_a_machine_that_never_starts_ends_the_run_saying_what_to_check(tmp_path):
