@@ -53,7 +53,7 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
     state.local_rank = info.local_rank
     state.precision = Precision(config.precision, device)
     state.profiler = Profiler(config.profiler == "simple" and stage == "fit")
-    _attach(trainer, task, state, stage)
+    _attach(trainer, task, state, stage, shared_log_dir=cluster is not None)
     if cluster is not None:
         task.graph = dist_graph.open_graph(cluster)
     try:
@@ -125,16 +125,18 @@ def _use_device(device: torch.device) -> None:
                            "code before fit") from err
 
 
-def _attach(trainer: "Trainer", task: "GraphTask", state: RunState, stage: str) -> None:
+def _attach(trainer: "Trainer", task: "GraphTask", state: RunState, stage: str,
+            shared_log_dir: bool = False) -> None:
     """Bind this rank's identity to the task; for ``fit``, the run folder and logger
-    (collective under torchrun/Slurm, where rank 0 numbers the run)."""
+    (collective under torchrun/Slurm, where rank 0 numbers the run, and over several
+    machines, where rank 0's launcher made it: ``shared_log_dir``)."""
     state.task = task
     task.trainer, task.rank, task.world_size, task.device = trainer, state.rank, state.world_size, state.device
     task.local_rank = state.local_rank
     if stage != "fit" or trainer.config.fast_dev_run:  # a smoke run writes nothing
         return
-    if state.log_dir is None:  # external launch: rank 0 numbers the run, the others learn it
-        made = str(prepare_run_dir(trainer.config.default_root_dir)) if state.rank == 0 else None
+    if state.log_dir is None or shared_log_dir:  # rank 0 has or numbers the run, the others learn it
+        made = str(state.log_dir or prepare_run_dir(trainer.config.default_root_dir)) if state.rank == 0 else None
         state.log_dir = Path(gdist.broadcast_object(made))
     state.logger = make_logger(trainer.config.logger, state.log_dir, state.rank)
     if state.logger is not None:

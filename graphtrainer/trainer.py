@@ -429,14 +429,17 @@ class Trainer:
 
     def _run_distgraph(self, task: GraphTask, stage: str, ckpt_path: Optional[str],
                        options: DistGraphOptions) -> RunResult:
-        """This machine's share of a DistDGL run: its graph servers, then its ranks; rank 0
-        (on machine 0) numbers the run folder, as under torchrun."""
+        """This machine's share of a DistDGL run: its graph servers, then its ranks. Machine
+        0's launcher makes the run folder; every rank learns it from rank 0."""
         config = self.config
         if gdist.one_process_per_machine() is not None:
             raise RuntimeError(f"distributed_graph= runs one process per machine, which starts that machine's "
                                f"graph servers and trainer ranks, but {gdist.one_process_per_machine()}: start "
                                "the script once per machine (under Slurm: srun --ntasks-per-node=1)")
         cluster = resolve_cluster(options, config.num_procs)
+        if stage == "fit" and not config.fast_dev_run and cluster.machine_rank == 0:
+            # Made by the launcher of rank 0's machine, so a failed start can remove it.
+            self.state.log_dir = prepare_run_dir(config.default_root_dir)
         method = self._launch_method(task)
         prepare_graphs(task, method)
         threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)

@@ -115,6 +115,18 @@ def test_a_trainer_raising_ends_the_run_naming_rank_and_machine(tmp_path, cora_p
     assert "rank 1 on machine 0 (127.0.0.1) failed: RuntimeError: trainer fault at step 3" in str(err)
 
 
+class FailsInRank(NodeClassification):
+    def configure_optimizers(self):
+        raise RuntimeError("no optimizer today")
+
+
+@pytest.mark.timeout(120)
+def test_a_fit_failing_before_anything_worth_keeping_leaves_no_run_folder(tmp_path, cora_parts):
+    with pytest.raises(RankFailedError, match="no optimizer today"):
+        _trainer(tmp_path / "runs", 2).fit(FailsInRank(cora_parts, **CORA))
+    assert list((tmp_path / "runs").glob("version_*")) == []
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora_parts):
