@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import threading
+import warnings
 from typing import Any, Optional
 
 KEY = "graphtrainer/failed"
@@ -23,19 +24,24 @@ POLL_S = 0.25
 class JobFailures:
     """A background connection to the job's store; :meth:`reported` is what another
     machine wrote, :meth:`report` writes this machine's failure. Never blocks the caller
-    for long: without a store (not yet up, or gone with rank 0) it does nothing."""
+    for long: without a store (not yet up, or gone with machine 0's launcher) it does nothing."""
 
     def __init__(self, host: str, port: int, serve: bool):
         import torch.distributed as dist
 
         self.host, self.port = host, port
         self._store: Any = None
-        if serve:  # machine 0's launcher
-            self._store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
-                                        timeout=datetime.timedelta(seconds=30))
         self._reported: Optional[dict] = None
         self._sent: Optional[dict] = None
         self._stop = threading.Event()
+        if serve:  # machine 0's launcher
+            try:
+                self._store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
+                                            timeout=datetime.timedelta(seconds=30))
+            except Exception as err:  # noqa: BLE001 - the run goes on; failures then surface later
+                warnings.warn(f"cannot serve the machines' failure reports on {host}:{port} ({err}): a failure on "
+                              "one machine will reach the others only through their own errors or hang_timeout")
+                self._stop.set()
         self._thread = threading.Thread(target=self._run, name="graphtrainer-job-failures", daemon=True)
         self._thread.start()
 
@@ -46,15 +52,20 @@ class JobFailures:
             try:
                 self._store = dist.TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
                                             timeout=datetime.timedelta(seconds=5))
-            except Exception:  # noqa: BLE001 - not up yet: rank 0 starts it
+            except Exception:  # noqa: BLE001 - not up yet: machine 0's launcher serves it
                 self._stop.wait(POLL_S)
         while not self._stop.wait(POLL_S):
             try:
                 if self._store.add(COUNT, 0) > 0:
                     self._reported = json.loads(self._store.get(KEY).decode())
                     return
-            except Exception:  # noqa: BLE001 - the store went away with rank 0
+            except Exception:  # noqa: BLE001 - the store went away with machine 0's launcher
                 return
+
+    @property
+    def connected(self) -> bool:
+        """True once this launcher can write and read reports."""
+        return self._store is not None
 
     def reported(self) -> Optional[dict]:
         """``{"rank", "machine", "error_type", "message"}`` of a failure another machine wrote."""

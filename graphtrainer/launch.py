@@ -28,8 +28,8 @@ import threading
 import time
 import traceback
 import warnings
-from multiprocessing.connection import wait
 from dataclasses import dataclass
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -83,6 +83,8 @@ class RankFailedError(RuntimeError):
         self.message = message
         self.remote_traceback = remote_traceback
         self.machine = machine
+        #: True when another machine's launcher reported it (this machine's ranks were stopped).
+        self.elsewhere = False
         #: What failed, in words: "rank 3 on machine 1 (10.0.0.2)", "graph server 0 ...".
         self.process = process or f"rank {rank}" + (f" on machine {machine}" if machine else "")
         text = f"{self.process} failed: {error_type}: {message}"
@@ -502,7 +504,7 @@ class _Watch:
             self._report_cause()
         if self.failures:
             cause = self._placed(min(self.failures, key=_cause_order)[1])
-            if self.job is not None and not getattr(cause, "elsewhere", False):
+            if self.job is not None and not cause.elsewhere:
                 self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
             raise cause
         return self.results[0]
@@ -512,7 +514,7 @@ class _Watch:
         their ranks may be stuck waiting on ours."""
         if self.job is None:
             return
-        causes = [f for f in self.failures if _cause_order(f)[0] < 2 and not getattr(f[1], "elsewhere", False)]
+        causes = [f for f in self.failures if _cause_order(f)[0] < 2 and not f[1].elsewhere]
         if causes:
             cause = self._placed(min(causes, key=_cause_order)[1])
             self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
@@ -521,7 +523,7 @@ class _Watch:
         """How long to wait for other reports once a failure is in: longer over several
         machines, where what failed here may follow from a failure elsewhere (a lost peer,
         a C++ abort in a collective) and that machine will say so."""
-        if self.job is not None and not any(getattr(f[1], "elsewhere", False) for f in self.failures):
+        if self.job is not None and not any(f[1].elsewhere for f in self.failures):
             return OTHER_MACHINE_SETTLE_S
         return FAILURE_SETTLE_S
 
@@ -530,11 +532,11 @@ class _Watch:
         reported = self.job.reported() if self.job is not None else None
         if reported is None:
             return False
-        if any(getattr(f[1], "elsewhere", False) for f in self.failures):
+        if any(f[1].elsewhere for f in self.failures):
             return True
         err = RankFailedError(reported["rank"], reported["error_type"],
                               f"{reported['message']} (this machine's ranks were stopped)", machine=reported["machine"])
-        err.elsewhere = True  # type: ignore[attr-defined]
+        err.elsewhere = True
         self.failures.append((time.monotonic(), err))
         return True
 
@@ -547,7 +549,7 @@ class _Watch:
 
     def _placed(self, err: RankFailedError) -> RankFailedError:
         """``err`` with global rank numbers and the machine, on a job over several machines."""
-        if self.placement is None or err.rank < 0 or getattr(err, "elsewhere", False):
+        if self.placement is None or err.rank < 0 or err.elsewhere:
             return err
         offset = self.placement.first_rank  # (a hang's message counts this machine's ranks from 0)
         return RankFailedError(err.rank + offset, err.error_type, err.message, err.remote_traceback,
@@ -650,7 +652,7 @@ def _cause_order(failure: tuple) -> tuple:
     its peers' connection errors arrive first), then a real exception, then peers' errors
     about the lost connection; earliest first within each."""
     stamp, err = failure
-    if err.rank < 0 or getattr(err, "elsewhere", False):  # a graph server or another machine: the
+    if err.rank < 0 or err.elsewhere:  # a graph server or another machine: the
         kind = -1                                            # ranks' errors here follow from that
     elif err.error_type == "ProcessDied":
         kind = 0
