@@ -15,6 +15,7 @@ import contextlib
 import io
 import logging
 import os
+import sys
 from typing import Any, Dict, Optional, Tuple
 
 from .dist_cluster import Cluster, config_path
@@ -127,8 +128,6 @@ def is_dist_tensor(value: Any) -> bool:
 
 
 def _dgl_distributed() -> Any:
-    import sys
-
     dgl = sys.modules.get("dgl")
     return getattr(dgl, "distributed", None) if dgl is not None else None
 

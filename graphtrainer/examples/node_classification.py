@@ -71,11 +71,12 @@ class NodeClassification(CrossEntropySteps, GraphTask):
         self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
         self.lr, self.weight_decay, self.metric = lr, weight_decay, metric
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.in_feats = graph.ndata["feat"].shape[1]  # a PartitionedGraph's ndata holds shapes only
         if isinstance(graph, PartitionedGraph):  # read from the partition folder; the ranks open the graph
-            self.num_classes, self.in_feats = graph.num_classes, graph.feature_shape("feat")[0]
+            self.num_classes = graph.num_classes
             self.split_ids: Optional[dict] = None
         else:
-            self.num_classes, self.in_feats = int(graph.ndata["label"].max()) + 1, graph.ndata["feat"].shape[1]
+            self.num_classes = int(graph.ndata["label"].max()) + 1
             self.split_ids = {s: graph.ndata[f"{s}_mask"].nonzero(as_tuple=True)[0] for s in ("train", "val", "test")}
         self._scores: List[torch.Tensor] = []
         self._labels: List[torch.Tensor] = []
