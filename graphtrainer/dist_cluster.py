@@ -15,11 +15,11 @@ import json
 import os
 import socket
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+from . import leftovers
 from .distributed import free_port
 from .launch import Placement
 
@@ -183,7 +183,7 @@ def resolve_cluster(options: DistGraphOptions, trainers_per_machine: int) -> Clu
     if options.ip_config is None:
         # This machine alone: one loopback line on a free port, in a file of this run's own.
         port = free_port()
-        folder = tempfile.mkdtemp(prefix="graphtrainer-ipconfig-")
+        folder = leftovers.owned_temp_dir("ipconfig")
         path = os.path.join(folder, "ip_config.txt")
         with open(path, "w", encoding="ascii") as fh:
             fh.write(f"127.0.0.1 {port}\n")

@@ -13,12 +13,21 @@ Python keeps one fork server per process (``multiprocessing.forkserver``). graph
 starts it for a launch (early, so its imports overlap the graph's preparation) and stops
 it when the launch ends, whatever happened, so no server outlives a ``fit``: its ranks
 were ended before, and any left would get SIGKILL as their parent exits.
+
+If the launching process itself dies (SIGKILL, SIGTERM), nothing of the run may go on.
+Python's server exits once every holder of its "alive" pipe is gone, and it hands that
+pipe to each rank it forks, so a live rank would keep it alive (and the rank's
+die-with-parent signal, which points at the server, would never fire). Each rank
+therefore closes its copy (:func:`bind_to_launcher`) and also watches the launching
+process itself, ending at once when it is gone.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import select
 import signal
+import threading
 import time
 from multiprocessing import forkserver as _mp_forkserver
 from typing import Optional
@@ -29,6 +38,8 @@ PRELOAD = "graphtrainer._forkserver_preload"
 STOP_GRACE_S = 5.0
 #: Tells the preload module it runs in the server (read and removed there).
 ENV_FLAG = "GRAPHTRAINER_FORKSERVER"
+#: The launching process's pid, as the server and its ranks see it (see :func:`bind_to_launcher`).
+LAUNCHER_ENV = "GRAPHTRAINER_FORKSERVER_LAUNCHER"
 
 
 def context() -> mp.context.BaseContext:
@@ -42,15 +53,17 @@ def start_server() -> int:
     """Start the fork server now (no-op when it runs) and return its pid. It imports in the
     background; the first rank start waits for it."""
     context()
-    previous = os.environ.get(ENV_FLAG)
+    previous = {name: os.environ.get(name) for name in (ENV_FLAG, LAUNCHER_ENV)}
     os.environ[ENV_FLAG] = "1"
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
     try:
         _mp_forkserver.ensure_running()
     finally:
-        if previous is None:
-            os.environ.pop(ENV_FLAG, None)
-        else:
-            os.environ[ENV_FLAG] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     pid = server_pid()
     assert pid is not None
     return pid
@@ -100,3 +113,47 @@ def _reap(pid: int, grace_s: float) -> None:
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
+
+
+def bind_to_launcher() -> None:
+    """In a rank the server forked: let the server notice when the launching process is gone
+    (close this rank's copy of its "alive" pipe), and end this rank when that process is
+    gone, whatever became of the server. No-op in other processes."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    server = _mp_forkserver._forkserver
+    if launcher is None or server_pid() is not None:  # not forked by the server
+        return
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+    _watch_pid(int(launcher))
+
+
+def _watch_pid(pid: int) -> None:
+    """SIGKILL this process as soon as process ``pid`` exits (a pidfd: no polling)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # gone already, or no pidfd here (Linux < 5.3)
+        if not _alive(pid):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return
+
+    def wait_for_exit() -> None:
+        select.select([pidfd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait_for_exit, name="graphtrainer-launcher-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

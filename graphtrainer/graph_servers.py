@@ -17,12 +17,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Set
 
+from . import leftovers
 from .dist_cluster import Cluster
 from .launch import RankFailedError, WatchedService, _die_with_parent
 
@@ -99,7 +99,9 @@ def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
     so two runs' servers would read each other's data. A second run waits for the first.
     """
     with _machine_lock(), _terminate_as_exit():
-        log_dir = Path(tempfile.mkdtemp(prefix="graphtrainer-servers-"))
+        leftovers.remove_dead_owners(("servers",))  # a killed run's segments: no other run holds the machine
+        log_dir = Path(leftovers.owned_temp_dir("servers"))
+        (log_dir / leftovers.GRAPH_NAME_FILE).write_text(cluster.options.graph_name)
         servers: List[GraphServer] = []
         clean = False
         shm_before = _shared_memory()

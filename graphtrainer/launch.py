@@ -23,7 +23,6 @@ import socket
 import re
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -37,7 +36,7 @@ import torch
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from . import forkserver, heartbeat
+from . import forkserver, heartbeat, leftovers
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
 from .job_failures import JobFailures
@@ -152,6 +151,7 @@ def _child_entry(
     placement: Optional[Placement] = None,
 ) -> None:
     _die_with_parent()
+    forkserver.bind_to_launcher()  # a rank of launcher="forkserver" ends with the launching process
     limit_malloc_caches()
     heartbeat.attach(board, rank)
     # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
@@ -312,6 +312,7 @@ def _is_main_test(test: ast.expr) -> bool:
     return has_name and has_main
 
 
+@leftovers.unwinds_on_sigterm
 def launch(
     target: Callable[..., Any],
     args: Sequence[Any],
@@ -349,7 +350,8 @@ def launch(
     # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
     listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
     board = heartbeat.new_board(ctx, world_size)
-    stack_dir = tempfile.mkdtemp(prefix="graphtrainer-stacks-")
+    leftovers.remove_dead_owners(("stacks", "ipconfig"))
+    stack_dir = leftovers.owned_temp_dir("stacks")
     if method == "fork":
         import_rank_modules()  # once here, shared by every rank, instead of once per rank
         gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page

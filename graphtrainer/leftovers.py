@@ -1,0 +1,117 @@
+"""What a run leaves on disk while it runs, named after its owner, and removed by the next
+run when the owner died without cleaning up (SIGKILL, a power cut).
+
+Temporary folders are ``<tmp>/graphtrainer-<kind>-<owner pid>-<random>``; a run that
+ends in any way Python sees (an exception, Ctrl-C, SIGTERM: see :func:`unwinds_on_sigterm`)
+removes its own. At its start a run removes the folders whose owner no longer runs, and
+what they stood for (a DistDGL run's shared memory), and says what it removed.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, List, TypeVar
+
+_OWNED = re.compile(r"^graphtrainer-(?P<kind>[a-z]+)-(?P<pid>\d+)-")
+#: In a folder of kind "servers": the file that names the DistDGL graph its servers loaded.
+GRAPH_NAME_FILE = "graph_name"
+SHM_DIR = "/dev/shm"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def owned_temp_dir(kind: str) -> str:
+    """A fresh temporary folder whose name records this process as its owner."""
+    return tempfile.mkdtemp(prefix=f"graphtrainer-{kind}-{os.getpid()}-")
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead_owners(kinds: tuple = ("stacks", "servers", "ipconfig")) -> List[str]:
+    """Remove the temporary folders of ``kinds`` whose owner process is gone (with the shared
+    memory a dead DistDGL run's servers left: call that kind only while holding the machine's
+    DistDGL lock), print what was removed and return it."""
+    removed: List[str] = []
+    root = Path(tempfile.gettempdir())
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        match = _OWNED.match(path.name)
+        if not match or match["kind"] not in kinds or not path.is_dir():
+            continue
+        pid = int(match["pid"])
+        if pid == os.getpid() or alive(pid):
+            continue
+        if match["kind"] == "servers":
+            removed += _remove_segments(path)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    if removed:
+        print(f"graphtrainer: removed what a run that no longer runs left behind: {', '.join(removed)}",
+              file=sys.stderr)
+    return removed
+
+
+def _remove_segments(folder: Path) -> List[str]:
+    """The shared memory of the dead run whose servers logged into ``folder``: DGL names it
+    after the graph and the features (``node~<type>~<key>-kvdata-``)."""
+    try:
+        graph_name = (folder / GRAPH_NAME_FILE).read_text().strip()
+    except OSError:
+        return []
+    removed = []
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return []
+    for name in names:
+        if graph_name and name.startswith((graph_name, "node~", "edge~")):
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+                removed.append(os.path.join(SHM_DIR, name))
+            except OSError:
+                pass
+    return removed
+
+
+def unwinds_on_sigterm(fn: F) -> F:
+    """Run ``fn`` with SIGTERM (how schedulers stop jobs) raising ``SystemExit(143)`` in the
+    main thread, as Ctrl-C raises ``KeyboardInterrupt``, so its ``finally`` blocks end the
+    ranks and remove temporary files; Python's default would end the process on the spot.
+    A handler someone else set is left alone."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return fn(*args, **kwargs)
+
+        def handler(signum: int, frame: Any) -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding itself is not cut short
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, handler)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,45 @@
+"""A fit in a process of its own, for tests that signal or kill the launching process.
+
+``python fault_driver.py LAUNCHER READY_DIR [EPOCHS]``: trains :class:`Marked` on 2 ranks; each rank
+writes ``READY_DIR/rank<r>.pid`` (its pid) once it trains, and the launching process writes
+``READY_DIR/launcher.pid``. The test waits for those files, so it signals a run known to be training.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from graphtrainer import Trainer  # noqa: E402
+
+from tasks import RegressionTask  # noqa: E402
+
+
+class Marked(RegressionTask):
+    """Writes this rank's pid into ``ready_dir`` at its first training step."""
+
+    def __init__(self, ready_dir: str):
+        super().__init__(scheduler=None)
+        self.ready_dir = ready_dir
+        self._marked = False
+
+    def training_step(self, idx, batch_idx):
+        if not self._marked:
+            self._marked = True
+            path = Path(self.ready_dir) / f"rank{self.rank}.pid"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(str(os.getpid()))
+            tmp.rename(path)
+        return super().training_step(idx, batch_idx)
+
+
+if __name__ == "__main__":
+    launcher, ready = sys.argv[1], sys.argv[2]
+    epochs = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
+    (Path(ready) / "launcher.pid").write_text(str(os.getpid()))
+    trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=epochs, progress_bar=False,
+                      default_root_dir=str(Path(ready) / "runs"), logger=False)
+    trainer.fit(Marked(ready))
+    print("FINISHED")

@@ -1,0 +1,88 @@
+"""The launching process itself killed or stopped (SIGKILL, SIGTERM as schedulers send):
+nothing of the run goes on, and what a killed run left is removed by the next one.
+
+Each test runs ``fault_driver.py`` in a process of its own, waits for the files the ranks
+write once they train, signals that process, then watches the processes it had started."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+DRIVER = TESTS / "fault_driver.py"
+
+
+def _start(launcher: str, workdir: Path, *extra: str) -> tuple:
+    """Start the driver with its own temp folder; return it and its descendants once both ranks train."""
+    tmp = workdir / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+    proc = subprocess.Popen([sys.executable, str(DRIVER), launcher, str(workdir), *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 100
+    while not all((workdir / f"rank{r}.pid").exists() for r in (0, 1)):
+        if proc.poll() is not None:
+            raise AssertionError(f"the driver ended early: {proc.communicate()}")
+        assert time.monotonic() < deadline, "the ranks never started training"
+        time.sleep(0.05)
+    return proc, psutil.Process(proc.pid).children(recursive=True)
+
+
+def _gone_within(procs: list, seconds: float) -> float:
+    """Seconds until every process of ``procs`` has ended (fails after ``seconds``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    for p in alive:
+        p.kill()
+    raise AssertionError(f"still running {seconds} s after the launcher was signalled: "
+                         f"{[(p.pid, p.cmdline()[-3:]) for p in alive]}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher,sig", [("forkserver", signal.SIGKILL), ("forkserver", signal.SIGTERM),
+                                          ("fork", signal.SIGTERM), ("spawn", signal.SIGKILL)])
+def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, sig):
+    proc, descendants = _start(launcher, tmp_path)
+    ranks = [int((tmp_path / f"rank{r}.pid").read_text()) for r in (0, 1)]
+    assert set(ranks) <= {p.pid for p in descendants}
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    took = _gone_within(descendants, 20)  # ranks, fork server, resource tracker
+    print(f"{launcher} launcher {sig.name}: every process gone {took:.2f} s after the launcher ended")
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM  # SystemExit(143): unwound like Ctrl-C
+        assert list((tmp_path / "tmp").iterdir()) == []  # its temp folder went with it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_next_run_removes_what_a_killed_run_left(tmp_path):
+    proc, descendants = _start("fork", tmp_path)
+    proc.kill()
+    proc.communicate(timeout=60)
+    _gone_within(descendants, 20)
+    left = list((tmp_path / "tmp").iterdir())
+    assert [p.name.split("-")[:3] for p in left] == [["graphtrainer", "stacks", str(proc.pid)]]
+    live = tmp_path / "tmp" / f"graphtrainer-stacks-{os.getpid()}-live"  # a run that still runs
+    live.mkdir()
+    for name in ("rank0.pid", "rank1.pid"):
+        (tmp_path / name).unlink()
+    again = subprocess.run([sys.executable, str(DRIVER), "fork", str(tmp_path), "1"], capture_output=True,
+                           text=True, timeout=120,
+                           env=dict(os.environ, TMPDIR=str(tmp_path / "tmp"),
+                                    PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)])))
+    assert again.returncode == 0, again.stderr
+    assert f"removed what a run that no longer runs left behind: {left[0]}" in again.stderr
+    assert list((tmp_path / "tmp").iterdir()) == [live]
