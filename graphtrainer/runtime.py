@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
 
-from . import dist_graph, heartbeat
+from . import dist_graph, heartbeat, leftovers
 from . import distributed as gdist
 from . import formats
 from .eval_loop import run_evaluation
@@ -38,6 +38,8 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
     """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict");
     with ``cluster``, a rank of a DistDGL run."""
     config = trainer.config
+    if info.source == "torchrun":
+        leftovers.die_with_parent()  # as launched ranks do: no rank trains on once torchrun's agent is gone
     if info.source != "launcher" and config.threads_per_proc:
         set_threads(config.threads_per_proc)  # launched ranks get theirs from the launcher
     device, backend = device_and_backend(config, info)

@@ -1,8 +1,8 @@
 """A fit in a process of its own, for tests that signal or kill the launching process.
 
 ``python fault_driver.py LAUNCHER READY_DIR [EPOCHS]``: trains :class:`Marked` on 2 ranks; each rank
-writes ``READY_DIR/rank<r>.pid`` (its pid) once it trains, and the launching process writes
-``READY_DIR/launcher.pid``. The test waits for those files, so it signals a run known to be training.
+writes ``READY_DIR/rank<r>.pid`` (its pid) once it trains. LAUNCHER "torchrun": this process is
+one rank that torchrun started. The test waits for those files, so it signals a run known to be training.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ class Marked(RegressionTask):
 if __name__ == "__main__":
     launcher, ready = sys.argv[1], sys.argv[2]
     epochs = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
-    (Path(ready) / "launcher.pid").write_text(str(os.getpid()))
-    trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=epochs, progress_bar=False,
-                      default_root_dir=str(Path(ready) / "runs"), logger=False)
+    procs = {} if launcher == "torchrun" else {"num_procs": 2, "launcher": launcher}
+    trainer = Trainer(max_epochs=epochs, progress_bar=False, default_root_dir=str(Path(ready) / "runs"),
+                      logger=False, **procs)
     trainer.fit(Marked(ready))
     print("FINISHED")

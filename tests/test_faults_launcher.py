@@ -15,17 +15,21 @@ from pathlib import Path
 import psutil
 import pytest
 
+from launch_env import env_without_launch
+
 TESTS = Path(__file__).resolve().parent
 DRIVER = TESTS / "fault_driver.py"
 
 
 def _start(launcher: str, workdir: Path, *extra: str) -> tuple:
-    """Start the driver with its own temp folder; return it and its descendants once both ranks train."""
+    """Start the driver with its own temp folder; return it and its descendants once both ranks train.
+    ``launcher="torchrun"``: torchrun's agent starts two drivers."""
     tmp = workdir / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
-    proc = subprocess.Popen([sys.executable, str(DRIVER), launcher, str(workdir), *extra], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = env_without_launch(TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+    agent = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    argv = (agent if launcher == "torchrun" else [sys.executable]) + [str(DRIVER), launcher, str(workdir), *extra]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 100
     while not all((workdir / f"rank{r}.pid").exists() for r in (0, 1)):
         if proc.poll() is not None:
@@ -64,6 +68,17 @@ def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, si
     if sig == signal.SIGTERM:
         assert proc.returncode == 128 + signal.SIGTERM  # SystemExit(143): unwound like Ctrl-C
         assert list((tmp_path / "tmp").iterdir()) == []  # its temp folder went with it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_torchrun_ranks_end_when_the_agent_is_killed(tmp_path):
+    agent, descendants = _start("torchrun", tmp_path)
+    ranks = [psutil.Process(int((tmp_path / f"rank{r}.pid").read_text())) for r in (0, 1)]
+    agent.kill()
+    agent.communicate(timeout=60)
+    took = _gone_within(ranks + descendants, 20)
+    print(f"torchrun agent SIGKILL: both ranks gone {took:.2f} s after the agent ended")
 
 
 @pytest.mark.slow
