@@ -73,6 +73,36 @@ def check_options(part_config: os.PathLike | str, ip_config: Optional[os.PathLik
                             None if machine_rank is None else int(machine_rank))
 
 
+def check_part_files(part_config: str, part: int) -> None:
+    """Refuse part ``part`` when a file of it is missing or its size differs from what
+    ``graphtrainer.partition`` recorded in ``<name>.meta.json`` (a copy cut short, say): DGL
+    would load a cut feature file with zeros in the rows that are missing. A partition made
+    without that record is not checked."""
+    config = Path(part_config)
+    meta_path = config.with_name(config.name[:-len(".json")] + ".meta.json")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return
+    folder = config.parent
+    fix = (f"copy part {part} again from where it was made, or partition again (python -m "
+           f"graphtrainer.partition ... --out {folder} --overwrite)")
+    files = {name: size for name, size in meta.get("files", {}).items() if name.startswith(f"part{part}/")}
+    for name, size in files.items():
+        path = folder / name
+        found = path.stat().st_size if path.is_file() else None
+        if found != size:
+            what = "is missing" if found is None else f"has {found} bytes where {size} were written"
+            raise ValueError(f"partition {config.name}: {path} {what}, so part {part} is damaged: {fix}")
+    parts = meta.get("parts", [])
+    if not files and part < len(parts) and "bytes" in parts[part]:  # recorded before per-file sizes
+        part_dir = folder / f"part{part}"
+        found = sum(f.stat().st_size for f in part_dir.rglob("*") if f.is_file())
+        if found != parts[part]["bytes"]:
+            raise ValueError(f"partition {config.name}: the files of {part_dir} hold {found} bytes where "
+                             f"{parts[part]['bytes']} were written, so part {part} is damaged: {fix}")
+
+
 def config_path(part_config: os.PathLike | str) -> str:
     """The partition config file ``part_config`` names (the file, or the folder holding one)."""
     path = Path(part_config).expanduser().resolve()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Set
 
 from . import leftovers
-from .dist_cluster import Cluster
+from .dist_cluster import Cluster, check_part_files
 from .launch import RankFailedError, WatchedService, _die_with_parent
 
 #: Seconds servers get to exit by themselves after a successful run (the ranks' client 0
@@ -98,6 +98,7 @@ def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
     the feature key alone (``node~_N~feat-kvdata-``, ``dgl/distributed/kvstore.py:909``),
     so two runs' servers would read each other's data. A second run waits for the first.
     """
+    check_part_files(cluster.options.part_config, cluster.machine_rank)  # before any server loads it
     with _machine_lock(), _terminate_as_exit():
         leftovers.remove_dead_owners(("servers",))  # a killed run's segments: no other run holds the machine
         log_dir = Path(leftovers.owned_temp_dir("servers"))

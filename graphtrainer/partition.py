@@ -313,6 +313,10 @@ def _write_meta(path: pathlib.Path, s: PartitionSummary, work: dgl.DGLGraph, tra
         "edge_cuts": s.edge_cuts, "parts": [dataclasses.asdict(r) for r in s.rows], "ndata": ndata,
         "dgl_version": dgl.__version__,
     }
+    # Every file's size, so a cut or damaged copy is refused before servers load it (DGL's loader
+    # fills a cut feature file's missing rows with zeros and says nothing).
+    meta["files"] = {f.relative_to(path.parent).as_posix(): f.stat().st_size
+                     for i in range(s.parts) for f in sorted((path.parent / f"part{i}").rglob("*")) if f.is_file()}
     if "label" in work.ndata:
         meta["num_classes"] = int(work.ndata["label"].max()) + 1 if s.num_nodes else 0
     # Count of nodes per split; a [N, k] mask (several splits) gives one count per column.
