@@ -29,6 +29,10 @@ _TRAILER_LEN = len(_MARK) + 64  # the zip comment: mark + hex digest
 _EOCD = b"PK\x05\x06"  # zip end-of-central-directory record: 22 bytes + comment
 _EOCD_LEN = 22
 _CHUNK = 1 << 20
+#: How far from the end a moved trailer is looked for: a zip reader finds its end record that far back.
+_TAIL_SEARCH = 1 << 17
+#: The trailer's start, with the comment length before it (found even with its digest cut off).
+_MARK_SEARCH = struct.pack("<H", _TRAILER_LEN) + _MARK
 
 #: Partial files this process is writing now (removed by the signal handlers).
 _IN_PROGRESS: Set[Path] = set()
@@ -183,6 +187,9 @@ def verify(path: Path) -> None:
             end = fh.read()
             comment_len = struct.unpack("<H", end[_EOCD_LEN - 2:_EOCD_LEN])[0]
             has_mark = end[_EOCD_LEN:].startswith(_MARK)
+            if not has_mark and _MARK_SEARCH in _tail(fh, size):  # written here, then cut short or extended
+                raise CheckpointError(_damaged(path, "its digest trailer is not where it was written: the file "
+                                                     "was cut short or had bytes added"))
             if has_mark or (end.startswith(_EOCD) and comment_len == _TRAILER_LEN):  # written here
                 if not (has_mark and end.startswith(_EOCD) and comment_len == _TRAILER_LEN
                         and _digest_matches(fh, size, end)):
@@ -196,6 +203,12 @@ def verify(path: Path) -> None:
         raise CheckpointError(_damaged(path, f"it is not a readable zip archive ({err})")) from err
     if bad is not None:
         raise CheckpointError(_damaged(path, f"member {bad!r} fails its CRC check"))
+
+
+def _tail(fh: Any, size: int) -> bytes:
+    """The file's last bytes: as far back as a zip reader looks for its end record."""
+    fh.seek(max(0, size - _TAIL_SEARCH))
+    return fh.read()
 
 
 def _digest_matches(fh: Any, size: int, end: bytes) -> bool:

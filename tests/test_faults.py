@@ -431,3 +431,14 @@ def test_dgl_stream_is_told_apart_per_thread():
     worker.start()
     worker.join()
     assert seen[0] is not None and seen[0] != seeding.EXPECTED_DGL_STREAM
+
+
+@pytest.mark.parametrize("change", ["cut 1", "cut 40", "cut 85", "append 1", "append 100", "append 70000"])
+def test_a_checkpoint_cut_short_or_extended_is_refused(saved_ckpt, tmp_path, change):
+    how, count = change.split()
+    data = saved_ckpt.read_bytes()
+    changed = data[:-int(count)] if how == "cut" else data + b"\0" * int(count)
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(changed)
+    with pytest.raises(CheckpointError, match=f"checkpoint {bad} is damaged"):
+        read_checkpoint(bad)
