@@ -106,6 +106,10 @@ def _setup(trainer: "Trainer", task: "GraphTask", module: nn.Module, ddp: Option
         restore_training_state(trainer, task, checkpoint)
     heartbeat.beat("train_dataloader")
     train_loader = task.train_dataloader()
+    if train_loader is None:
+        raise TypeError(f"{type(task).__name__}.train_dataloader() returned None, but fit needs the batches to "
+                        "train on: return an iterable of batches from it (graphtrainer's node loader, a DGL "
+                        "DataLoader, a list); only val_dataloader() may return None (no validation)")
     heartbeat.beat("val_dataloader")
     val_loader = for_evaluation(task.val_dataloader())
     check_loader(train_loader, state.world_size)

@@ -442,3 +442,16 @@ def test_a_checkpoint_cut_short_or_extended_is_refused(saved_ckpt, tmp_path, cha
     bad.write_bytes(changed)
     with pytest.raises(CheckpointError, match=f"checkpoint {bad} is damaged"):
         read_checkpoint(bad)
+
+
+class _NoTrainLoader(RegressionTask):
+    def train_dataloader(self):
+        return None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("procs", [1, 2])
+def test_train_dataloader_returning_none_names_the_hook(root_dir, procs):
+    with pytest.raises((TypeError, RankFailedError), match=r"_NoTrainLoader.train_dataloader\(\) returned None"):
+        _trainer(root_dir, procs=procs).fit(_NoTrainLoader())
+    assert not rank_children()
