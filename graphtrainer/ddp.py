@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from . import heartbeat
+
 #: DDP arguments the trainer sets itself.
 _OWNED = ("module", "device_ids", "output_device", "process_group")
 
@@ -38,7 +40,15 @@ def check_ddp_kwargs(find_unused_parameters: bool, ddp_kwargs: Optional[Dict[str
 
 
 class GraphDDP(DistributedDataParallel):
-    """``DistributedDataParallel`` whose "unused parameters" error names the trainer option."""
+    """``DistributedDataParallel`` whose "unused parameters" error names the trainer option,
+    and whose own collectives before a forward (the bucket rebuild after the first step, the
+    buffer broadcast of a model with buffers) mark this rank as waiting on its peers: a
+    hang there is a peer's, and the launcher must not blame this rank for it."""
+
+    if hasattr(DistributedDataParallel, "_pre_forward"):
+        def _pre_forward(self, *args: Any, **kwargs: Any) -> Any:
+            with heartbeat.waiting("DDP's forward sync"):
+                return super()._pre_forward(*args, **kwargs)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -58,4 +68,5 @@ class GraphDDP(DistributedDataParallel):
 def wrap(module: nn.Module, device: torch.device, kwargs: Dict[str, Any]) -> GraphDDP:
     """``module`` in DDP for this rank's ``device`` with the trainer's extra ``kwargs``."""
     ids = [device.index] if device.type == "cuda" else None
-    return GraphDDP(module, device_ids=ids, **kwargs)
+    with heartbeat.waiting("DDP's construction"):  # it broadcasts the parameters: waits for every rank
+        return GraphDDP(module, device_ids=ids, **kwargs)

@@ -2,8 +2,8 @@
 
 Each rank writes a few numbers into its row of a small shared-memory array whenever
 it makes progress (a hook entered, a batch fetched or stepped) and marks itself
-*waiting* while inside a collective (DDP's all-reduce in backward, a barrier, a metric
-reduction). The launcher reads the rows: a rank with no progress for ``hang_timeout``
+*waiting* while inside a collective (DDP's all-reduce in backward, the collectives DDP
+runs itself before a forward and in its constructor, a barrier, a metric reduction). The launcher reads the rows: a rank with no progress for ``hang_timeout``
 seconds that is not waiting is stuck; ranks waiting in a collective are waiting for it
 and are not blamed. If every rank is waiting (collectives that do not match), the ranks
 furthest behind are blamed. Writing a row costs a few stores; nothing is sent.
@@ -29,7 +29,7 @@ PLACES = (
     "on_test_epoch_end", "on_predict_epoch_start", "the predict loader", "predict_step",
     "on_predict_epoch_end", "on_train_epoch_end", "save_checkpoint", "on_save_checkpoint",
     "on_load_checkpoint", "on_fit_end", "teardown", "on_exception", "barrier", "all_reduce",
-    "all_gather", "broadcast", "graph servers",
+    "all_gather", "broadcast", "graph servers", "DDP's forward sync", "DDP's construction",
 )
 _INDEX = {name: i for i, name in enumerate(PLACES)}
 

@@ -1,0 +1,83 @@
+"""Hangs blamed on the right rank: one rank stuck in user code while the other waits inside
+a collective that DDP runs by itself (its bucket rebuild at the second step, the buffer
+broadcast before every forward of a model with buffers, its constructor), and a rank
+stopped outright (SIGSTOP), named within about 2 s of ``hang_timeout``."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from torch import nn
+
+from graphtrainer import RankFailedError, Trainer
+
+from conftest import rank_children
+from tasks import FailingTask
+
+HANG_S = 5
+
+
+class _WithBuffers(FailingTask):
+    """A BatchNorm model: DDP broadcasts its buffers before every forward."""
+
+    def configure_model(self):
+        return nn.Sequential(nn.Linear(self.d, self.hidden), nn.BatchNorm1d(self.hidden), nn.ReLU(),
+                             nn.Linear(self.hidden, 1))
+
+
+class _StuckBuildingTheModel(FailingTask):
+    """Rank 1 hangs in configure_model; rank 0 goes on into DDP's constructor."""
+
+    def configure_model(self):
+        if self.rank == 1:
+            time.sleep(600)  # the hang the launcher must name
+        return super().configure_model()
+
+
+class _Stopped(FailingTask):
+    """Rank 1 stops itself (SIGSTOP) at ``at_step``: it cannot answer anything any more."""
+
+    def training_step(self, idx, batch_idx):
+        if self.rank == 1 and self.global_step == self.at_step:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().training_step(idx, batch_idx)
+
+
+def _fit(root_dir, task, hang_timeout=HANG_S):
+    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=5, progress_bar=False, default_root_dir=root_dir,
+                      hang_timeout=hang_timeout, enable_model_summary=False)
+    start = time.monotonic()
+    with pytest.raises(RankFailedError) as info:
+        trainer.fit(task)
+    return info.value, time.monotonic() - start
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("case", ["bucket rebuild", "buffer broadcast", "DDP constructor"])
+def test_the_stuck_rank_is_blamed_not_the_one_waiting_inside_ddp(root_dir, case):
+    task = {"bucket rebuild": FailingTask(how="sleep", at_step=1),
+            "buffer broadcast": _WithBuffers(how="sleep", at_step=3),
+            "DDP constructor": _StuckBuildingTheModel()}[case]
+    err, took = _fit(root_dir, task)
+    print(f"{case}: named after {took:.1f} s (hang_timeout={HANG_S})")
+    assert err.error_type == "Hang" and err.rank == 1 and err.ranks == [1], err.message
+    hook = "configure_model" if case == "DDP constructor" else "training_step"
+    assert err.message.split(": ", 1)[1].startswith(f"rank 1 in {hook}")
+    where = "DDP's construction" if case == "DDP constructor" else "DDP's forward sync"
+    assert f"Waiting for it: rank 0 waiting in {where}" in err.message
+    assert str(err).index("rank 1:") < len(str(err))  # rank 1's stack comes along
+    assert not rank_children()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_a_stopped_rank_is_named_about_two_seconds_after_the_timeout(root_dir):
+    err, took = _fit(root_dir, _Stopped(how="none", at_step=3), hang_timeout=10)
+    print(f"SIGSTOP: named after {took:.1f} s (hang_timeout=10)")
+    assert err.error_type == "Hang" and err.ranks == [1]
+    assert "rank 1 is stopped (SIGSTOP" in err.remote_traceback
+    assert took < 10 + 6  # start-up (~2 s on 2 busy cores), the timeout, ~2 s to name it
+    assert not rank_children()
