@@ -612,8 +612,9 @@ class _Watch:
 
     def _dump_stacks(self, ranks: List[int]) -> str:
         """Every blamed rank's Python stack (faulthandler), with each frame's source line."""
-        files = {r: self.stack_dir / f"rank{r}.stack" for r in ranks}
-        for rank in ranks:
+        stopped = {r for r in ranks if leftovers.is_stopped(self.procs[r].pid)}  # they cannot answer
+        files = {r: self.stack_dir / f"rank{r}.stack" for r in ranks if r not in stopped}
+        for rank in files:
             try:
                 os.kill(self.procs[rank].pid, signal.SIGUSR1)
             except ProcessLookupError:
@@ -626,7 +627,8 @@ class _Watch:
                 break
             sizes = now
             time.sleep(0.1)
-        parts = []
+        parts = [f"rank {r}:\n(no stack: rank {r} is stopped (SIGSTOP, Ctrl-Z or a debugger), so it cannot "
+                 "run at all)" for r in sorted(stopped)]
         for rank, path in files.items():
             text = path.read_text(errors="replace") if path.exists() else ""
             parts.append(f"rank {rank}:\n" + (_with_source(text) or "(no stack: the rank did not answer SIGUSR1)"))
@@ -690,6 +692,7 @@ def _end_all(procs: List[Any], wait_s: float) -> None:
     for proc in procs:
         if proc.exitcode is None:
             proc.terminate()
+            leftovers.resume(proc.pid)  # a stopped rank would hold SIGTERM pending until killed
     _join_all(procs, TERMINATE_GRACE_S)
     for proc in procs:
         if proc.exitcode is None:

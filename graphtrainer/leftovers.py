@@ -131,3 +131,20 @@ def die_with_parent() -> None:
         return
     if os.getppid() != parent:  # it exited before the request was in place
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger): state T or t."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def resume(pid: int) -> None:
+    """SIGCONT ``pid``, so a signal sent to it while stopped takes effect now."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
