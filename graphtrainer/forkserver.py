@@ -74,6 +74,26 @@ def server_pid() -> Optional[int]:
     return getattr(_mp_forkserver._forkserver, "_forkserver_pid", None)
 
 
+_exit_status: dict = {}  # pid -> wait status of a server found dead while its launch ran
+
+
+def server_death() -> Optional[str]:
+    """How the running fork server died ("killed by signal SIGKILL"), or None while it runs."""
+    pid = server_pid()
+    if pid is None:
+        return None
+    if pid not in _exit_status:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if not done:
+            return None
+        _exit_status[pid] = status
+    code = os.waitstatus_to_exitcode(_exit_status[pid])
+    return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
 def stop_server() -> None:
     """Stop the fork server, if one runs, and reap it: asked to exit (its 'alive' pipe is
     closed), killed after :data:`STOP_GRACE_S`. Ranks it forked die with it."""

@@ -126,6 +126,18 @@ class WatchedService:
         raise NotImplementedError
 
 
+class _ForkServerWatch(WatchedService):
+    """launcher="forkserver": the server's death ends the run, named as such (its ranks die
+    with it, and would otherwise look like ranks that could not start)."""
+
+    def failure(self) -> Optional[RankFailedError]:
+        death = forkserver.server_death()
+        if death is None:
+            return None
+        return RankFailedError(-1, "ForkServerDied", f"{death} while the ranks ran; the ranks it had forked died "
+                               "with it", process=f"the fork server (pid {forkserver.server_pid()})")
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent exits, so no rank is orphaned."""
     if not sys.platform.startswith("linux"):
@@ -377,6 +389,8 @@ def launch(
         listener.close()
         if method == "fork":
             gc.unfreeze()
+        if method == "forkserver":
+            services = [*services, _ForkServerWatch()]
         watch = _Watch(procs, conns, method, board, hang_timeout, stack_dir, placement, services)
         result = watch.run()
         succeeded = True

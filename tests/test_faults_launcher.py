@@ -15,7 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from graphtrainer import RankFailedError, Trainer, forkserver
+
+from conftest import rank_children
 from launch_env import env_without_launch
+from tasks import FailingTask
 
 TESTS = Path(__file__).resolve().parent
 DRIVER = TESTS / "fault_driver.py"
@@ -101,3 +105,26 @@ def test_next_run_removes_what_a_killed_run_left(tmp_path):
     assert again.returncode == 0, again.stderr
     assert f"removed what a run that no longer runs left behind: {left[0]}" in again.stderr
     assert list((tmp_path / "tmp").iterdir()) == [live]
+
+
+class _KillsTheForkServer(FailingTask):
+    """Rank 0 SIGKILLs its parent, the fork server, at ``at_step``."""
+
+    def training_step(self, idx, batch_idx):
+        if self.rank == 0 and self.global_step == self.at_step:
+            os.kill(os.getppid(), signal.SIGKILL)
+        return super().training_step(idx, batch_idx)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_fork_server_is_named(root_dir):
+    trainer = Trainer(num_procs=2, launcher="forkserver", max_epochs=5, progress_bar=False,
+                      default_root_dir=root_dir, enable_model_summary=False)
+    with pytest.raises(RankFailedError) as info:
+        trainer.fit(_KillsTheForkServer(how="none", at_step=3))
+    err = info.value
+    assert err.error_type == "ForkServerDied" and err.process.startswith("the fork server (pid ")
+    assert "killed by signal SIGKILL while the ranks ran" in str(err)
+    assert "could not import the script" not in str(err)
+    assert not rank_children() and forkserver.server_pid() is None
