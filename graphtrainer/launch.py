@@ -36,7 +36,7 @@ import torch
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from . import forkserver, heartbeat, leftovers
+from . import forkserver, heartbeat, leftovers, rank_stderr
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
 from .job_failures import JobFailures
@@ -161,7 +161,10 @@ def _child_entry(
     board: Any,
     stack_dir: str,
     placement: Optional[Placement] = None,
+    stderr_conn: Any = None,
 ) -> None:
+    if stderr_conn is not None:
+        rank_stderr.redirect_to(stderr_conn)  # through the launcher, which keeps its last lines
     _die_with_parent()
     forkserver.bind_to_launcher()  # a rank of launcher="forkserver" ends with the launching process
     limit_malloc_caches()
@@ -358,6 +361,8 @@ def launch(
     fresh_thread = method == "fork" and threads_per_proc > 1 and _thread_count() != 1
     procs: List[mp.process.BaseProcess] = []
     conns: Dict[int, Any] = {}
+    err_conns: Dict[int, Any] = {}
+    relay: Optional[rank_stderr.StderrRelay] = None
     succeeded = False
     # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
     listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
@@ -370,10 +375,11 @@ def launch(
     try:
         for rank in range(world_size):
             recv, send = ctx.Pipe(duplex=False)
+            err_conns[rank], err_send = ctx.Pipe(duplex=False)
             proc = ctx.Process(
                 target=_child_entry,
                 args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread,
-                      board, stack_dir, placement),
+                      board, stack_dir, placement, err_send),
                 name=f"graphtrainer-rank{rank}",
                 daemon=False,
             )
@@ -384,6 +390,7 @@ def launch(
                 raise
             finally:
                 send.close()
+                err_send.close()
             procs.append(proc)
             conns[rank] = recv
         listener.close()
@@ -391,7 +398,9 @@ def launch(
             gc.unfreeze()
         if method == "forkserver":
             services = [*services, _ForkServerWatch()]
+        relay = rank_stderr.StderrRelay(err_conns)  # once every rank is forked: no thread to fork
         watch = _Watch(procs, conns, method, board, hang_timeout, stack_dir, placement, services)
+        watch.relay = relay
         result = watch.run()
         succeeded = True
         return result
@@ -404,6 +413,11 @@ def launch(
         finally:
             if method == "forkserver":
                 forkserver.stop_server()  # no server outlives the launch
+        if relay is not None:
+            relay.close()  # the ranks are gone: what they wrote last is copied out
+        else:
+            for conn in err_conns.values():
+                conn.close()
         for conn in conns.values():
             conn.close()
         for proc in procs:
@@ -479,6 +493,7 @@ class _Watch:
         self.open_conns = dict(conns)
         self.results: Dict[int, Any] = {}
         self.failures: List[tuple] = []  # (time, RankFailedError)
+        self.relay: Optional[rank_stderr.StderrRelay] = None
 
     def run(self) -> Any:
         try:
@@ -582,7 +597,8 @@ class _Watch:
             while rank in self.open_conns and self.open_conns[rank].poll():
                 self._receive(rank)
             if rank not in self.results and not self._failed(rank):
-                self.failures.append((time.monotonic(), _died(rank, proc.exitcode, self.method)))
+                tail = self.relay.tail(rank) if self.relay is not None else ""
+                self.failures.append((time.monotonic(), _died(rank, proc.exitcode, self.method, tail)))
 
     def _receive(self, rank: int) -> None:
         try:
@@ -687,17 +703,23 @@ def _is_peer_loss(err: RankFailedError) -> bool:
                                           "broken pipe", "distbackenderror", "timed out"))
 
 
-def _died(rank: int, exitcode: int, method: str) -> RankFailedError:
+def _died(rank: int, exitcode: int, method: str, stderr_tail: str = "") -> RankFailedError:
     if exitcode < 0:
         how = f"killed by signal {signal.Signals(-exitcode).name}"
     else:
         how = f"exited with code {exitcode} before reporting a result"
+    if exitcode in (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT):
+        stderr_tail = ""  # ended from outside: what it wrote last is no reason
+    last = rank_stderr.last_words(stderr_tail)
+    if last:
+        how += f" (its last line on stderr: {last})"
     hint = ""
     if method in ("spawn", "forkserver") and exitcode > 0:
         hint = (f" With launcher='{method}' a rank that dies at start often could not import the "
                 "script: check that it guards its entry point with `if __name__ == \"__main__\":`"
                 " and that the task's class is importable.")
-    return RankFailedError(rank, "ProcessDied", how + "." + hint)
+    tail = f"the last lines rank {rank} wrote to stderr:\n{stderr_tail}" if stderr_tail else ""
+    return RankFailedError(rank, "ProcessDied", how + "." + hint, tail)
 
 
 def _end_all(procs: List[Any], wait_s: float) -> None:

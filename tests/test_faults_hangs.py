@@ -89,3 +89,26 @@ def test_a_stopped_rank_is_named_about_two_seconds_after_the_timeout(root_dir):
     assert "rank 1 is stopped (SIGSTOP" in err.remote_traceback
     assert took < 10 + 3.5
     assert not rank_children()
+
+
+class _MismatchedCollective(FailingTask):
+    """The ranks all-reduce tensors of different sizes at ``at_step``: gloo aborts in C++."""
+
+    def training_step(self, idx, batch_idx):
+        if self.global_step == self.at_step:
+            import torch
+            import torch.distributed as dist
+
+            dist.all_reduce(torch.zeros(23050 if self.rank == 0 else 1))
+        return super().training_step(idx, batch_idx)
+
+
+@pytest.mark.timeout(90)
+def test_a_cxx_abort_is_reported_with_its_reason(root_dir, capfd):
+    err, took = _fit(root_dir, _MismatchedCollective(how="none", at_step=2), hang_timeout=60)
+    print(f"gloo abort: named after {took:.1f} s")
+    assert err.error_type == "ProcessDied" and "killed by signal SIGABRT" in err.message
+    assert "op.preamble.length <= op.nbytes" in err.message  # gloo's reason, from the rank's stderr
+    assert f"the last lines rank {err.rank} wrote to stderr" in err.remote_traceback
+    assert "op.preamble.length <= op.nbytes" in capfd.readouterr().err  # still shown as it happened
+    assert not rank_children()
