@@ -13,9 +13,11 @@ from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheck
                         PrintMetrics, ProgressBar)
 from .checkpoint_file import CheckpointError
 from .launch import RankFailedError
+from .preemption import PREEMPTED_EXIT_CODE, Preempted
 from .task import GraphTask
 from .trainer import Trainer
 
 __all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
            "LearningRateMonitor", "ModelSummary", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
+           "Preempted", "PREEMPTED_EXIT_CODE",
            "__version__"]

@@ -18,6 +18,10 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``world_size``         ranks that wrote it
 ``precision``          the Trainer's precision; ``grad_scaler``: the float16 scaler's state
 ``rng_states``         per rank: python, numpy and torch generator states
+``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
+                       fit (:mod:`graphtrainer.preemption`): batches of ``epoch`` trained;
+                       resuming skips them and restores ``rng_states``, so the resumed run
+                       equals one never stopped
 ====================== ==============================================================
 
 Resuming from a checkpoint written at an epoch end is exact: every epoch reseeds
@@ -51,8 +55,9 @@ __all__ = ["CheckpointError", "FORMAT_VERSION", "atomic_save", "build_checkpoint
            "read_checkpoint", "restore_training_state", "save_checkpoint"]
 
 
-def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
-    """The checkpoint dict on rank 0, None elsewhere. Must be called on all processes."""
+def build_checkpoint(trainer: Any, task: Any, extra: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
+    """The checkpoint dict on rank 0 (with ``extra`` entries), None elsewhere. Must be called on
+    all processes."""
     rngs = gdist.all_gather_object(rng_state())
     if trainer.rank != 0:
         return None
@@ -73,6 +78,7 @@ def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
         "precision": trainer.state.precision.name if trainer.state.precision is not None else "32",
         "grad_scaler": trainer.state.precision.state_dict() if trainer.state.precision is not None else None,
         "rng_states": rngs,
+        **(extra or {}),
     }
     for cb in trainer.callbacks:
         cb.on_save_checkpoint(trainer, task, ckpt)
@@ -90,9 +96,10 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
-def save_checkpoint(trainer: Any, task: Any, path: str | os.PathLike) -> None:
+def save_checkpoint(trainer: Any, task: Any, path: str | os.PathLike,
+                    extra: Optional[Dict[str, Any]] = None) -> None:
     """Rank 0 writes ``path`` atomically, then all ranks wait. Must be called on all processes."""
-    ckpt = build_checkpoint(trainer, task)
+    ckpt = build_checkpoint(trainer, task, extra)
     if ckpt is not None:
         atomic_save(ckpt, path)
     gdist.barrier()

@@ -17,7 +17,7 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as gdist
-from . import heartbeat
+from . import heartbeat, preemption
 from .batches import batch_limit, count_batches, exact_len, for_evaluation, set_epoch, with_last
 from .checkpoint import _to_cpu, load_checkpoint, restore_training_state
 from .ddp import wrap as wrap_in_ddp
@@ -28,7 +28,7 @@ from .profiler import TorchTrace
 from .profiler import table as profile_table
 from .rank import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
 from .sampling import check_loader
-from .seeding import seed_epoch
+from .seeding import seed_epoch, set_rng_state
 from .stages import VALIDATE
 from .state import RunResult, RunState
 
@@ -53,6 +53,13 @@ class _Fit:
     started: float = 0.0
     #: Batch indices after which this epoch validates too (``val_check_interval``).
     val_points: FrozenSet[int] = frozenset()
+    #: Resuming mid-epoch: batches of the first epoch already trained, and the RNG states
+    #: (one per rank) to restore once they are passed.
+    skip: int = 0
+    resume_rngs: Optional[list] = None
+    joining: bool = False
+    #: Set when the ranks agreed to stop (preemption): batches of this epoch trained.
+    stopped_after: Optional[int] = None
 
     @property
     def state(self) -> RunState:
@@ -71,12 +78,16 @@ def run_fit(trainer: "Trainer", task: "GraphTask", ckpt_path: Optional[str]) -> 
     trace = TorchTrace(state.log_dir / "profile" if state.log_dir else None,
                        trainer.config.profiler == "pytorch" and state.rank == 0)
     try:
-        with model_as(task, ddp if ddp is not None else module):
+        with model_as(task, ddp if ddp is not None else module), preemption.stop_signals():
             fit = _setup(trainer, task, module, ddp, checkpoint, trace)
             state.profiler.start_fit()
             while state.current_epoch < trainer.config.max_epochs and not state.should_stop:
                 _train_epoch(fit)
+                if fit.stopped_after is not None:
+                    preemption.stop_run(fit.trainer, fit.task, fit.stopped_after)  # raises Preempted
                 _end_epoch(fit)
+                if fit.joining and preemption.agreed_stop(False):  # Join: stopped at the epoch's end
+                    preemption.stop_run(trainer, task, 0)
             with state.profiler.section("fit end"):
                 call_hook(trainer, task, "on_fit_end")
                 call_hook(trainer, task, "teardown", "fit")
@@ -116,8 +127,13 @@ def _setup(trainer: "Trainer", task: "GraphTask", module: nn.Module, ddp: Option
     check_loader(val_loader, state.world_size, evaluation=True)
     state.has_val_loader = val_loader is not None
     call_hook(trainer, task, "on_fit_start")
-    return _Fit(trainer, task, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
-                NonFiniteLosses(trainer.config.detect_anomaly), trace, started=time.monotonic())
+    fit = _Fit(trainer, task, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
+               NonFiniteLosses(trainer.config.detect_anomaly), trace, started=time.monotonic())
+    if checkpoint is not None and checkpoint.get("batches_done_in_epoch"):
+        fit.skip = int(checkpoint["batches_done_in_epoch"])
+        rngs = checkpoint.get("rng_states") or []
+        fit.resume_rngs = rngs if len(rngs) == state.world_size else None
+    return fit
 
 
 def _train_epoch(fit: _Fit) -> None:
@@ -131,7 +147,7 @@ def _train_epoch(fit: _Fit) -> None:
         state.num_training_batches = count_batches(fit.train_loader, config.limit_train_batches)
         fit.val_points = _val_points(fit)
         call_hook(fit.trainer, fit.task, "on_train_epoch_start")
-        joining = fit.uneven.needs_join(fit.train_loader)
+        joining = fit.joining = fit.uneven.needs_join(fit.train_loader)
     with fit.uneven.epoch(joining, section):
         _train_batches(fit)
     fit.nonfinite.report(state)
@@ -189,6 +205,10 @@ def _train_batches(fit: _Fit) -> None:
     acc = config.accumulate_grad_batches
     micro = 0
     for batch_idx, batch, is_last in with_last(fit.train_loader, limit, "the training loader", section):
+        if batch_idx < fit.skip:  # resuming mid-epoch: trained before the stop (fetched all the same,
+            continue              # so the sampler's random stream is where it was)
+        if fit.skip:
+            _resume_random_state(fit)
         with section("to device"):
             batch = task.transfer_batch_to_device(batch, state.device)
         task._batch_size, task._step_hook = infer_batch_size(batch), "training_step"
@@ -228,7 +248,19 @@ def _train_batches(fit: _Fit) -> None:
                 _validate_mid_epoch(fit)
         if 0 < config.max_steps <= state.global_step:
             break
+        if stepping and preemption.agreed_stop(fit.joining):
+            fit.stopped_after = batch_idx + 1
+            break
     task._batch_size = task._step_hook = None
+
+
+def _resume_random_state(fit: _Fit) -> None:
+    """Once the batches trained before a mid-epoch stop are passed: this rank's generators as
+    they were at the stop (the epoch's reseeding has moved them)."""
+    fit.skip = 0
+    if fit.resume_rngs is not None:
+        set_rng_state(fit.resume_rngs[fit.state.rank])
+        fit.resume_rngs = None
 
 
 def _clipper(fit: _Fit) -> Optional[Callable[[], None]]:

@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import faulthandler
 import gc
@@ -169,9 +170,10 @@ def _child_entry(
     forkserver.bind_to_launcher()  # a rank of launcher="forkserver" ends with the launching process
     limit_malloc_caches()
     heartbeat.attach(board, rank)
-    # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
+    # The launcher sends SIGUSR2 to a rank it finds stuck and reads the stack from here
+    # (SIGUSR1 is Slurm's early warning: see graphtrainer.preemption).
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    faulthandler.register(signal.SIGUSR2, file=stack_file, all_threads=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the launching process set for itself
     remove_partials_on_signals()
     if placement is None or placement.master_addr is None:
@@ -393,6 +395,7 @@ def launch(
                 err_send.close()
             procs.append(proc)
             conns[rank] = recv
+            leftovers.forward_stop_signals_to(proc.pid)
         listener.close()
         if method == "fork":
             gc.unfreeze()
@@ -646,7 +649,7 @@ class _Watch:
         files = {r: self.stack_dir / f"rank{r}.stack" for r in ranks if r not in stopped}
         for rank in files:
             try:
-                os.kill(self.procs[rank].pid, signal.SIGUSR1)
+                os.kill(self.procs[rank].pid, signal.SIGUSR2)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + STACK_DUMP_WAIT_S
@@ -661,7 +664,7 @@ class _Watch:
                  "run at all)" for r in sorted(stopped)]
         for rank, path in files.items():
             text = path.read_text(errors="replace") if path.exists() else ""
-            parts.append(f"rank {rank}:\n" + (_with_source(text) or "(no stack: the rank did not answer SIGUSR1)"))
+            parts.append(f"rank {rank}:\n" + (_with_source(text) or "(no stack: the rank did not answer SIGUSR2)"))
         return "\n\n".join(parts)
 
 
@@ -727,7 +730,9 @@ def _end_all(procs: List[Any], wait_s: float) -> None:
     _join_all(procs, wait_s)
     for proc in procs:
         if proc.exitcode is None:
-            proc.terminate()
+            # SIGINT, not SIGTERM: in a fit, SIGTERM asks a rank to stop at its next batch (preemption).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
             leftovers.resume(proc.pid)  # a stopped rank would hold SIGTERM pending until killed
     _join_all(procs, TERMINATE_GRACE_S)
     for proc in procs:

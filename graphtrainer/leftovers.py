@@ -93,27 +93,50 @@ def _remove_segments(folder: Path) -> List[str]:
     return removed
 
 
+_forward_to: List[int] = []  # pids the stop signals are passed on to (this launch's ranks)
+
+
+def forward_stop_signals_to(pid: int) -> None:
+    """From now on until the launch ends, pass SIGTERM and SIGUSR1 received here on to ``pid``."""
+    _forward_to.append(pid)
+
+
 def unwinds_on_sigterm(fn: F) -> F:
-    """Run ``fn`` with SIGTERM (how schedulers stop jobs) raising ``SystemExit(143)`` in the
-    main thread, as Ctrl-C raises ``KeyboardInterrupt``, so its ``finally`` blocks end the
-    ranks and remove temporary files; Python's default would end the process on the spot.
-    A handler someone else set is left alone."""
+    """Run ``fn`` (a launch) with SIGTERM and SIGUSR1 passed on to the ranks, which stop at
+    their next batch boundary and write a checkpoint (:mod:`graphtrainer.preemption`). A
+    SIGTERM before any rank started, or a second one, raises ``SystemExit(143)`` in the main
+    thread, as Ctrl-C raises ``KeyboardInterrupt``, so ``fn``'s ``finally`` blocks end the
+    ranks and remove temporary files. Handlers someone else set are left alone."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        stop = (signal.SIGTERM, signal.SIGUSR1)
         if threading.current_thread() is not threading.main_thread() or \
-                signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                any(signal.getsignal(sig) is not signal.SIG_DFL for sig in stop):
             return fn(*args, **kwargs)
+        forwarded: List[int] = []
 
         def handler(signum: int, frame: Any) -> None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding itself is not cut short
-            raise SystemExit(128 + signum)
+            if _forward_to and not (signum == signal.SIGTERM and signal.SIGTERM in forwarded):
+                forwarded.append(signum)
+                for pid in _forward_to:
+                    try:
+                        os.kill(pid, signum)
+                    except ProcessLookupError:
+                        pass
+                return
+            if signum == signal.SIGTERM:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding itself is not cut short
+                raise SystemExit(128 + signum)
 
-        signal.signal(signal.SIGTERM, handler)
+        for sig in stop:
+            signal.signal(sig, handler)
         try:
             return fn(*args, **kwargs)
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _forward_to.clear()
+            for sig in stop:
+                signal.signal(sig, signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]
 

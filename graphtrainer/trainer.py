@@ -22,7 +22,8 @@ from .ddp import check_ddp_kwargs
 from .dist_cluster import DistGraphOptions, check_options, resolve_cluster
 from .dist_graph import PartitionedGraph
 from .graph_servers import graph_servers
-from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
+from .launch import FORK_FALLBACK, RankFailedError, check_main_guard, fork_blocker, launch
+from .preemption import Preempted
 from .preflight import check_task, prepare_graphs
 from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
 from .runtime import run_rank
@@ -350,7 +351,8 @@ class Trainer:
         After it returns, :attr:`history` holds one row of exactly reduced metrics per
         epoch, :attr:`log_dir` the run directory, and ``task.model`` the trained weights.
         """
-        ckpt_path = self._resolve_ckpt(ckpt_path)  # before the reset: "best" may use this trainer's last run
+        ckpt_path = self._resolve_ckpt(ckpt_path, fresh_if_none=True)  # before the reset: "best" may use
+        # this trainer's last run
         self.state = RunState()
         for cb in self.callbacks:
             cb.reset()
@@ -453,7 +455,12 @@ class Trainer:
         """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
         checkpoint), its run folder goes too, so failed starts leave no empty ``version_<n>``."""
         try:
-            return run()
+            try:
+                return run()
+            except RankFailedError as err:
+                if err.error_type != "Preempted":
+                    raise
+                raise Preempted(err.message) from None  # every rank stopped on a signal, as agreed
         except BaseException:
             if stage == "fit" and self.state.log_dir is not None and self.state.rank == 0:
                 remove_if_unused(self.state.log_dir)
@@ -510,15 +517,26 @@ class Trainer:
                              "device(s) are visible")
         return ids
 
-    def _resolve_ckpt(self, ckpt_path: Optional[str]) -> Optional[str]:
-        """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0."""
+    def _resolve_ckpt(self, ckpt_path: Optional[str], fresh_if_none: bool = False) -> Optional[str]:
+        """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0.
+        ``fresh_if_none`` (fit): "last" with no checkpoint yet means a fresh start, so one
+        command line serves the first start and every restart after a preemption."""
         if ckpt_path not in ("best", "last"):
             return ckpt_path
         ckpts = [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
         if not ckpts:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
                              "(none is configured): add one, or pass a file path")
-        path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir)
-        if gdist.detect_external_launch() is None or gdist.get_rank() == 0:
+        speaks = gdist.detect_external_launch() is None or gdist.get_rank() == 0
+        try:
+            path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir)
+        except ValueError as err:
+            if not (fresh_if_none and ckpt_path == "last"):
+                raise
+            if speaks:
+                print(f"[graphtrainer] ckpt_path='last': {str(err).split(': ', 1)[1].split(' (')[0]} "
+                      "yet: starting from scratch", flush=True)
+            return None
+        if speaks:
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: using {path}", flush=True)
         return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import datetime
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import psutil
 import pytest
 import torch
 
-from graphtrainer import CheckpointError, EarlyStopping, ModelCheckpoint, RankFailedError, Trainer
+from graphtrainer import CheckpointError, EarlyStopping, ModelCheckpoint, Preempted, RankFailedError, Trainer
 from graphtrainer import checkpoint_file, seeding
 from graphtrainer.checkpoint import read_checkpoint
 from graphtrainer.sampling import default_sampler
@@ -185,10 +186,14 @@ def test_last_and_best_found_by_a_fresh_trainer(root_dir, capsys):
     assert f"ckpt_path='best': using {best}" in capsys.readouterr().out and "test_loss" in metrics
 
 
-def test_last_without_any_run_says_where_it_looked(root_dir):
+def test_last_without_any_run_starts_fresh_in_fit_and_says_where_it_looked(root_dir, capsys):
+    trainer = _trainer(root_dir, procs=1, epochs=1, callbacks=[ModelCheckpoint(save_last=True)])
     with pytest.raises(ValueError, match=r"no last checkpoint found in .*version_\*/checkpoints"):
-        _trainer(root_dir, procs=1, callbacks=[ModelCheckpoint(save_last=True)]).fit(
-            RegressionTask(), ckpt_path="last")
+        trainer.test(RegressionTask(), ckpt_path="last")
+    trainer.fit(RegressionTask(), ckpt_path="last")  # the first start of a run that may be requeued
+    assert re.search(r"ckpt_path='last': no last checkpoint found in .*version_\*/checkpoints yet: starting "
+                     "from scratch", capsys.readouterr().out)
+    assert trainer.global_step == 8
 
 
 # ---- non-finite values ---------------------------------------------------------------------
@@ -342,7 +347,10 @@ def test_signal_during_save_leaves_no_partial_file(root_dir, tmp_path, sig):
     assert list(folder.glob(".*.tmp-*")), "no save in progress was seen"
     os.kill(int(pid_file.read_text()), sig)
     runner.join(60)
-    assert isinstance(outcome.get("error"), RankFailedError) and outcome["error"].rank == 0
+    if sig == signal.SIGTERM:  # a stop request: the save finishes, the ranks stop at the next batch
+        assert isinstance(outcome.get("error"), Preempted), outcome
+    else:
+        assert isinstance(outcome.get("error"), RankFailedError) and outcome["error"].rank == 0
     assert not list(folder.glob(".*.tmp-*"))
     assert not rank_children()
 

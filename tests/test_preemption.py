@@ -1,0 +1,116 @@
+"""Runs that survive preemption: a stop signal (SIGTERM, Slurm's SIGUSR1) on any rank stops
+every rank at the same batch boundary, rank 0 writes last.ckpt holding the position in the
+epoch, fit raises Preempted (exit status 75), and fit(ckpt_path="last") resumes at the next
+batch: the finished run equals one never stopped, bit for bit. Real processes (gloo on CPU)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from graphtrainer import PREEMPTED_EXIT_CODE, ModelCheckpoint, Preempted, Trainer
+from graphtrainer.checkpoint import read_checkpoint
+from graphtrainer.sampling import ShardedLoader
+
+from conftest import rank_children
+from tasks import RegressionTask
+
+STOP_AT_STEP = 5
+
+
+class _Batches(ShardedLoader):
+    """Index batches of an exact length: every rank has as many, so epochs run without Join."""
+
+    def __iter__(self):
+        return iter(self.local_batches())
+
+    def __len__(self):
+        return len(self.local_batches())
+
+
+class _SignalledTask(RegressionTask):
+    """Dropout and momentum, so a resume must restore RNG and optimizer state; rank
+    ``signal_rank`` sends itself ``sig`` during step :data:`STOP_AT_STEP` (never on a resumed run,
+    which starts past it). ``exact``: a loader of exact length (no Join), else the test tasks'
+    own (Join every epoch: stopped at the epoch's end)."""
+
+    def __init__(self, sig=None, signal_rank=1, exact=True, **kwargs):
+        super().__init__(dropout=0.3, scheduler="step", **kwargs)
+        self.sig, self.signal_rank, self.exact = sig, signal_rank, exact
+
+    def train_dataloader(self):
+        if not self.exact:
+            return super().train_dataloader()
+        return _Batches(torch.arange(self.n), self.batch_size, seed=self.trainer.seed)
+
+    def training_step(self, idx, batch_idx):
+        if self.sig is not None and self.rank == self.signal_rank and self.global_step == STOP_AT_STEP:
+            os.kill(os.getpid(), self.sig)
+        return super().training_step(idx, batch_idx)
+
+
+def _trainer(root, folder, procs):
+    return Trainer(num_procs=procs, launcher="fork", max_epochs=3, seed=7, progress_bar=False, logger=False,
+                   enable_model_summary=False, default_root_dir=root,
+                   callbacks=[ModelCheckpoint(dirpath=folder, save_last=True, save_top_k=0)])
+
+
+def _same(a: dict, b: dict) -> None:
+    for key, value in a.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, b[key]), key
+        elif isinstance(value, dict):
+            _same(value, b[key])
+        elif isinstance(value, list):
+            _same(dict(enumerate(value)), dict(enumerate(b[key])))
+        else:
+            assert value == b[key], key
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("procs,sig", [(2, signal.SIGUSR1), (2, signal.SIGTERM), (1, signal.SIGTERM)])
+def test_a_stopped_run_resumed_from_last_equals_one_never_stopped(tmp_path, procs, sig, capsys):
+    _trainer(tmp_path / "a", tmp_path / "whole", procs).fit(_SignalledTask())
+    whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
+
+    stopped = _trainer(tmp_path / "b", tmp_path / "parts", procs)
+    started = time.monotonic()
+    with pytest.raises(Preempted) as info:
+        stopped.fit(_SignalledTask(sig=sig, signal_rank=procs - 1), ckpt_path="last")
+    print(f"{procs} rank(s), {sig.name}: stopped, checkpoint written, fit raised in "
+          f"{time.monotonic() - started:.1f} s from fit start")
+    assert info.value.code == PREEMPTED_EXIT_CODE == 75
+    batches = 64 // procs // 8
+    epoch, done = divmod(STOP_AT_STEP + 1, batches)
+    assert f"fit stopped by {sig.name} (received by rank {procs - 1}) at epoch {epoch} after batch {done - 1} " \
+        in str(info.value)
+    assert "Resume with fit(task, ckpt_path='last')" in str(info.value)
+    assert "ckpt_path='last': no last checkpoint found in" in capsys.readouterr().out  # a fresh start, said so
+    assert not rank_children()
+    mid = read_checkpoint(tmp_path / "parts" / "last.ckpt")
+    assert mid["epoch"] == epoch and not mid["epoch_finished"]
+    assert mid["global_step"] == STOP_AT_STEP + 1 and mid["batches_done_in_epoch"] == done
+
+    _trainer(tmp_path / "b", tmp_path / "parts", procs).fit(_SignalledTask(sig=sig), ckpt_path="last")
+    resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
+    assert resumed["global_step"] == whole["global_step"] == 3 * batches
+    _same(whole["state_dict"], resumed["state_dict"])
+    _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
+    _trainer(tmp_path / "a", tmp_path / "whole", 2).fit(_SignalledTask(exact=False))
+    whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
+    with pytest.raises(Preempted, match=r"fit stopped by SIGUSR1 \(received by rank 1\) at the end of epoch 1 \(its ranks had"):
+        _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(sig=signal.SIGUSR1, exact=False))
+    assert read_checkpoint(tmp_path / "parts" / "last.ckpt")["global_step"] == 8
+    _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(exact=False), ckpt_path="last")
+    resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
+    _same(whole["state_dict"], resumed["state_dict"])
+    _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
