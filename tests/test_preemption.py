@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,9 +19,11 @@ from graphtrainer.checkpoint import read_checkpoint
 from graphtrainer.sampling import ShardedLoader
 
 from conftest import rank_children
+from launch_env import env_without_launch
 from tasks import RegressionTask
 
 STOP_AT_STEP = 5
+TESTS = Path(__file__).resolve().parent
 
 
 class _Batches(ShardedLoader):
@@ -114,3 +119,22 @@ def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
     resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
     _same(whole["state_dict"], resumed["state_dict"])
     _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
+
+
+def _torchrun(out, *extra):
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "--max-restarts", "1", str(TESTS / "torchrun_restart_script.py"), str(out), *extra]
+    done = subprocess.run(argv, env=env_without_launch(), capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return torch.load(out / "final.pt", weights_only=True), done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_torchrun_restart_after_a_killed_rank_resumes_from_last_and_equals_a_run_never_stopped(tmp_path):
+    whole, _ = _torchrun(tmp_path / "whole")
+    restarted, log = _torchrun(tmp_path / "restarted", "kill")
+    assert "ckpt_path='last': using" in log and "starting from scratch" in log  # first start, then resume
+    assert "restart" in log.lower()
+    _same(whole["params"], restarted["params"])
+    _same({"o": whole["optimizer"]}, {"o": restarted["optimizer"]})
