@@ -34,14 +34,24 @@ def owned_temp_dir(kind: str) -> str:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (on this machine)."""
+    """Whether process ``pid`` runs (on this machine); one that exited but is not reaped yet
+    (a zombie) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return _state(pid) not in ("Z", "X")
+
+
+def _state(pid: int) -> str:
+    """The process state letter of ``/proc/<pid>/stat`` ("" where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def remove_dead_owners(kinds: tuple = ("stacks", "servers", "ipconfig")) -> List[str]:
@@ -158,11 +168,7 @@ def die_with_parent() -> None:
 
 def is_stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger): state T or t."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
+    return _state(pid) in ("T", "t")
 
 
 def resume(pid: int) -> None:

@@ -7,12 +7,13 @@ broadcast, so every rank runs the same epochs and reaches every collective.
 """
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
 
-from . import dist_graph, heartbeat, leftovers
+from . import dist_graph, external_failures, heartbeat, leftovers
 from . import distributed as gdist
 from . import formats
 from .eval_loop import run_evaluation
@@ -48,6 +49,10 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
         with heartbeat.waiting("graph servers"):
             dist_graph.connect(cluster, info.local_rank)  # before the process group, as DGL requires
     gdist.init_process_group(info, backend, config.timeout)
+    external = info.source in ("torchrun", "slurm")  # torchrun or Slurm: no launcher of ours watches this rank
+    if external:
+        external_failures.announce(info.rank)
+    hang_watch = external_failures.HangWatch(info.rank, config.hang_timeout if external else None)
     state = trainer.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
     state.launched = info.source == "launcher"
@@ -69,7 +74,13 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
         call_hook(trainer, task, "on_exception", err, task_too=False)
         if state.logger is not None:
             state.logger.finalize("failed")
+        blamed = external_failures.attribute(err, info.rank, info.world_size, traceback.format_exc()) \
+            if external else None
+        if blamed is not None:
+            raise blamed from None  # the peer that caused it, not this rank's lost connection
         raise  # no teardown of the group: peers may be stuck in a collective
+    finally:
+        hang_watch.stop()
     if state.logger is not None:
         state.logger.finalize("success")
     if cluster is not None:
