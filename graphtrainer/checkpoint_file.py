@@ -7,8 +7,10 @@ zip's own CRC check of every member instead.
 
 A file is written to ``.<name>.tmp-<host>-<pid>`` in the target folder and renamed over
 the target only when complete, so a crash or a full disk leaves the earlier file intact.
-The partial file is removed on exceptions and, in ranks, on SIGTERM and SIGINT; one left
-by a writer that was killed outright is removed the next time that folder is saved into.
+The partial file is removed on exceptions and, in ranks, on SIGINT (SIGTERM asks a fit to
+stop after the save: see :mod:`graphtrainer.preemption`); one left by a writer that was
+killed outright is removed by the next fit (:func:`graphtrainer.run_files.remove_dead_partials`)
+or the next save into that folder.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import socket
 import struct
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
@@ -129,9 +131,11 @@ def _host() -> str:
     return socket.gethostname().replace("-", "_") or "host"
 
 
-def remove_stale_partials(folder: Path) -> None:
-    """Remove partial files in ``folder`` left by writers on this host that no longer run."""
+def remove_stale_partials(folder: Path) -> List[str]:
+    """Remove partial files in ``folder`` left by writers on this host that no longer run;
+    return their paths."""
     prefix = f"-{_host()}-"
+    removed: List[str] = []
     for tmp in folder.glob(".*.tmp-*"):
         tail = tmp.name.rsplit(".tmp", 1)[-1]
         if not tail.startswith(prefix):
@@ -142,6 +146,8 @@ def remove_stale_partials(folder: Path) -> None:
             continue
         if pid != os.getpid() and not _alive(pid):
             tmp.unlink(missing_ok=True)
+            removed.append(str(tmp))
+    return removed
 
 
 def _alive(pid: int) -> bool:

@@ -7,10 +7,12 @@ import errno
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Iterable, List
 
 from .checkpoint import read_checkpoint
+from .checkpoint_file import remove_stale_partials
 
 _VERSION = re.compile(r"^version_(\d+)$")
 #: What a fit writes into its folder before its first epoch ends (config.yaml: the CLI writes it).
@@ -37,6 +39,19 @@ def prepare_run_dir(root: Path) -> Path:
     except OSError as err:
         raise PermissionError(f"default_root_dir {root} cannot be written ({err.strerror or err}): "
                               "pass Trainer(default_root_dir=...) a writable directory") from err
+
+
+def remove_dead_partials(root: Path, folders: Iterable[Path] = ()) -> List[str]:
+    """Remove the partial checkpoint files (``.<name>.tmp-<host>-<pid>``) that writers killed
+    outright left in ``root``'s runs and in ``folders``, saying what was removed."""
+    removed: List[str] = []
+    for folder in [d / "checkpoints" for d in run_dirs(Path(root))] + [Path(f) for f in folders]:
+        if folder.is_dir():
+            removed += remove_stale_partials(folder)
+    if removed:
+        print(f"[graphtrainer] removed partial checkpoint files of writers that no longer run: {', '.join(removed)}",
+              file=sys.stderr, flush=True)
+    return removed
 
 
 def run_dirs(root: Path) -> List[Path]:

@@ -25,7 +25,7 @@ from .graph_servers import graph_servers
 from .launch import FORK_FALLBACK, RankFailedError, check_main_guard, fork_blocker, launch
 from .preemption import Preempted
 from .preflight import check_task, prepare_graphs
-from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
+from .run_files import find_checkpoint, prepare_run_dir, remove_dead_partials, remove_if_unused
 from .runtime import run_rank
 from .state import RunResult, RunState, TrainerConfig
 from .task import GraphTask
@@ -395,6 +395,8 @@ class Trainer:
                               f"{external.world_size} ranks uses the GPU of its local rank", stacklevel=3)
             return self._guarded(stage, lambda: run_rank(external, self, task, stage, ckpt_path))
         if stage == "fit" and not config.fast_dev_run:
+            remove_dead_partials(config.default_root_dir, [cb.explicit_dirpath for cb in self.callbacks
+                                                           if getattr(cb, "explicit_dirpath", None)])
             # Made here, before any process starts, so an unwritable root fails early.
             self.state.log_dir = prepare_run_dir(config.default_root_dir)
         if config.num_procs == 1:

@@ -9,17 +9,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from graphtrainer import RankFailedError, Trainer, forkserver
+from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, forkserver
 
 from conftest import rank_children
 from launch_env import env_without_launch
-from tasks import FailingTask
+from tasks import FailingTask, RegressionTask
 
 TESTS = Path(__file__).resolve().parent
 DRIVER = TESTS / "fault_driver.py"
@@ -133,3 +134,37 @@ def test_a_killed_fork_server_is_named(root_dir):
     assert "killed by signal SIGKILL while the ranks ran" in str(err)
     assert "could not import the script" not in str(err)
     assert not rank_children() and forkserver.server_pid() is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_partial_checkpoint_of_a_killed_writer_is_removed_by_the_next_fit(root_dir, tmp_path, capfd):
+    from test_faults import _BigCheckpoint
+
+    pid_file = tmp_path / "rank0.pid"
+    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=50, progress_bar=False, default_root_dir=root_dir,
+                      enable_model_summary=False, callbacks=[ModelCheckpoint(save_last=True)])
+    outcome = {}
+
+    def run():
+        try:
+            trainer.fit(_BigCheckpoint(str(pid_file)))
+        except BaseException as err:  # noqa: BLE001
+            outcome["error"] = err
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    folder = root_dir / "version_0" / "checkpoints"
+    deadline = time.monotonic() + 90
+    while not list(folder.glob(".*.tmp-*")) and time.monotonic() < deadline and runner.is_alive():
+        time.sleep(0.005)
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)  # rank 0, mid-save
+    runner.join(60)
+    assert isinstance(outcome.get("error"), RankFailedError)
+    partial = list(folder.glob(".*.tmp-*"))
+    assert len(partial) == 1  # what SIGKILL leaves
+    capfd.readouterr()
+    Trainer(num_procs=1, max_epochs=1, progress_bar=False, default_root_dir=root_dir, enable_model_summary=False,
+            callbacks=[ModelCheckpoint(save_last=True)]).fit(RegressionTask())  # writes into version_1
+    assert not partial[0].exists()
+    assert f"removed partial checkpoint files of writers that no longer run: {partial[0]}" in capfd.readouterr().err
