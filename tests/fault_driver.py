@@ -2,7 +2,7 @@
 
 ``python fault_driver.py LAUNCHER READY_DIR [EPOCHS]``: trains :class:`Marked` on 2 ranks; each rank
 writes ``READY_DIR/rank<r>.pid`` (its pid) once it trains. LAUNCHER "torchrun": this process is
-one rank that torchrun started. The test waits for those files, so it signals a run known to be training.
+one rank that torchrun started; "distgraph=<partition config>": a DistDGL run on that partition. The test waits for those files, so it signals a run known to be training.
 """
 from __future__ import annotations
 
@@ -26,20 +26,43 @@ class Marked(RegressionTask):
         self._marked = False
 
     def training_step(self, idx, batch_idx):
-        if not self._marked:
-            self._marked = True
-            path = Path(self.ready_dir) / f"rank{self.rank}.pid"
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(str(os.getpid()))
-            tmp.rename(path)
+        _mark(self)
         return super().training_step(idx, batch_idx)
+
+
+def _marked_node_classifier(part_config: str, ready: str):
+    from dist_tasks import CORA
+    from graphtrainer.examples.node_classification import NodeClassification
+
+    class MarkedNodes(NodeClassification):
+        def training_step(self, batch, batch_idx):
+            _mark(self)
+            return super().training_step(batch, batch_idx)
+
+    task = MarkedNodes(part_config, **CORA)
+    task.ready_dir, task._marked = ready, False
+    return task
+
+
+def _mark(task) -> None:
+    if not task._marked:
+        task._marked = True
+        path = Path(task.ready_dir) / f"rank{task.rank}.pid"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.rename(path)
 
 
 if __name__ == "__main__":
     launcher, ready = sys.argv[1], sys.argv[2]
     epochs = int(sys.argv[3]) if len(sys.argv) > 3 else 100000
-    procs = {} if launcher == "torchrun" else {"num_procs": 2, "launcher": launcher}
+    procs = {} if launcher == "torchrun" else {"num_procs": 2}
+    if launcher.startswith("distgraph="):
+        task = _marked_node_classifier(launcher.split("=", 1)[1], ready)
+    else:
+        procs.update({"launcher": launcher} if launcher != "torchrun" else {})
+        task = Marked(ready)
     trainer = Trainer(max_epochs=epochs, progress_bar=False, default_root_dir=str(Path(ready) / "runs"),
                       logger=False, **procs)
-    trainer.fit(Marked(ready))
+    trainer.fit(task)
     print("FINISHED")

@@ -3,11 +3,17 @@ loader would fill a cut feature file's missing rows with zeros and train on them
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import rank_children
+from launch_env import env_without_launch
 from dist_tasks import CORA
 from graphtrainer import Trainer, datasets
 from graphtrainer.examples.node_classification import NodeClassification
@@ -51,3 +57,45 @@ def test_a_cut_feature_file_is_refused_before_the_servers_load_it(tmp_path, cora
     finally:
         feat.write_bytes(original)
         meta_path.write_text(original_meta)
+
+
+TESTS = Path(__file__).resolve().parent
+SHM = Path("/dev/shm")
+
+
+def _segments() -> set:
+    return {p.name for p in SHM.iterdir() if p.name.startswith(("cora", "node~", "edge~"))}
+
+
+def _driver(cora_config, workdir, *extra):
+    env = env_without_launch(TMPDIR=str(workdir / "tmp"), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+    return [sys.executable, str(TESTS / "fault_driver.py"), f"distgraph={cora_config}", str(workdir), *extra], env
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_what_a_killed_distdgl_launcher_left_is_removed_by_the_next_run(tmp_path, cora_config):
+    (tmp_path / "tmp").mkdir()
+    before = _segments()
+    argv, env = _driver(cora_config, tmp_path)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    while not all((tmp_path / f"rank{r}.pid").exists() for r in (0, 1)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the ranks never started training"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 20
+    while rank_children() and time.monotonic() < deadline:  # servers and ranks die with the launcher
+        time.sleep(0.05)
+    left = _segments() - before
+    folders = sorted(p.name for p in (tmp_path / "tmp").iterdir())
+    assert left and any(name.startswith(f"graphtrainer-servers-{proc.pid}-") for name in folders), (left, folders)
+    argv, env = _driver(cora_config, tmp_path, "1")
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=200)
+    assert again.returncode == 0, again.stderr
+    assert "removed what a run that no longer runs left behind" in again.stderr
+    for name in left:
+        assert f"/dev/shm/{name}" in again.stderr
+    assert not (_segments() - before) and list((tmp_path / "tmp").iterdir()) == []

@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parent
 DRIVER = TESTS / "fault_driver.py"
 
 
-def _start(launcher: str, workdir: Path, *extra: str) -> tuple:
+def _start(launcher: str, workdir: Path, *extra: str, session: bool = False) -> tuple:
     """Start the driver with its own temp folder; return it and its descendants once both ranks train.
     ``launcher="torchrun"``: torchrun's agent starts two drivers."""
     tmp = workdir / "tmp"
@@ -34,7 +34,8 @@ def _start(launcher: str, workdir: Path, *extra: str) -> tuple:
     env = env_without_launch(TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
     agent = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     argv = (agent if launcher == "torchrun" else [sys.executable]) + [str(DRIVER), launcher, str(workdir), *extra]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=session)
     deadline = time.monotonic() + 100
     while not all((workdir / f"rank{r}.pid").exists() for r in (0, 1)):
         if proc.poll() is not None:
@@ -78,6 +79,19 @@ def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, si
         assert "fit stopped by SIGTERM (received by rank 1) at " in err
         assert list((tmp_path / "runs").glob("version_*/checkpoints/last.ckpt"))
         assert list((tmp_path / "tmp").iterdir()) == []  # its temp folder went with it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["fork", "forkserver"])
+def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher):
+    proc, descendants = _start(launcher, tmp_path, session=True)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: every process of the group
+    proc.communicate(timeout=60)
+    took = _gone_within(descendants, 20)
+    print(f"{launcher}: Ctrl-C to the group: every process gone {took:.2f} s after the launcher ended")
+    assert proc.returncode != 0
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.slow
