@@ -95,8 +95,8 @@ class RunState:
     logger: Any = None
     #: The task being run on this rank (what ``trainer.save_checkpoint`` saves).
     task: Any = None
-    #: This rank's :class:`~graphtrainer.precision.Precision` and
-    #: :class:`~graphtrainer.profiler.Profiler` during a run.
+    #: This rank's :class:`~graphtrainer.loop.precision.Precision` and
+    #: :class:`~graphtrainer.loop.profiler.Profiler` during a run.
     precision: Any = None
     profiler: Any = None
     #: With ``profiler="simple"``: seconds per stage and hook of the last ``fit``, per rank.

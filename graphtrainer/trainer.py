@@ -10,25 +10,28 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from . import distributed as gdist
+from . import comm as gdist
 from . import options
 from .callbacks.base import Callback
 from .callbacks.checkpoint import ModelCheckpoint
 from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
-from .checkpoint import save_checkpoint
-from .ddp import check_ddp_kwargs
-from .dist_cluster import DistGraphOptions, check_options, resolve_cluster
-from .dist_graph import PartitionedGraph
-from .graph_servers import graph_servers
-from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
-from .preflight import check_task, prepare_graphs
-from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
-from .runtime import run_rank
+from .checkpoint.content import save_checkpoint
+from .checkpoint.run_files import find_checkpoint, prepare_run_dir, remove_if_unused
+from .distdgl import job_failures
+from .distdgl.cluster import DistGraphOptions, check_options, resolve_cluster
+from .distdgl.graph import PartitionedGraph
+from .distdgl.servers import graph_servers
+from .launch.environment import detect_external_launch, one_process_per_machine
+from .launch.fork_safety import check_main_guard, fork_blocker
+from .launch.local import FORK_FALLBACK, launch
+from .launch.preflight import prepare_graphs
+from .launch.threads import available_cores
+from .loop.ddp import check_ddp_kwargs
+from .loop.runtime import run_rank
 from .state import RunResult, RunState, TrainerConfig
-from .task import GraphTask
-from .threads import available_cores
+from .task import GraphTask, check_task
 
 LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
 
@@ -118,7 +121,7 @@ class Trainer:
             starts the machine's graph servers and ``num_procs`` (or ``gpus``) trainer ranks;
             in each rank ``task.graph`` is the ``DistGraph`` and ``node_dataloader`` gives
             ``DistNodeDataLoader`` batches. A task whose ``graph`` is a
-            :class:`~graphtrainer.dist_graph.PartitionedGraph` needs no other option.
+            :class:`~graphtrainer.distdgl.graph.PartitionedGraph` needs no other option.
         ip_config: for several machines, DGL's ip_config file: one line ``<address> [port]``
             per machine (one partition each), the same file on every machine. Without it
             the run is this machine alone, on loopback.
@@ -386,7 +389,7 @@ class Trainer:
         distgraph = self._distgraph_options(task)
         if distgraph is not None:
             return self._guarded(stage, lambda: self._run_distgraph(task, stage, ckpt_path, distgraph))
-        external = gdist.detect_external_launch()
+        external = detect_external_launch()
         if external is not None:
             if config.device_ids and len(config.device_ids) not in (1, external.world_size):
                 warnings.warn(f"gpus={list(config.device_ids)} is ignored under {external.source}: each of its "
@@ -417,7 +420,7 @@ class Trainer:
             raise ValueError(f"distributed_graph={options.part_config!r} trains on the partitioned graph, but the "
                              f"task holds an in-memory graph ({type(held).__name__}), from which it may have taken "
                              "node ids: partitioning numbers nodes differently. Build the task on "
-                             "PartitionedGraph(<partition config>) (graphtrainer.dist_graph), or leave task.graph "
+                             "PartitionedGraph(<partition config>) (graphtrainer.distdgl.graph), or leave task.graph "
                              "None and read the DistGraph in setup()")
         if isinstance(held, PartitionedGraph):
             if options is None:
@@ -432,9 +435,9 @@ class Trainer:
         """This machine's share of a DistDGL run: its graph servers, then its ranks. Machine
         0's launcher makes the run folder; every rank learns it from rank 0."""
         config = self.config
-        if gdist.one_process_per_machine() is not None:
+        if one_process_per_machine() is not None:
             raise RuntimeError(f"distributed_graph= runs one process per machine, which starts that machine's "
-                               f"graph servers and trainer ranks, but {gdist.one_process_per_machine()}: start "
+                               f"graph servers and trainer ranks, but {one_process_per_machine()}: start "
                                "the script once per machine (under Slurm: srun --ntasks-per-node=1)")
         cluster = resolve_cluster(options, config.num_procs)
         if stage == "fit" and not config.fast_dev_run and cluster.machine_rank == 0:
@@ -443,9 +446,11 @@ class Trainer:
         method = self._launch_method(task)
         prepare_graphs(task, method)
         threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
+        placement = cluster.placement()
         with graph_servers(cluster) as servers:
             result = launch(run_rank, (self, task, stage, ckpt_path, cluster), config.num_procs, method, threads,
-                            config.hang_timeout, placement=cluster.placement(), services=servers)
+                            config.hang_timeout, placement=placement, services=servers,
+                            job=job_failures.for_placement(placement))
         self._absorb(task, result)
         return result
 
@@ -499,7 +504,7 @@ class Trainer:
         if num_procs is not None and num_procs != len(ids):
             raise ValueError(f"gpus={gpus!r} and num_procs={num_procs} disagree: with GPUs there is one rank "
                              "per listed device; drop num_procs")
-        if gdist.detect_external_launch() is not None:
+        if detect_external_launch() is not None:
             return ids  # checked per rank against the local rank's device
         available = torch.cuda.device_count()  # NVML-based: unlike is_available(), safe before a fork
         if available == 0:
@@ -519,6 +524,6 @@ class Trainer:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
                              "(none is configured): add one, or pass a file path")
         path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir)
-        if gdist.detect_external_launch() is None or gdist.get_rank() == 0:
+        if detect_external_launch() is None or gdist.get_rank() == 0:
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: using {path}", flush=True)
         return path

@@ -19,7 +19,7 @@ from sklearn.metrics import accuracy_score, mean_squared_error, roc_auc_score  #
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC  # noqa: E402
 
 from graphtrainer import GraphTask, Trainer  # noqa: E402
-from graphtrainer import distributed as gdist  # noqa: E402
+from graphtrainer import comm as gdist  # noqa: E402
 
 from conftest import rank_children  # noqa: E402
 

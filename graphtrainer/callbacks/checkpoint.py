@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .. import distributed as gdist
-from ..checkpoint import save_checkpoint
+from .. import comm as gdist
+from ..checkpoint.content import save_checkpoint
 from .base import Callback
 
 

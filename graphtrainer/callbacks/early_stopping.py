@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Optional
 
-from .. import distributed as gdist
+from .. import comm as gdist
 from .base import Callback
 
 
