@@ -9,7 +9,7 @@ import torch  # noqa: F401
 
 import graphtrainer.launch.local  # noqa: F401
 import graphtrainer.trainer  # noqa: F401
-from .lean import import_rank_modules
+from graphtrainer.launch.lean import import_rank_modules
 
 import_rank_modules()
 
