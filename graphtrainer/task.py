@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import inspect
-import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -14,10 +13,8 @@ from .data.graph_loader import GraphLoader
 from .data.node_loader import NodeLoader, default_sampler
 from .distdgl.graph import is_dist_graph
 from .distdgl.loader import DistEdgeLoader, DistNodeLoader
-from .loop.metrics import MetricStore, is_metric
-
-if TYPE_CHECKING:
-    from .trainer import Trainer
+from .loop.context import StepLog
+from .state import RunView
 
 
 class GraphTask:
@@ -65,7 +62,8 @@ class GraphTask:
         on_validation_epoch_end()
         teardown(stage)
 
-    Set by the trainer in each rank, for use in any hook: ``self.trainer``, ``self.rank``
+    Set by the trainer in each rank, for use in any hook: ``self.trainer`` (the rank's view
+    of the run: epoch, step, metrics, options, see :class:`~graphtrainer.state.RunView`), ``self.rank``
     (also ``self.global_rank``), ``self.local_rank`` (the rank's number on its machine),
     ``self.world_size`` and ``self.device``; ``self.parameters()`` gives the model's.
 
@@ -87,17 +85,15 @@ class GraphTask:
     def __init__(self) -> None:
         self.model = None
         self.hparams: Dict[str, Any] = {}
-        self.trainer: Optional["Trainer"] = None
+        self.trainer: Optional[RunView] = None
         #: This rank's number in the job (also :attr:`global_rank`), its number on its
         #: machine, and the number of ranks; set by the trainer in each rank.
         self.rank: int = 0
         self.local_rank: int = 0
         self.world_size: int = 1
         self.device: torch.device = torch.device("cpu")
-        self._metrics: MetricStore = MetricStore(owner=self)
-        self._batch_size: Optional[int] = None
-        self._step_hook: Optional[str] = None  # set by the trainer while a *_step runs
-        self._warned_batch_size: set = set()
+        #: Where :meth:`log` writes; each rank's run hands the task its own.
+        self.step_log: StepLog = StepLog(owner=self)
 
     # ---- what the user provides -------------------------------------------------------
     def configure_model(self) -> nn.Module:
@@ -203,29 +199,7 @@ class GraphTask:
 
         Local only: no collective runs here, so it is safe inside ``training_step``.
         """
-        if is_metric(value):
-            if reduce_fx != "mean":
-                raise ValueError(f"self.log({name!r}, metric, reduce_fx={reduce_fx!r}): a torchmetrics object "
-                                 "reduces itself; drop reduce_fx")
-            self._metrics.add_metric(name, value, prog_bar=prog_bar)
-            return
-        if batch_size is None and self._batch_size is None and getattr(self, "_step_hook", None) is not None \
-                and reduce_fx == "mean":
-            self._warn_unknown_batch_size(name)
-        weight = batch_size if batch_size is not None else (self._batch_size or 1)
-        self._metrics.add(name, value, float(weight), prog_bar=prog_bar, reduce_fx=reduce_fx)
-
-    def _warn_unknown_batch_size(self, name: str) -> None:
-        # Once per hook (every later call of it has the same problem), from rank 0 only.
-        hook = self._step_hook
-        warned = self.__dict__.setdefault("_warned_batch_size", set())
-        if hook in warned or self.rank != 0:
-            return
-        warned.add(hook)
-        warnings.warn(
-            f"{type(self).__name__}.{hook}: the batch size of this batch could not be inferred, so "
-            f"self.log({name!r}, ...) weighs each call equally and its epoch value is a mean of "
-            f"per-batch means. Pass batch_size=... to self.log in {hook}.", UserWarning, stacklevel=3)
+        self.step_log.log(name, value, batch_size, prog_bar, reduce_fx, type(self).__name__, self.rank)
 
     def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
                  prog_bar: bool = False, reduce_fx: str = "mean") -> None:
@@ -365,7 +339,7 @@ def check_task(task: Any, stage: str) -> None:
     """Fail early, naming the hook, when ``task`` cannot run ``stage``."""
     if not isinstance(task, GraphTask):
         raise TypeError(f"Trainer expects a GraphTask, got {type(task).__name__}")
-    if not hasattr(task, "_metrics"):
+    if not hasattr(task, "step_log"):
         raise TypeError(f"{type(task).__name__}.__init__ must call super().__init__()")
     for hook in _REQUIRED[stage]:
         if getattr(type(task), hook) is getattr(GraphTask, hook):

@@ -42,7 +42,7 @@ from torch import nn
 
 from .. import comm as gdist
 from .._version import __version__
-from ..state import callback_states
+from ..state import RunView, callback_states
 from .file import CheckpointError, atomic_save, read_verified
 
 #: 2: ``epoch`` is the epoch written in, with ``epoch_finished`` (1: epochs completed).
@@ -72,7 +72,7 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def build_checkpoint(trainer: Any, task: Any) -> Optional[Dict[str, Any]]:
+def build_checkpoint(trainer: RunView, task: Any) -> Optional[Dict[str, Any]]:
     """The checkpoint dict on rank 0, None elsewhere. Must be called on all processes."""
     rngs = gdist.all_gather_object(rng_state())
     if trainer.rank != 0:
@@ -111,7 +111,7 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
-def save_checkpoint(trainer: Any, task: Any, path: str | os.PathLike) -> None:
+def save_checkpoint(trainer: RunView, task: Any, path: str | os.PathLike) -> None:
     """Rank 0 writes ``path`` atomically, then all ranks wait. Must be called on all processes."""
     ckpt = build_checkpoint(trainer, task)
     if ckpt is not None:
@@ -160,7 +160,7 @@ def load_checkpoint(path: str | os.PathLike, module: nn.Module) -> Dict[str, Any
     return ckpt
 
 
-def restore_training_state(trainer: Any, task: Any, ckpt: Dict[str, Any]) -> None:
+def restore_training_state(trainer: RunView, task: Any, ckpt: Dict[str, Any]) -> None:
     """Optimizers, schedulers, counters, callbacks and RNG from ``ckpt`` (on every rank)."""
     path = ckpt.get("_path", "checkpoint")
     opt_states: List[Any] = ckpt.get("optimizer_states", [])

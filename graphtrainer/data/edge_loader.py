@@ -9,13 +9,15 @@ the same negatives, and evaluation sees the same ones every time).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
 
 import torch
 
+from .formats import sampler_formats
+from .hetero import check_typed_eids, flatten, type_spans
+from .node_loader import default_sampler, iterate_sampled
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
-from .node_loader import default_sampler, iterate_sampled
 from .workers import BatchSampling
 
 EXCLUDE_MODES = (None, "self", "reverse_id", "reverse_types")
@@ -174,8 +176,6 @@ class EdgeLoader(ShardedLoader):
         n = graph.num_nodes()
         self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
         if hetero:
-            from .hetero import check_typed_eids, flatten, type_spans
-
             self.typed = check_typed_eids(edges, graph, "edge_dataloader edge ids")
             self.spans = type_spans(self.typed, graph, edges=True)
             ids = flatten(self.typed, self.spans)
@@ -212,6 +212,10 @@ class EdgeLoader(ShardedLoader):
         on_epoch = _NegativeEpoch(self.negatives) if isinstance(self.negatives, PerEdgeUniform) else None
         self.sampling = BatchSampling(graph, self.edge_sampler, self.batch_size, drop_last, self.spans,
                                       on_epoch=on_epoch, **dataloader_kwargs)
+
+    def sampled_formats(self) -> Set[str]:
+        """The graph formats this loader's sampling reads (edge ids need the edge list too)."""
+        return sampler_formats(self.edge_sampler) | ({"coo"} if self.pairs is None else set())
 
     @property
     def num_edges(self) -> int:

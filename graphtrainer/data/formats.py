@@ -61,14 +61,11 @@ def sampler_formats(sampler: Any) -> Set[str]:
 
 
 def loader_formats(loader: Any) -> Set[str]:
-    """Formats a loader's sampling reads (empty for loaders that do not sample a big graph)."""
-    from .edge_loader import EdgeLoader
-    from .node_loader import NodeLoader
-
-    if isinstance(loader, EdgeLoader):
-        return sampler_formats(loader.edge_sampler) | ({"coo"} if loader.pairs is None else set())
-    if isinstance(loader, NodeLoader):
-        return sampler_formats(loader.sampler)
+    """Formats a loader's sampling reads (empty for loaders that do not sample a big graph):
+    what graphtrainer's node and edge loaders say (``sampled_formats()``), else the sampler
+    of DGL's own ``DataLoader``."""
+    if callable(getattr(loader, "sampled_formats", None)):
+        return loader.sampled_formats()
     sampler = getattr(loader, "graph_sampler", None)  # DGL's own DataLoader
     return sampler_formats(sampler) if sampler is not None else set()
 
@@ -127,17 +124,17 @@ def created_formats(graph: Any) -> List[str]:
     return sorted(graph.formats()["created"])
 
 
-#: True in ranks that graphtrainer started from a graph it prepared (fork, forkserver,
-#: spawn); under torchrun or Slurm each process builds its own graph, and there is nothing
-#: to share or to advise.
-launched_from_prepared_graph = False
+def warn_unbuilt_formats(loader: Any) -> None:
+    """For graphtrainer's node and edge loaders: warn when their sampling reads a format of
+    their graph that is not built (called in ranks launched from a prepared graph; under
+    torchrun or Slurm each process builds its own graph, and there is nothing to share)."""
+    if callable(getattr(loader, "sampled_formats", None)) and getattr(loader, "graph", None) is not None:
+        warn_if_missing(loader.graph, loader.sampled_formats(), type(loader).__name__)
 
 
 def warn_if_missing(graph: Any, needed: Iterable[str], what: str) -> None:
     """Warn once per graph and format when ``needed`` is not built on ``graph``: sampling
     will build it here, in this process alone, a private copy in every rank."""
-    if not launched_from_prepared_graph:
-        return
     created = set(graph.formats()["created"])
     for fmt in needed:
         key = (id(graph), fmt)

@@ -6,7 +6,7 @@ import numbers
 from typing import Any, Iterator, List, Optional, Sequence, Set
 
 from .. import comm
-from .formats import loader_formats, sampler_formats, warn_if_missing
+from .formats import sampler_formats
 from .hetero import check_typed_ids, flatten, type_spans
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
@@ -77,16 +77,7 @@ def iterate_sampled(loader: Any) -> Iterator[Any]:
     share = loader.local_ids()
     if share.numel() == 0:
         return iter(())
-    warn_unshared_formats(loader)
     return loader.sampling.iterate(share, loader.seed, comm.get_rank(), loader.epoch)
-
-
-def warn_unshared_formats(loader: Any) -> None:
-    """In a launched rank (rank 0 speaks), warn when the loader's sampling reads a sparse
-    format that was not built before launch (see :func:`graphtrainer.data.formats.warn_if_missing`)."""
-    if comm.get_world_size() > 1 and comm.get_rank() == 0:
-        warn_if_missing(loader.graph, loader_formats(loader), type(loader).__name__)
-
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:

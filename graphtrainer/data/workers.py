@@ -24,6 +24,8 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
+from .hetero import split_flat
+
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.
 _OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
 
@@ -94,8 +96,6 @@ class _Batches(torch.utils.data.IterableDataset):
         for i in range(first, self.num_batches, step):
             ids = self.share[i * self.batch_size: min((i + 1) * self.batch_size, n)].clone()
             if self.types is not None:
-                from .hetero import split_flat
-
                 ids = split_flat(ids, self.types)
             yield epoch, i, ids
 

@@ -33,7 +33,7 @@ class PartitionedGraph:
     """
 
     def __init__(self, part_config: os.PathLike | str):
-        from .partition import read_meta
+        from .partition import read_meta  # here: partition imports dgl, and a task holding this needs none
 
         self.part_config = config_path(part_config)
         self.meta: Dict[str, Any] = read_meta(self.part_config)

@@ -30,11 +30,12 @@ from typing import Any, Iterator, Optional, Tuple
 import torch
 
 from .. import comm as gdist
-from .graph import is_dist_tensor, machine_share
-from ..data.sharded_loader import ShardedLoader
+from ..data.edge_loader import PerEdgeUniform, _PairSampler
 from ..data.node_loader import check_fanouts, default_sampler
+from ..data.sharded_loader import ShardedLoader
 from ..data.sharding import check_seed_ids
 from ..data.workers import batch_seed
+from .graph import is_dist_tensor, machine_share
 
 
 class _DistSampled(ShardedLoader):
@@ -135,8 +136,6 @@ class DistEdgeLoader(_DistSampled):
     def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
                  exclude: Optional[str] = None, shuffle: bool = True, drop_last: bool = False, even: Any = None,
                  seed: int = 0):
-        from ..data.edge_loader import PerEdgeUniform, _PairSampler
-
         _check_homogeneous(graph, "edge_dataloader")
         if exclude is not None:
             raise ValueError(f"exclude={exclude!r} on a DistGraph: DGL 2.1's DistGraph.sample_neighbors ignores "

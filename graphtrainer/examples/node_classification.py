@@ -175,8 +175,6 @@ def standardize_features(graph: Any, key: str = "feat") -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    from .. import datasets
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="tolokers", choices=datasets.KNOWN)
     parser.add_argument("--split", type=int, default=0, help="Tolokers: which of its 10 fixed splits")

@@ -1,13 +1,30 @@
-"""Ranks that already exist: reading the rank layout torchrun or Slurm set, and picking a
-free port for a rendezvous this process hosts."""
+"""Ranks that already exist: reading the rank layout torchrun or Slurm set and running this
+process's rank (:class:`ExistingRanks`), and picking a free port for a rendezvous this
+process hosts."""
 from __future__ import annotations
 
 import os
 import random
 import socket
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from ..comm import RankInfo
+from .base import Launcher, RankTarget
+
+
+class ExistingRanks(Launcher):
+    """This process is one rank of a job that torchrun or Slurm started: it runs here, and
+    rank 0 numbers the run folder for all of them."""
+
+    makes_run_dir = False
+    run_dir_from_rank0 = True
+    in_other_processes = False
+
+    def __init__(self, info: RankInfo):
+        self.info = info
+
+    def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
+        return target(self.info, *args)
 
 
 def _int_env(name: str) -> Optional[int]:

@@ -1,16 +1,41 @@
 """Whether ranks may be forked or spawned from this process: probes a throw-away fork for
-CUDA/autograd state, and reads the main script for a missing ``__main__`` guard."""
+CUDA/autograd state, reads the main script for a missing ``__main__`` guard, and picks the
+start method from ``Trainer(launcher=...)`` accordingly."""
 from __future__ import annotations
 
 import ast
 import inspect
 import os
 import signal
+import sys
 import time
 import warnings
 from typing import Any, Optional
 
 import torch
+
+#: Where fork is unsafe (CUDA or autograd threads already started here), what "auto" uses.
+FORK_FALLBACK = "forkserver"
+
+
+def start_method(launcher: str, uses_gpu: bool, task: Any) -> str:
+    """The start method for ``Trainer(launcher=launcher)``: "auto" forks on Linux unless a
+    fork could not train (then the fork server); spawn and forkserver need an importable
+    main script and task."""
+    method = launcher
+    if method == "auto":
+        method = "fork" if sys.platform.startswith("linux") else "spawn"
+    blocker = fork_blocker(uses_gpu=uses_gpu) if method == "fork" else None
+    if blocker is not None:
+        if launcher == "fork":
+            raise RuntimeError(f"launcher='fork': {blocker}. Keep CUDA calls and training out of the "
+                               "code before fit (torch.cuda.device_count() is safe), or use "
+                               "launcher='forkserver'")
+        warnings.warn(f"{blocker}: launching with {FORK_FALLBACK} instead of fork", stacklevel=5)
+        method = FORK_FALLBACK
+    if method in ("spawn", "forkserver"):
+        check_main_guard(task, method)
+    return method
 
 
 _FORK_BLOCKERS = {

@@ -23,20 +23,21 @@ import torch.multiprocessing  # noqa: F401
 
 from .. import heartbeat
 from ..checkpoint.file import remove_partials_on_signals
+from ..comm import RankInfo
+from ..state import TrainerConfig
 from . import forkserver
-from .environment import RankInfo
-from .fork_safety import thread_count
+from .base import Launcher, RankTarget
+from .fork_safety import start_method, thread_count
 from .lean import import_rank_modules, limit_malloc_caches
 from .pickling import start_process
 from .placement import Placement
+from .preflight import prepare_graphs
 from .supervisor import FailureChannel, Watch, WatchedService, end_all
-from .threads import set_threads
+from .threads import available_cores, set_threads
 
 #: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
 #: "forkserver" (forked from a clean server process, see :mod:`graphtrainer.launch.forkserver`).
 LAUNCH_METHODS = ("fork", "spawn", "forkserver")
-#: Where fork is unsafe (CUDA or autograd threads already started here), what "auto" uses.
-FORK_FALLBACK = "forkserver"
 
 
 def _die_with_parent() -> None:
@@ -211,3 +212,24 @@ def launch(
         shutil.rmtree(stack_dir, ignore_errors=True)
 
 
+class LocalLauncher(Launcher):
+    """This machine's ranks as new local processes (fork, spawn or forkserver): the start
+    method is chosen (and refused where ranks could not start) when the launcher is made;
+    :meth:`run` prepares the task's graphs for it, then starts and watches the ranks."""
+
+    def __init__(self, config: TrainerConfig, task: Any):
+        self.config, self.task = config, task
+        self.method = start_method(config.launcher, bool(config.device_ids), task)
+
+    def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
+        return self.start(target, args)
+
+    def start(self, target: RankTarget, args: Sequence[Any], placement: Optional[Placement] = None,
+              services: Sequence[WatchedService] = (), job: Optional[FailureChannel] = None) -> Any:
+        """:func:`launch` with the trainer's options; ``placement``, ``services`` and ``job``
+        for a machine's share of a job over several machines."""
+        config = self.config
+        prepare_graphs(self.task, self.method)
+        threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
+        return launch(target, args, config.num_procs, self.method, threads, config.hang_timeout,
+                      placement=placement, services=services, job=job)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Optional, Sequence
 
 
@@ -22,10 +23,10 @@ def start_process(proc: Any, method: str, args: Sequence[Any]) -> None:
 
 
 def _find_unpicklable(args: Sequence[Any]) -> Optional[str]:
-    """``task.<attr>`` (or ``trainer.<attr>``, one level deeper where it helps) that fails to pickle."""
-    from multiprocessing.reduction import ForkingPickler
-
-    for label, obj in (("task", args[1] if len(args) > 1 else None), ("trainer", args[0] if args else None)):
+    """``task.<attr>`` (or ``trainer.<attr>`` of the rank context ``args[0]``, one level
+    deeper where it helps) that fails to pickle."""
+    context = args[0] if args else None
+    for label, obj in (("task", getattr(context, "task", None)), ("trainer", context)):
         if obj is None or not hasattr(obj, "__dict__"):
             continue
 

@@ -1,5 +1,5 @@
-"""Iterating a stage's loader: batch limits, epochs, evaluation mode, and whether ``len`` can
-be trusted."""
+"""A stage's loaders: checked before the first batch, iterated with batch limits, epochs and
+evaluation mode, and whether ``len`` can be trusted."""
 from __future__ import annotations
 
 import contextlib
@@ -10,8 +10,24 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, 
 from torch.utils.data import DataLoader, IterableDataset
 
 from .. import heartbeat
+from ..data.formats import warn_unbuilt_formats
 from ..data.sharded_loader import ShardedLoader
-from ..state import BatchLimit
+from ..data.validation import check_loader
+from ..state import BatchLimit, RunState
+
+
+def check_loaders(state: RunState, training: Any = None, evaluation: Any = None) -> None:
+    """Check a stage's loaders before the first batch (``evaluation``: every id scored
+    once). In ranks launched from a prepared graph, rank 0 also warns about sparse formats
+    their sampling reads that were not built before launch (each rank would build its own)."""
+    if training is not None:
+        check_loader(training, state.world_size)
+    if evaluation is not None:
+        check_loader(evaluation, state.world_size, evaluation=True)
+    if state.launched and state.world_size > 1 and state.rank == 0:
+        for loader in (training, evaluation):
+            if loader is not None:
+                warn_unbuilt_formats(loader)
 
 
 def batch_limit(loader: Any, limit: BatchLimit) -> Optional[int]:

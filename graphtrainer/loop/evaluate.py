@@ -2,64 +2,61 @@
 ``validate``/``test``/``predict`` entry points."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from .. import comm as gdist
 from .. import heartbeat
-from .batches import batch_limit, for_evaluation, with_last
 from ..checkpoint.content import load_checkpoint
-from .metrics import infer_batch_size
-from .precision import Precision
-from .hooks import build_model, call_hook, model_as, result
-from ..data.validation import check_loader
-from .stages import Stage
 from ..state import RunResult
+from .batches import batch_limit, check_loaders, for_evaluation, with_last
+from .context import RankContext
+from .hooks import build_model, call_hook, model_as, result
+from .precision import Precision
+from .stages import Stage
 
-if TYPE_CHECKING:
-    from ..task import GraphTask
-    from ..trainer import Trainer
 
-
-def eval_epoch(trainer: "Trainer", task: "GraphTask", stage: Stage, loader: Any) -> Tuple[Dict[str, float], List[Any]]:
+def eval_epoch(ctx: RankContext, stage: Stage, loader: Any) -> Tuple[Dict[str, float], List[Any]]:
     """``stage``'s step over ``loader`` in eval mode under ``no_grad``; reduced metrics (and
     the outputs, for ``predict``). Collective.
 
     The plain model runs, never DDP: its forward may broadcast buffers, which ranks with
     uneven batch counts would hang on.
     """
+    task, state, log = ctx.task, ctx.state, ctx.step_log
     module = task.module
     was_training = module.training
     module.eval()
     outputs: List[Any] = []
     step = stage.step(task)
-    precision = trainer.state.precision or Precision("32", trainer.state.device)
+    precision = state.precision or Precision("32", state.device)
     try:
         with model_as(task, module):
-            call_hook(trainer, task, f"on_{stage.hook}_epoch_start")
+            call_hook(ctx, f"on_{stage.hook}_epoch_start")
             with torch.no_grad():
-                limit = batch_limit(loader, stage.limit(trainer.config))
+                limit = batch_limit(loader, stage.limit(ctx.config))
                 for batch_idx, batch, _ in with_last(loader, limit, f"the {stage.hook} loader"):
-                    batch = task.transfer_batch_to_device(batch, trainer.state.device)
-                    task._batch_size, task._step_hook = infer_batch_size(batch), f"{stage.hook}_step"
+                    batch = task.transfer_batch_to_device(batch, state.device)
+                    log.begin_step(f"{stage.hook}_step", batch)
                     heartbeat.beat(f"{stage.hook}_step", batch_idx)
                     with precision.autocast():
                         out = step(batch, batch_idx)
                     if stage.keeps_outputs:
                         outputs.append(out)
-            task._batch_size = task._step_hook = None
-            call_hook(trainer, task, f"on_{stage.hook}_epoch_end")
-            metrics = task._metrics.reduce()
+            log.end_steps()
+            call_hook(ctx, f"on_{stage.hook}_epoch_end")
+            metrics = log.metrics.reduce()
     finally:
         module.train(was_training)
     return metrics, outputs
 
 
-def run_evaluation(trainer: "Trainer", task: "GraphTask", stage: Stage, ckpt_path: Optional[str]) -> RunResult:
+def run_evaluation(ctx: RankContext, stage: Stage, ckpt_path: Optional[str]) -> RunResult:
     """``Trainer.validate``/``test``/``predict`` on one rank."""
-    call_hook(trainer, task, "setup", stage.name)
-    module = build_model(trainer, task)
+    task, state = ctx.task, ctx.state
+    call_hook(ctx, "setup", stage.name)
+    module = build_model(ctx)
     if ckpt_path:
         load_checkpoint(ckpt_path, module)
     heartbeat.beat(stage.loader_method)
@@ -67,13 +64,13 @@ def run_evaluation(trainer: "Trainer", task: "GraphTask", stage: Stage, ckpt_pat
     if loader is None:
         raise ValueError(f"Trainer.{stage.name} needs {type(task).__name__}.{stage.loader_method}() to "
                          "return a loader; it returned None")
-    check_loader(loader, trainer.state.world_size, evaluation=True)
-    metrics, outputs = eval_epoch(trainer, task, stage, loader)
-    trainer.state.callback_metrics.update(metrics)
-    limited = stage.limit(trainer.config) is not None
-    predictions = gather_predictions(loader, outputs, trainer.state.device, limited) if stage.keeps_outputs else None
-    out = result(trainer, task, metrics=metrics, predictions=predictions)
-    call_hook(trainer, task, "teardown", stage.name)
+    check_loaders(state, evaluation=loader)
+    metrics, outputs = eval_epoch(ctx, stage, loader)
+    state.callback_metrics.update(metrics)
+    limited = stage.limit(ctx.config) is not None
+    predictions = gather_predictions(loader, outputs, state.device, limited) if stage.keeps_outputs else None
+    out = result(ctx, metrics=metrics, predictions=predictions)
+    call_hook(ctx, "teardown", stage.name)
     gdist.barrier()
     return out
 

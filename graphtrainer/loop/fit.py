@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, FrozenSet, Iterator, Optional
+from typing import Any, Callable, ContextManager, Dict, FrozenSet, Iterator, Optional
 
 import torch
 from torch import nn
@@ -18,31 +18,25 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import comm as gdist
 from .. import heartbeat
-from .batches import batch_limit, count_batches, exact_len, for_evaluation, set_epoch, with_last
 from ..checkpoint.content import _to_cpu, load_checkpoint, restore_training_state
+from ..state import RunResult, RunState
+from .batches import batch_limit, check_loaders, count_batches, exact_len, for_evaluation, set_epoch, with_last
+from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
-from .metrics import infer_batch_size
+from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
 from .profiler import table as profile_table
-from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
-from ..data.validation import check_loader
 from .seeding import seed_epoch
 from .stages import VALIDATE
-from ..state import RunResult, RunState
-
-if TYPE_CHECKING:
-    from ..task import GraphTask
-    from ..trainer import Trainer
 
 
 @dataclass
 class _Fit:
     """What one rank's ``fit`` holds between epochs."""
 
-    trainer: "Trainer"
-    task: "GraphTask"
+    ctx: RankContext
     module: nn.Module
     ddp: Optional[DDP]
     train_loader: Any
@@ -56,35 +50,39 @@ class _Fit:
 
     @property
     def state(self) -> RunState:
-        return self.trainer.state
+        return self.ctx.state
+
+    @property
+    def task(self) -> Any:
+        return self.ctx.task
 
 
-def run_fit(trainer: "Trainer", task: "GraphTask", ckpt_path: Optional[str]) -> RunResult:
-    state = trainer.state
-    call_hook(trainer, task, "setup", "fit")
-    module = build_model(trainer, task)
+def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
+    state, config = ctx.state, ctx.config
+    call_hook(ctx, "setup", "fit")
+    module = build_model(ctx)
     checkpoint = load_checkpoint(ckpt_path, module) if ckpt_path else None
     ddp = None
     if gdist.is_distributed():
-        ddp = wrap_in_ddp(module, state.device, trainer.config.ddp_kwargs)
+        ddp = wrap_in_ddp(module, state.device, config.ddp_kwargs)
         state.profiler.time_all_reduce(ddp)
     trace = TorchTrace(state.log_dir / "profile" if state.log_dir else None,
-                       trainer.config.profiler == "pytorch" and state.rank == 0)
+                       config.profiler == "pytorch" and state.rank == 0)
     try:
-        with model_as(task, ddp if ddp is not None else module):
-            fit = _setup(trainer, task, module, ddp, checkpoint, trace)
+        with model_as(ctx.task, ddp if ddp is not None else module):
+            fit = _setup(ctx, module, ddp, checkpoint, trace)
             state.profiler.start_fit()
-            while state.current_epoch < trainer.config.max_epochs and not state.should_stop:
+            while state.current_epoch < config.max_epochs and not state.should_stop:
                 _train_epoch(fit)
                 _end_epoch(fit)
-            with state.profiler.section("fit end"):
-                call_hook(trainer, task, "on_fit_end")
-                call_hook(trainer, task, "teardown", "fit")
+            with ctx.section("fit end"):
+                call_hook(ctx, "on_fit_end")
+                call_hook(ctx, "teardown", "fit")
     finally:
         trace.stop()
     _report_profile(state)
     gdist.barrier()
-    return result(trainer, task, with_weights=True)
+    return result(ctx, with_weights=True)
 
 
 def _report_profile(state: RunState) -> None:
@@ -96,28 +94,27 @@ def _report_profile(state: RunState) -> None:
         print(profile_table(state.profile), flush=True)
 
 
-def _setup(trainer: "Trainer", task: "GraphTask", module: nn.Module, ddp: Optional[DDP],
-           checkpoint: Optional[Dict[str, Any]], trace: TorchTrace) -> _Fit:
+def _setup(ctx: RankContext, module: nn.Module, ddp: Optional[DDP], checkpoint: Optional[Dict[str, Any]],
+           trace: TorchTrace) -> _Fit:
     """Optimizers, the resumed state, the loaders, ``on_fit_start``."""
-    state = trainer.state
+    state, task = ctx.state, ctx.task
     heartbeat.beat("configure_optimizers")
     state.optimizers, state.lr_schedulers = parse_optimizers(task.configure_optimizers())
     if checkpoint is not None:
-        restore_training_state(trainer, task, checkpoint)
+        restore_training_state(ctx, task, checkpoint)
     heartbeat.beat("train_dataloader")
     train_loader = task.train_dataloader()
     heartbeat.beat("val_dataloader")
     val_loader = for_evaluation(task.val_dataloader())
-    check_loader(train_loader, state.world_size)
-    check_loader(val_loader, state.world_size, evaluation=True)
+    check_loaders(state, training=train_loader, evaluation=val_loader)
     state.has_val_loader = val_loader is not None
-    call_hook(trainer, task, "on_fit_start")
-    return _Fit(trainer, task, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
-                NonFiniteLosses(trainer.config.detect_anomaly), trace, started=time.monotonic())
+    call_hook(ctx, "on_fit_start")
+    return _Fit(ctx, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
+                NonFiniteLosses(ctx.config.detect_anomaly), trace, started=time.monotonic())
 
 
 def _train_epoch(fit: _Fit) -> None:
-    state, config, section = fit.state, fit.trainer.config, fit.state.profiler.section
+    state, config, section = fit.state, fit.ctx.config, fit.ctx.section
     epoch = state.current_epoch
     with section("epoch start"):
         state.epoch_finished = state.validated_this_epoch = False
@@ -126,7 +123,7 @@ def _train_epoch(fit: _Fit) -> None:
         set_epoch(fit.train_loader, 0 if config.overfit_batches else epoch)  # overfitting: the same batches
         state.num_training_batches = count_batches(fit.train_loader, config.limit_train_batches)
         fit.val_points = _val_points(fit)
-        call_hook(fit.trainer, fit.task, "on_train_epoch_start")
+        call_hook(fit.ctx, "on_train_epoch_start")
         joining = fit.uneven.needs_join(fit.train_loader)
     with fit.uneven.epoch(joining, section):
         _train_batches(fit)
@@ -136,30 +133,30 @@ def _train_epoch(fit: _Fit) -> None:
 def _end_epoch(fit: _Fit) -> None:
     """Validation, the epoch's metrics, callbacks, schedulers, the history row and the
     agreement on stopping."""
-    trainer, task, state, config = fit.trainer, fit.task, fit.state, fit.trainer.config
-    section = state.profiler.section
+    ctx, state, config = fit.ctx, fit.state, fit.ctx.config
+    section = ctx.section
     epoch = state.current_epoch
     with section("epoch end"):
-        metrics = task._metrics.reduce()
+        metrics = ctx.step_log.metrics.reduce()
     if fit.val_loader is not None and (epoch + 1) % config.check_val_every_n_epoch == 0:
         with section("validation"):
-            metrics.update(eval_epoch(trainer, task, VALIDATE, fit.val_loader)[0])
+            metrics.update(eval_epoch(ctx, VALIDATE, fit.val_loader)[0])
         state.validated_this_epoch = True
     with section("epoch end"):
         _finish_epoch(fit, metrics)
 
 
 def _finish_epoch(fit: _Fit, metrics: Dict[str, float]) -> None:
-    trainer, task, state, config = fit.trainer, fit.task, fit.state, fit.trainer.config
+    ctx, state, config = fit.ctx, fit.state, fit.ctx.config
     epoch = state.current_epoch
     state.callback_metrics.update(metrics)
-    call_hook(trainer, task, "on_train_epoch_end", callbacks=before_reduction(trainer.active_callbacks))
-    state.callback_metrics.update(task._metrics.reduce())
+    call_hook(ctx, "on_train_epoch_end", callbacks=before_reduction(ctx.active_callbacks))
+    state.callback_metrics.update(ctx.step_log.metrics.reduce())
     # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
     # next epoch uses (an exact resume needs it).
     step_schedulers(state.lr_schedulers, "epoch", epoch + 1, state.callback_metrics)
     state.epoch_finished = True  # checkpoints written now resume at the next epoch
-    call_after_reduction(trainer, task, "on_train_epoch_end")
+    call_after_reduction(ctx, "on_train_epoch_end")
     row = {"epoch": epoch, "step": state.global_step,
            **{k: state.callback_metrics[k] for k in sorted(state.callback_metrics)}}
     state.history.append(row)
@@ -179,16 +176,16 @@ def _finish_epoch(fit: _Fit, metrics: Dict[str, float]) -> None:
 
 
 def _train_batches(fit: _Fit) -> None:
-    trainer, task, state, config, ddp = fit.trainer, fit.task, fit.state, fit.trainer.config, fit.ddp
-    precision, section = state.precision, state.profiler.section
+    ctx, task, state, config, ddp = fit.ctx, fit.task, fit.state, fit.ctx.config, fit.ddp
+    precision, section, log = state.precision, ctx.section, ctx.step_log
     limit = batch_limit(fit.train_loader, config.limit_train_batches)
     acc = config.accumulate_grad_batches
     micro = 0
     for batch_idx, batch, is_last in with_last(fit.train_loader, limit, "the training loader", section):
         with section("to device"):
             batch = task.transfer_batch_to_device(batch, state.device)
-        task._batch_size, task._step_hook = infer_batch_size(batch), "training_step"
-        task._metrics.start_step()
+        log.begin_step("training_step", batch)
+        log.metrics.start_step()
         micro += 1
         stepping = micro % acc == 0 or is_last
         sync = ddp.no_sync() if (ddp is not None and not stepping) else contextlib.nullcontext()
@@ -214,9 +211,9 @@ def _train_batches(fit: _Fit) -> None:
             fit.trace.step()
         state.last_loss = loss.detach()
         with section("on_train_batch_end"):
-            call_hook(trainer, task, "on_train_batch_end", out, batch, batch_idx)
+            call_hook(ctx, "on_train_batch_end", out, batch, batch_idx)
         if state.logger is not None and stepping and state.global_step % config.log_every_n_steps == 0:
-            step_row = {f"{k}_step": float(v) for k, v in task._metrics.step_values.items()}
+            step_row = {f"{k}_step": float(v) for k, v in log.metrics.step_values.items()}
             step_row.update({"epoch": state.current_epoch, "step": state.global_step})
             state.logger.log_metrics(step_row, step=state.global_step)
         if batch_idx in fit.val_points:
@@ -224,11 +221,11 @@ def _train_batches(fit: _Fit) -> None:
                 _validate_mid_epoch(fit)
         if 0 < config.max_steps <= state.global_step:
             break
-    task._batch_size = task._step_hook = None
+    log.end_steps()
 
 
 def _clipper(fit: _Fit) -> Optional[Callable[[], None]]:
-    config = fit.trainer.config
+    config = fit.ctx.config
     if not config.gradient_clip_val:
         return None
     params, value = fit.module.parameters(), config.gradient_clip_val
@@ -240,7 +237,7 @@ def _clipper(fit: _Fit) -> Optional[Callable[[], None]]:
 def _val_points(fit: _Fit) -> FrozenSet[int]:
     """The batch indices after which to validate this epoch (``val_check_interval``): the
     same on every rank, and only where every rank still has batches. Collective."""
-    interval, state = fit.trainer.config.val_check_interval, fit.state
+    interval, state = fit.ctx.config.val_check_interval, fit.state
     if interval is None or fit.val_loader is None:
         return frozenset()
     mine = state.num_training_batches
@@ -258,17 +255,17 @@ def _val_points(fit: _Fit) -> FrozenSet[int]:
 def _validate_mid_epoch(fit: _Fit) -> None:
     """Validation between training batches; the epoch's training sums are kept aside.
     Collective (every rank reaches the same batch index: see :func:`_val_points`)."""
-    trainer, task, state = fit.trainer, fit.task, fit.state
-    training_sums = task._metrics.stash()
-    metrics, _ = eval_epoch(trainer, task, VALIDATE, fit.val_loader)
-    task._metrics.restore(training_sums)
+    ctx, state = fit.ctx, fit.state
+    training_sums = ctx.step_log.metrics.stash()
+    metrics, _ = eval_epoch(ctx, VALIDATE, fit.val_loader)
+    ctx.step_log.metrics.restore(training_sums)
     state.callback_metrics.update(metrics)
     if state.logger is not None:
         state.logger.log_metrics({"epoch": state.current_epoch, "step": state.global_step, **metrics},
                                  step=state.global_step)
 
 
-def _loss_of(task: "GraphTask", out: Any) -> torch.Tensor:
+def _loss_of(task: Any, out: Any) -> torch.Tensor:
     loss = out.get("loss") if isinstance(out, dict) else out
     name = f"{type(task).__name__}.training_step"
     if loss is None:

@@ -8,72 +8,74 @@ broadcast, so every rank runs the same epochs and reaches every collective.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import Optional, Protocol, Tuple
 
 import torch
 
-from ..distdgl import graph as dist_graph
-from .. import heartbeat
 from .. import comm as gdist
-from ..data import formats
+from ..checkpoint.run_files import prepare_run_dir
+from ..launch.threads import set_threads
+from ..state import RunResult, TrainerConfig
+from .context import RankContext
 from .evaluate import run_evaluation
 from .fit import run_fit
+from .hooks import call_hook
 from .loggers import make_logger
 from .precision import Precision
 from .profiler import Profiler
-from .hooks import call_hook
-from ..checkpoint.run_files import prepare_run_dir
 from .seeding import seed_all, warn_if_dgl_stream_moved
 from .stages import EVALUATION
-from ..state import RunResult, RunState, TrainerConfig
-from ..launch.threads import set_threads
-
-if TYPE_CHECKING:
-    from ..distdgl.cluster import Cluster
-    from ..task import GraphTask
-    from ..trainer import Trainer
 
 
-def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage: str,
-             ckpt_path: Optional[str], cluster: Optional["Cluster"] = None) -> RunResult:
-    """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict");
-    with ``cluster``, a rank of a DistDGL run."""
-    config = trainer.config
+class RankSession(Protocol):
+    """Steps a launcher adds around a rank's run (a DistDGL rank joins its graph servers)."""
+
+    def before_group(self, info: gdist.RankInfo) -> None:
+        """Before the process group is made."""
+
+    def attach(self, ctx: RankContext) -> None:
+        """Once the rank knows its identity, before the stage runs."""
+
+    def after_success(self) -> None:
+        """After the stage succeeded (not after a failure: peers may be gone)."""
+
+
+def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Optional[str],
+             session: Optional[RankSession] = None) -> RunResult:
+    """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict")."""
+    config = ctx.config
     if info.source != "launcher" and config.threads_per_proc:
         set_threads(config.threads_per_proc)  # launched ranks get theirs from the launcher
     device, backend = device_and_backend(config, info)
     _use_device(device)
-    if cluster is not None:
-        with heartbeat.waiting("graph servers"):
-            dist_graph.connect(cluster, info.local_rank)  # before the process group, as DGL requires
+    if session is not None:
+        session.before_group(info)
     gdist.init_process_group(info, backend, config.timeout)
-    state = trainer.state
+    state = ctx.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
     state.launched = info.source == "launcher"
-    formats.launched_from_prepared_graph = state.launched
     state.local_rank = info.local_rank
     state.precision = Precision(config.precision, device)
     state.profiler = Profiler(config.profiler == "simple" and stage == "fit")
-    _attach(trainer, task, state, stage, shared_log_dir=cluster is not None)
-    if cluster is not None:
-        task.graph = dist_graph.open_graph(cluster)
+    _attach(ctx, stage)
+    if session is not None:
+        session.attach(ctx)
     try:
         warn_if_dgl_stream_moved(info.rank)
         seed_all(config.seed)  # model build; evaluation's samplers (fit reseeds every epoch)
         if stage == "fit":
-            result = run_fit(trainer, task, ckpt_path)
+            result = run_fit(ctx, ckpt_path)
         else:
-            result = run_evaluation(trainer, task, EVALUATION[stage], ckpt_path)
+            result = run_evaluation(ctx, EVALUATION[stage], ckpt_path)
     except BaseException as err:
-        call_hook(trainer, task, "on_exception", err, task_too=False)
+        call_hook(ctx, "on_exception", err, task_too=False)
         if state.logger is not None:
             state.logger.finalize("failed")
         raise  # no teardown of the group: peers may be stuck in a collective
     if state.logger is not None:
         state.logger.finalize("success")
-    if cluster is not None:
-        with heartbeat.waiting("graph servers"):
-            dist_graph.disconnect()  # every rank, after success only: DGL's client barrier
+    if session is not None:
+        session.after_success()
     # The group is not torn down: a launched rank exits right after reporting (closing its
     # sockets), and tearing down first can block in gloo once a peer has exited; under
     # torchrun the group stays up for the process's next fit/test call.
@@ -126,19 +128,20 @@ def _use_device(device: torch.device) -> None:
                            "code before fit") from err
 
 
-def _attach(trainer: "Trainer", task: "GraphTask", state: RunState, stage: str,
-            shared_log_dir: bool = False) -> None:
-    """Bind this rank's identity to the task; for ``fit``, the run folder and logger
-    (collective under torchrun/Slurm, where rank 0 numbers the run, and over several
-    machines, where rank 0's launcher made it: ``shared_log_dir``)."""
+def _attach(ctx: RankContext, stage: str) -> None:
+    """Bind this rank's identity and logging to the task; for ``fit``, the run folder and
+    logger (collective where the ranks learn the folder from rank 0, see
+    :attr:`RankContext.run_dir_from_rank0`; rank 0 makes it when no launcher did)."""
+    state, task = ctx.state, ctx.task
     state.task = task
-    task.trainer, task.rank, task.world_size, task.device = trainer, state.rank, state.world_size, state.device
+    task.trainer, task.rank, task.world_size, task.device = ctx, state.rank, state.world_size, state.device
     task.local_rank = state.local_rank
-    if stage != "fit" or trainer.config.fast_dev_run:  # a smoke run writes nothing
+    task.step_log = ctx.step_log
+    if stage != "fit" or ctx.config.fast_dev_run:  # a smoke run writes nothing
         return
-    if state.log_dir is None or shared_log_dir:  # rank 0 has or numbers the run, the others learn it
-        made = str(state.log_dir or prepare_run_dir(trainer.config.default_root_dir)) if state.rank == 0 else None
+    if state.log_dir is None or ctx.run_dir_from_rank0:  # rank 0 has or numbers the run, the others learn it
+        made = str(state.log_dir or prepare_run_dir(ctx.config.default_root_dir)) if state.rank == 0 else None
         state.log_dir = Path(gdist.broadcast_object(made))
-    state.logger = make_logger(trainer.config.logger, state.log_dir, state.rank)
+    state.logger = make_logger(ctx.config.logger, state.log_dir, state.rank)
     if state.logger is not None:
         state.logger.log_hyperparams(dict(getattr(task, "hparams", {})))
