@@ -4,9 +4,13 @@ Subclass :class:`GraphTask`, then ``Trainer(num_procs=2).fit(task)`` (CPU, gloo)
 ``Trainer(gpus=4).fit(task)`` (nccl).
 """
 from ._version import __version__
-from .loop.seeding import install_dgl_stream_claim
+from ._compat import install as _install_compat
 
-install_dgl_stream_claim()  # noqa: E402 - keeps forked ranks' DGL sampling independent of the driver's history
+_install_compat()  # before any import of dgl: lets DGL 2.1 load on a torch it was not built for
+
+from .loop.seeding import install_dgl_stream_claim  # noqa: E402
+
+install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
 
 from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary,
                         PrintMetrics, ProgressBar)
