@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, forkserver
+from graphtrainer import ModelCheckpoint, RankFailedError, Trainer
+from graphtrainer.launch import forkserver
 
 from conftest import rank_children
 from launch_env import env_without_launch

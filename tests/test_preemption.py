@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from graphtrainer import PREEMPTED_EXIT_CODE, ModelCheckpoint, Preempted, Trainer
-from graphtrainer.checkpoint import read_checkpoint
-from graphtrainer.sampling import ShardedLoader
+from graphtrainer.checkpoint.content import read_checkpoint
+from graphtrainer.data.sharded_loader import ShardedLoader
 
 from conftest import rank_children
 from launch_env import env_without_launch

@@ -1,0 +1,194 @@
+"""``launcher="forkserver"``: ranks forked from a clean server that imported torch and dgl once.
+
+The server is a fresh interpreter (started by exec, like a spawned rank), so it never
+touched CUDA, autograd's device threads or an OpenMP pool: forking ranks from it is safe
+wherever spawn is, including after the launching process used the GPU. It imports
+torch, dgl and graphtrainer once (:mod:`graphtrainer._forkserver_preload`) and freezes
+those objects for the collector, and every rank forked from it shares those pages
+instead of importing them again (a spawned rank holds about 300 MB of its own imports).
+Like spawn, the task is pickled to each rank and the graph reaches it through shared
+memory (:func:`graphtrainer.launch.shared_graph.share_graph` in the launching process).
+
+Python keeps one fork server per process (``multiprocessing.forkserver``). graphtrainer
+starts it for a launch (early, so its imports overlap the graph's preparation) and stops
+it when the launch ends, whatever happened, so no server outlives a ``fit``: its ranks
+were ended before, and any left would get SIGKILL as their parent exits.
+
+If the launching process itself dies (SIGKILL, SIGTERM), nothing of the run may go on.
+Python's server exits once every holder of its "alive" pipe is gone, and it hands that
+pipe to each rank it forks, so a live rank would keep it alive (and the rank's
+die-with-parent signal, which points at the server, would never fire). Each rank
+therefore closes its copy (:func:`bind_to_launcher`) and also watches the launching
+process itself, ending at once when it is gone.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import select
+import signal
+import threading
+import time
+from multiprocessing import forkserver as _mp_forkserver
+from typing import Optional
+
+from ..errors import RankFailedError
+from .supervisor import WatchedService
+
+#: The one module the server imports (it imports the rest); see its docstring.
+PRELOAD = "graphtrainer._forkserver_preload"
+#: Seconds the server gets to exit once asked before it is killed.
+STOP_GRACE_S = 5.0
+#: Tells the preload module it runs in the server (read and removed there).
+ENV_FLAG = "GRAPHTRAINER_FORKSERVER"
+#: The launching process's pid, as the server and its ranks see it (see :func:`bind_to_launcher`).
+LAUNCHER_ENV = "GRAPHTRAINER_FORKSERVER_LAUNCHER"
+
+
+def context() -> mp.context.BaseContext:
+    """The forkserver multiprocessing context, with graphtrainer's preload set."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([PRELOAD])
+    return ctx
+
+
+def start_server() -> int:
+    """Start the fork server now (no-op when it runs) and return its pid. It imports in the
+    background; the first rank start waits for it."""
+    context()
+    previous = {name: os.environ.get(name) for name in (ENV_FLAG, LAUNCHER_ENV)}
+    os.environ[ENV_FLAG] = "1"
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
+    try:
+        _mp_forkserver.ensure_running()
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    pid = server_pid()
+    assert pid is not None
+    return pid
+
+
+def server_pid() -> Optional[int]:
+    """The running fork server's pid, or None."""
+    return getattr(_mp_forkserver._forkserver, "_forkserver_pid", None)
+
+
+_exit_status: dict = {}  # pid -> wait status of a server found dead while its launch ran
+
+
+def server_death() -> Optional[str]:
+    """How the running fork server died ("killed by signal SIGKILL"), or None while it runs."""
+    pid = server_pid()
+    if pid is None:
+        return None
+    if pid not in _exit_status:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if not done:
+            return None
+        _exit_status[pid] = status
+    code = os.waitstatus_to_exitcode(_exit_status[pid])
+    return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
+def stop_server() -> None:
+    """Stop the fork server, if one runs, and reap it: asked to exit (its 'alive' pipe is
+    closed), killed after :data:`STOP_GRACE_S`. Ranks it forked die with it."""
+    server = _mp_forkserver._forkserver
+    try:
+        with server._lock:
+            pid = server._forkserver_pid
+            if pid is None:
+                return
+            os.close(server._forkserver_alive_fd)
+            server._forkserver_alive_fd = None
+            _reap(pid, STOP_GRACE_S)
+            server._forkserver_pid = None
+            address = server._forkserver_address
+            server._forkserver_address = None
+            if address and not address.startswith("\0"):
+                try:
+                    os.unlink(address)
+                except OSError:
+                    pass
+    except AttributeError:  # another Python's internals: its own stop (it waits without a limit)
+        server._stop()
+
+
+def _reap(pid: int, grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.01)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def bind_to_launcher() -> None:
+    """In a rank the server forked: let the server notice when the launching process is gone
+    (close this rank's copy of its "alive" pipe), and end this rank when that process is
+    gone, whatever became of the server. No-op in other processes."""
+    launcher = os.environ.get(LAUNCHER_ENV)
+    server = _mp_forkserver._forkserver
+    if launcher is None or server_pid() is not None:  # not forked by the server
+        return
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+    _watch_pid(int(launcher))
+
+
+def _watch_pid(pid: int) -> None:
+    """SIGKILL this process as soon as process ``pid`` exits (a pidfd: no polling)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # gone already, or no pidfd here (Linux < 5.3)
+        if not _alive(pid):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return
+
+    def wait_for_exit() -> None:
+        select.select([pidfd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait_for_exit, name="graphtrainer-launcher-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+class ServerWatch(WatchedService):
+    """The server's death ends the run, named as such (its ranks die with it, and would
+    otherwise look like ranks that could not start)."""
+
+    def failure(self) -> Optional[RankFailedError]:
+        death = server_death()
+        if death is None:
+            return None
+        return RankFailedError(-1, "ForkServerDied", f"{death} while the ranks ran; the ranks it had forked died "
+                               "with it", process=f"the fork server (pid {server_pid()})")

@@ -1,0 +1,72 @@
+"""Building the DDP wrapper from the trainer's options, and explaining its commonest error.
+
+A model whose parameters do not all take part in every loss (a heterograph model whose
+relation weights a batch does not touch, a branch used only sometimes) stops DDP at the
+next forward with "Expected to have finished reduction in the prior iteration". DDP
+needs ``find_unused_parameters=True`` for such models: after each forward it walks the
+autograd graph to find the parameters that got no gradient and marks them ready. That
+walk costs time on every step, so it is off by default.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .. import heartbeat
+
+#: DDP arguments the trainer sets itself.
+_OWNED = ("module", "device_ids", "output_device", "process_group")
+
+_UNUSED_MARK = "Expected to have finished reduction in the prior iteration"
+
+
+def check_ddp_kwargs(find_unused_parameters: bool, ddp_kwargs: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The keyword arguments for ``DistributedDataParallel``, or a ``ValueError``."""
+    if not isinstance(ddp_kwargs, (dict, type(None))):
+        raise ValueError(f"ddp_kwargs must be a dict of DistributedDataParallel arguments, got "
+                         f"{type(ddp_kwargs).__name__}")
+    kwargs = dict(ddp_kwargs or {})
+    owned = sorted(set(kwargs) & set(_OWNED))
+    if owned:
+        raise ValueError(f"ddp_kwargs: {', '.join(owned)} are set by the trainer (one device per rank)")
+    if "find_unused_parameters" in kwargs and bool(kwargs["find_unused_parameters"]) != bool(find_unused_parameters):
+        raise ValueError("ddp_kwargs['find_unused_parameters'] disagrees with Trainer(find_unused_parameters=...): "
+                         "set it in one place")
+    kwargs["find_unused_parameters"] = bool(find_unused_parameters or kwargs.get("find_unused_parameters", False))
+    return kwargs
+
+
+class GraphDDP(DistributedDataParallel):
+    """``DistributedDataParallel`` whose "unused parameters" error names the trainer option,
+    and whose own collectives before a forward (the bucket rebuild after the first step, the
+    buffer broadcast of a model with buffers) mark this rank as waiting on its peers: a
+    hang there is a peer's, and the launcher must not blame this rank for it."""
+
+    if hasattr(DistributedDataParallel, "_pre_forward"):
+        def _pre_forward(self, *args: Any, **kwargs: Any) -> Any:
+            with heartbeat.waiting("DDP's forward sync"):
+                return super()._pre_forward(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().forward(*args, **kwargs)
+        except RuntimeError as err:
+            if _UNUSED_MARK not in str(err) or self.find_unused_parameters:
+                raise
+            raise RuntimeError(
+                "some parameters of the model got no gradient in the previous training step, so DDP "
+                "cannot finish its gradient reduction (typical of heterograph models: the weights of a "
+                "relation that a batch does not contain are unused). Pass "
+                "Trainer(find_unused_parameters=True); it costs a walk of the autograd graph per step. "
+                "Or make every parameter take part in every loss. DDP said: "
+                + str(err).splitlines()[0]) from None
+
+
+def wrap(module: nn.Module, device: torch.device, kwargs: Dict[str, Any]) -> GraphDDP:
+    """``module`` in DDP for this rank's ``device`` with the trainer's extra ``kwargs``."""
+    ids = [device.index] if device.type == "cuda" else None
+    with heartbeat.waiting("DDP's construction"):  # it broadcasts the parameters: waits for every rank
+        return GraphDDP(module, device_ids=ids, **kwargs)

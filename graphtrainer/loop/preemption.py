@@ -1,0 +1,128 @@
+"""Runs that survive preemption: SIGTERM (how schedulers stop jobs) or SIGUSR1 (Slurm's early
+warning, ``#SBATCH --signal=USR1@90``) stops every rank at the next batch boundary, rank 0
+writes ``last.ckpt`` holding the position in the epoch, and ``fit`` raises
+:class:`Preempted` (a ``SystemExit`` with status :data:`PREEMPTED_EXIT_CODE`, 75, BSD's
+"temporary failure, try again"). ``fit(task, ckpt_path="last")`` then resumes at the next
+batch, and a run resumed so ends with the parameters and optimizer state of a run never
+stopped.
+
+Agreement: a signal may reach the ranks at different batches (or only some of them), so
+after each optimizer step the ranks all-reduce one flag (the maximum) and stop together.
+Inside ``Join`` (an epoch whose ranks have different numbers of batches) no collective
+may run, so such an epoch is only stopped at its end.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+
+from .. import comm as gdist
+from ..checkpoint.content import save_checkpoint
+from ..errors import PREEMPTED_EXIT_CODE, Preempted
+
+#: Signals that ask a fit to stop at the next batch boundary.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: Set to 1 to requeue the Slurm job (``scontrol requeue $SLURM_JOB_ID``) after a preemption.
+REQUEUE_ENV = "GRAPHTRAINER_SLURM_REQUEUE"
+
+_received: dict = {"signal": None}
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """While a fit trains, the stop signals set a flag the fit loop reads (main thread only;
+    elsewhere they keep their effect)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _received["signal"] = None
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _note)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _note(signum: int, frame: Any) -> None:
+    _received["signal"] = _received["signal"] or signum
+
+
+def requested() -> Optional[int]:
+    """The stop signal this process received, or None."""
+    return _received["signal"]
+
+
+def agreed_stop(joining: bool) -> bool:
+    """Whether every rank stops now (one rank's signal stops all). Must be called on all
+    processes, outside ``Join`` (``joining``: inside it, where the answer is No)."""
+    if joining:
+        return False
+    mine = requested() or 0
+    if not gdist.is_distributed():
+        _received["agreed"] = (mine, 0) if mine else None
+        return bool(mine)
+    rank = gdist.get_rank()
+    # The signal, and the (highest) rank that received it: one all-reduce of two numbers.
+    seen = gdist.all_reduce(torch.tensor([float(mine), float(rank if mine else -1)]), "max")
+    _received["agreed"] = (int(seen[0]), int(seen[1])) if seen[0] > 0 else None
+    return _received["agreed"] is not None
+
+
+def describe() -> str:
+    """The agreed stop, in words: "SIGTERM (received by rank 1)"."""
+    signum, rank = _received.get("agreed") or (requested() or signal.SIGTERM, 0)
+    return f"{signal.Signals(signum).name} (received by rank {rank})"
+
+
+def requeue_if_asked() -> Optional[str]:
+    """Under Slurm with :data:`REQUEUE_ENV` set to 1: requeue this job; returns what was done."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if os.environ.get(REQUEUE_ENV) != "1" or not job:
+        return None
+    try:
+        out = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        print(f"[graphtrainer] scontrol requeue {job} failed: {err}", file=sys.stderr)
+        return None
+    if out.returncode != 0:
+        print(f"[graphtrainer] scontrol requeue {job} failed: {out.stderr.strip()}", file=sys.stderr)
+        return None
+    return f"Slurm job {job} requeued"
+
+
+def stop_run(ctx: Any, batches_done: int) -> None:
+    """Every rank agreed to stop: rank 0 writes ``last.ckpt`` holding the position in the epoch
+    (``batches_done`` of ``ctx.state.current_epoch``; 0: at the start of that epoch), then every
+    rank raises :class:`~graphtrainer.Preempted`. Must be called on all processes."""
+    state = ctx.state
+    path = _checkpoint_path(ctx)
+    save_checkpoint(ctx, ctx.task, path, extra={"batches_done_in_epoch": batches_done})
+    where = (f"at epoch {state.current_epoch} after batch {batches_done - 1}" if batches_done else
+             f"at the end of epoch {state.current_epoch - 1} (its ranks had different numbers of batches)")
+    message = (f"fit stopped by {describe()} {where} (step {state.global_step}); checkpoint {path}. Resume with "
+               f"fit(task, ckpt_path='last'); the process exits with status {PREEMPTED_EXIT_CODE}")
+    if state.rank == 0:
+        done = requeue_if_asked()
+        if done:
+            message += f"; {done}"
+        print(f"[graphtrainer] {message}", file=sys.stderr, flush=True)  # for the job's log and requeue scripts
+    raise Preempted(message, str(path))
+
+
+def _checkpoint_path(ctx: Any) -> Path:
+    """Where ``ckpt_path="last"`` finds it: the ModelCheckpoint's folder, else the run's."""
+    folder = next((cb.dirpath for cb in ctx.callbacks if hasattr(cb, "last_model_path") and cb.dirpath), None)
+    if folder is None:
+        folder = ctx.state.log_dir / "checkpoints" if ctx.state.log_dir else Path("checkpoints")
+    return Path(folder) / "last.ckpt"
