@@ -18,9 +18,9 @@ from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint.content import save_checkpoint
-from .checkpoint.run_files import find_checkpoint, prepare_run_dir, remove_dead_partials, remove_if_unused
+from .checkpoint.run_files import (find_checkpoint, missing_checkpoint, prepare_run_dir, remove_dead_partials,
+                                      remove_if_unused)
 from .distdgl.cluster import check_options
-from .errors import Preempted, RankFailedError
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
 from .launch.base import InProcess, Launcher
 from .launch.environment import ExistingRanks, detect_external_launch
@@ -337,12 +337,7 @@ class Trainer(RunView):
         """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
         checkpoint), its run folder goes too, so failed starts leave no empty ``version_<n>``."""
         try:
-            try:
-                return run()
-            except RankFailedError as err:
-                if err.error_type != "Preempted":
-                    raise
-                raise Preempted(err.message) from None  # every rank stopped on a signal, as agreed
+            return run()
         except BaseException:
             if stage == "fit" and self.state.log_dir is not None and self.state.rank == 0:
                 remove_if_unused(self.state.log_dir)
@@ -392,16 +387,10 @@ class Trainer(RunView):
         if not ckpts:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
                              "(none is configured): add one, or pass a file path")
-        speaks = detect_external_launch() is None or gdist.get_rank() == 0
-        try:
-            path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir)
-        except ValueError as err:
-            if not (fresh_if_none and ckpt_path == "last"):
-                raise
-            if speaks:
-                print(f"[graphtrainer] ckpt_path='last': {str(err).split(': ', 1)[1].split(' (')[0]} "
-                      "yet: starting from scratch", flush=True)
-            return None
-        if speaks:
-            print(f"[graphtrainer] ckpt_path={ckpt_path!r}: using {path}", flush=True)
+        last_or_none = fresh_if_none and ckpt_path == "last"
+        path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir, missing_ok=last_or_none)
+        if detect_external_launch() is None or gdist.get_rank() == 0:
+            said = (f"using {path}" if path else
+                    f"{missing_checkpoint(ckpts[0], self.default_root_dir)} yet: starting from scratch")
+            print(f"[graphtrainer] ckpt_path={ckpt_path!r}: {said}", flush=True)
         return path

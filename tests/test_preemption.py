@@ -112,7 +112,8 @@ def test_a_stopped_run_resumed_from_last_equals_one_never_stopped(tmp_path, proc
 def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
     _trainer(tmp_path / "a", tmp_path / "whole", 2).fit(_SignalledTask(exact=False))
     whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
-    with pytest.raises(Preempted, match=r"fit stopped by SIGUSR1 \(received by rank 1\) at the end of epoch 1 \(its ranks had"):
+    stopped = r"fit stopped by SIGUSR1 \(received by rank 1\) at the end of epoch 1 \(its ranks had"
+    with pytest.raises(Preempted, match=stopped):
         _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(sig=signal.SIGUSR1, exact=False))
     assert read_checkpoint(tmp_path / "parts" / "last.ckpt")["global_step"] == 8
     _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(exact=False), ckpt_path="last")

@@ -9,7 +9,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterable, List
+from typing import Any, Iterable, List, Optional
 
 from .content import read_checkpoint
 from .file import remove_stale_partials
@@ -62,8 +62,9 @@ def run_dirs(root: Path) -> List[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def find_checkpoint(which: str, callback: Any, root: str | os.PathLike) -> str:
-    """The file ``ckpt_path="last"`` or ``"best"`` means for ``callback`` (a ModelCheckpoint).
+def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_ok: bool = False) -> Optional[str]:
+    """The file ``ckpt_path="last"`` or ``"best"`` means for ``callback`` (a ModelCheckpoint);
+    None when there is none and ``missing_ok`` (a ``ValueError`` otherwise).
 
     This trainer's own last fit answers first; otherwise (a fresh process, e.g. after a
     crash) the folders on disk do: the callback's explicit ``dirpath``, or else the newest
@@ -79,11 +80,18 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike) -> str:
         path = _last_in(folder) if which == "last" else _best_in(folder, callback.state_key)
         if path is not None:
             return path
-    where = str(callback.explicit_dirpath) if callback.explicit_dirpath is not None else f"{root}/version_*/checkpoints"
-    raise ValueError(f"ckpt_path={which!r}: no {which} checkpoint found in {where}"
+    if missing_ok:
+        return None
+    raise ValueError(f"ckpt_path={which!r}: {missing_checkpoint(callback, root, which)}"
                      + (" (save one with ModelCheckpoint(save_last=True))" if which == "last" else
                         f" (none written by a ModelCheckpoint with {callback.state_key})")
                      + ": run fit first, or pass a file path")
+
+
+def missing_checkpoint(callback: Any, root: str | os.PathLike, which: str = "last") -> str:
+    """"no <which> checkpoint found in <where ``callback``'s checkpoints are looked for>"."""
+    where = str(callback.explicit_dirpath) if callback.explicit_dirpath is not None else f"{root}/version_*/checkpoints"
+    return f"no {which} checkpoint found in {where}"
 
 
 def _last_in(folder: Path) -> str | None:

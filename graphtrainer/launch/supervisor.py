@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 from .. import heartbeat
-from ..errors import RankFailedError
+from ..errors import Preempted, RankFailedError
 from . import leftovers, rank_stderr
 from .placement import Placement
 
@@ -118,6 +118,8 @@ class Watch:
             cause = self._placed(min(self.failures, key=_cause_order)[1])
             if self.job is not None and not cause.elsewhere:
                 self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
+            if cause.error_type == "Preempted":  # every rank stopped on a signal, as agreed
+                raise Preempted(cause.message)
             raise cause
         return self.results[0]
 

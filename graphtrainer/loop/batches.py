@@ -73,6 +73,14 @@ def with_last(iterable: Iterable[Any], limit: Optional[int], place: str,
         current, idx = nxt, idx + 1
 
 
+def require_training_loader(loader: Any, task_name: str) -> None:
+    """A clear error when ``train_dataloader()`` gave nothing to train on."""
+    if loader is None:
+        raise TypeError(f"{task_name}.train_dataloader() returned None, but fit needs the batches to train on: "
+                        "return an iterable of batches from it (graphtrainer's node loader, a DGL DataLoader, a "
+                        "list); only val_dataloader() may return None (no validation)")
+
+
 def set_epoch(loader: Any, epoch: int) -> None:
     """Tell the loader (or its sampler) which epoch's permutation to use."""
     for obj in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):

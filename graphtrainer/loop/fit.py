@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Dict, FrozenSet, Iterator, Optional
 
@@ -18,14 +17,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import comm as gdist
 from .. import heartbeat
-from ..checkpoint.content import _to_cpu, load_checkpoint, restore_training_state, set_rng_state
+from ..checkpoint.content import _to_cpu, load_checkpoint, restore_training_state
 from ..state import RunResult, RunState
 from . import preemption
-from .batches import batch_limit, check_loaders, count_batches, exact_len, for_evaluation, set_epoch, with_last
+from .batches import (batch_limit, check_loaders, count_batches, exact_len, for_evaluation, require_training_loader,
+                      set_epoch, with_last)
 from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
 from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
+from .nonfinite import NonFiniteLosses
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
 from .profiler import table as profile_table
@@ -48,12 +49,10 @@ class _Fit:
     started: float = 0.0
     #: Batch indices after which this epoch validates too (``val_check_interval``).
     val_points: FrozenSet[int] = frozenset()
-    #: Resuming mid-epoch: batches of the first epoch already trained, and the RNG states
-    #: (one per rank) to restore once they are passed.
-    skip: int = 0
-    resume_rngs: Optional[list] = None
+    #: Preemption: where a mid-epoch resume starts; this epoch in Join; batches trained when
+    #: the ranks agreed to stop.
+    resume: Optional[preemption.MidEpochResume] = None
     joining: bool = False
-    #: Set when the ranks agreed to stop (preemption): batches of this epoch trained.
     stopped_after: Optional[int] = None
 
     @property
@@ -116,22 +115,15 @@ def _setup(ctx: RankContext, module: nn.Module, ddp: Optional[DDP], checkpoint: 
         restore_training_state(ctx, task, checkpoint)
     heartbeat.beat("train_dataloader")
     train_loader = task.train_dataloader()
-    if train_loader is None:
-        raise TypeError(f"{type(task).__name__}.train_dataloader() returned None, but fit needs the batches to "
-                        "train on: return an iterable of batches from it (graphtrainer's node loader, a DGL "
-                        "DataLoader, a list); only val_dataloader() may return None (no validation)")
+    require_training_loader(train_loader, type(task).__name__)
     heartbeat.beat("val_dataloader")
     val_loader = for_evaluation(task.val_dataloader())
     check_loaders(state, training=train_loader, evaluation=val_loader)
     state.has_val_loader = val_loader is not None
     call_hook(ctx, "on_fit_start")
-    fit = _Fit(ctx, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
-               NonFiniteLosses(ctx.config.detect_anomaly), trace, started=time.monotonic())
-    if checkpoint is not None and checkpoint.get("batches_done_in_epoch"):
-        fit.skip = int(checkpoint["batches_done_in_epoch"])
-        rngs = checkpoint.get("rng_states") or []
-        fit.resume_rngs = rngs if len(rngs) == state.world_size else None
-    return fit
+    return _Fit(ctx, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
+                NonFiniteLosses(ctx.config.detect_anomaly), trace, started=time.monotonic(),
+                resume=preemption.MidEpochResume.of(checkpoint, state.world_size))
 
 
 def _train_epoch(fit: _Fit) -> None:
@@ -203,10 +195,8 @@ def _train_batches(fit: _Fit) -> None:
     acc = config.accumulate_grad_batches
     micro = 0
     for batch_idx, batch, is_last in with_last(fit.train_loader, limit, "the training loader", section):
-        if batch_idx < fit.skip:  # resuming mid-epoch: trained before the stop (fetched all the same,
-            continue              # so the sampler's random stream is where it was)
-        if fit.skip:
-            _resume_random_state(fit)
+        if fit.resume is not None and fit.resume.skips(batch_idx, state.rank):
+            continue
         with section("to device"):
             batch = task.transfer_batch_to_device(batch, state.device)
         log.begin_step("training_step", batch)
@@ -250,15 +240,6 @@ def _train_batches(fit: _Fit) -> None:
             fit.stopped_after = batch_idx + 1
             break
     log.end_steps()
-
-
-def _resume_random_state(fit: _Fit) -> None:
-    """Once the batches trained before a mid-epoch stop are passed: this rank's generators as
-    they were at the stop (the epoch's reseeding has moved them)."""
-    fit.skip = 0
-    if fit.resume_rngs is not None:
-        set_rng_state(fit.resume_rngs[fit.state.rank])
-        fit.resume_rngs = None
 
 
 def _clipper(fit: _Fit) -> Optional[Callable[[], None]]:
@@ -380,46 +361,3 @@ class UnevenInputs:
             for cfg, sched_state in zip(state.lr_schedulers, sched_states):
                 cfg.scheduler.load_state_dict(sched_state)
         state.global_step = steps[src]
-
-
-class NonFiniteLosses:
-    """The first non-finite training loss of a run: an error at once with
-    ``detect_anomaly``, else noted on the device (no host sync per step) and reported once
-    at the end of its epoch."""
-
-    def __init__(self, stop: bool):
-        self.stop = stop
-        self.first: Optional[torch.Tensor] = None  # (step, loss, batch index), -1 while none
-        self.reported = False
-
-    def check(self, loss: torch.Tensor, batch_idx: int, state: RunState) -> None:
-        if self.stop:
-            if not bool(torch.isfinite(loss.detach())):
-                raise FloatingPointError(
-                    f"rank {state.rank}: the training loss is {float(loss)} at epoch {state.current_epoch}, "
-                    f"batch {batch_idx}, step {state.global_step} (Trainer(detect_anomaly=True) stops at the "
-                    "first non-finite loss)")
-            return
-        if self.reported:
-            return
-        if self.first is None:
-            self.first = torch.full((3,), -1.0, dtype=torch.float64, device=loss.device)
-
-        def scalar(value: float) -> torch.Tensor:  # a fill kernel, not a copy from the host
-            return torch.full((), value, dtype=torch.float64, device=loss.device)
-
-        value = loss.detach().double().reshape(())
-        seen = torch.stack([scalar(state.global_step), value, scalar(batch_idx)])
-        self.first.copy_(torch.where(~torch.isfinite(value) & (self.first[0] < 0), seen, self.first))
-
-    def report(self, state: RunState) -> None:
-        if self.first is None or self.reported:
-            return
-        step, value, batch_idx = self.first.tolist()
-        if step < 0:
-            return
-        self.reported = True
-        warnings.warn(f"rank {state.rank}: the training loss was {value} at epoch {state.current_epoch}, batch "
-                      f"{int(batch_idx)}, step {int(step)}; training went on (reported once). "
-                      "Trainer(detect_anomaly=True) stops there instead, and EarlyStopping(check_finite=True) "
-                      "stops on a non-finite monitored value.", RuntimeWarning, stacklevel=2)

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from .. import comm as gdist
-from ..checkpoint.content import save_checkpoint
+from ..checkpoint.content import save_checkpoint, set_rng_state
 from ..errors import PREEMPTED_EXIT_CODE, Preempted
 
 #: Signals that ask a fit to stop at the next batch boundary.
@@ -83,6 +83,35 @@ def describe() -> str:
     """The agreed stop, in words: "SIGTERM (received by rank 1)"."""
     signum, rank = _received.get("agreed") or (requested() or signal.SIGTERM, 0)
     return f"{signal.Signals(signum).name} (received by rank {rank})"
+
+
+class MidEpochResume:
+    """Resuming from a checkpoint :func:`stop_run` wrote mid-epoch: the batches of that epoch
+    already trained are fetched and skipped (so the sampler's random stream is where it was),
+    then each rank's generators are set as they were at the stop."""
+
+    def __init__(self, batches_done: int, rngs: Optional[list]):
+        self.batches_done, self.rngs = batches_done, rngs
+
+    @classmethod
+    def of(cls, checkpoint: Optional[dict], world_size: int) -> Optional["MidEpochResume"]:
+        """The resume ``checkpoint`` asks for, or None (none, or written at an epoch's end)."""
+        done = int((checkpoint or {}).get("batches_done_in_epoch") or 0)
+        if not done:
+            return None
+        rngs = checkpoint.get("rng_states") or []
+        return cls(done, rngs if len(rngs) == world_size else None)
+
+    def skips(self, batch_idx: int, rank: int) -> bool:
+        """Whether batch ``batch_idx`` was trained before the stop; at the first one that was
+        not, this rank's generators are restored."""
+        if batch_idx < self.batches_done:
+            return True
+        if self.rngs is not None:
+            set_rng_state(self.rngs[rank])
+            self.rngs = None
+        self.batches_done = -1  # (only the first epoch after the resume)
+        return False
 
 
 def requeue_if_asked() -> Optional[str]:
