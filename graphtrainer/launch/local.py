@@ -74,7 +74,10 @@ def _child_entry(
     # (SIGUSR1 is Slurm's early warning: see graphtrainer.loop.preemption).
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
     faulthandler.register(signal.SIGUSR2, file=stack_file, all_threads=True)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the launching process set for itself
+    # Not the handlers the launching process set for itself. SIGUSR1 (an early warning) means
+    # nothing outside a fit, which asks for it (graphtrainer.loop.preemption).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     remove_partials_on_signals()
     if placement is None or placement.master_addr is None:
         port = listener.getsockname()[1]

@@ -85,12 +85,18 @@ class StderrRelay:
             conn.close()
 
 
+#: Words of a line that says why a process aborted (C++ exceptions, failed checks).
+_REASON_MARKS = ("what():", "error", "fail", "abort", "exception", "assert", "fatal")
+
+
 def last_words(tail: str) -> Optional[str]:
-    """The line of ``tail`` most likely to say why a process aborted: the last non-empty one
-    before Python's own fatal-error dump (faulthandler's stacks, when it is enabled)."""
+    """The line of ``tail`` most likely to say why a process aborted: the last one before
+    Python's own fatal-error dump (faulthandler's stacks) that names an error, skipping
+    reports printed at exit (LIBXSMM's "Command: ... Uptime: ..."); else the last line."""
     lines: List[str] = [line.strip() for line in tail.splitlines() if line.strip()]
-    dump = _dump_start(lines)
-    return lines[dump - 1] if dump > 0 else (lines[-1] if lines else None)
+    lines = lines[:_dump_start(lines)] or lines
+    reasons = [line for line in lines if any(mark in line.lower() for mark in _REASON_MARKS)]
+    return (reasons or lines or [None])[-1]
 
 
 def _dump_start(lines: List[str]) -> int:
