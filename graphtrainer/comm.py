@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import pickle
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -103,6 +103,22 @@ def all_reduce(values: torch.Tensor, op: str = "sum") -> torch.Tensor:
     with heartbeat.waiting("all_reduce"):
         dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op])
     return buf.to(values.device)
+
+
+def start_all_reduce(values: torch.Tensor, op: str = "sum") -> Callable[[], torch.Tensor]:
+    """Start :func:`all_reduce` without waiting for it; the function returned waits and gives
+    the result. Must be called on all processes, and the results read in the same order."""
+    if not is_distributed():
+        return lambda: values
+    buf = values.to(_collective_device())
+    work = dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op], async_op=True)
+
+    def finish() -> torch.Tensor:
+        with heartbeat.waiting("all_reduce"):
+            work.wait()
+        return buf.to(values.device)
+
+    return finish
 
 
 def same_on_all_ranks(value: Optional[float]) -> bool:

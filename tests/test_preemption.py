@@ -38,13 +38,13 @@ class _Batches(ShardedLoader):
 
 class _SignalledTask(RegressionTask):
     """Dropout and momentum, so a resume must restore RNG and optimizer state; rank
-    ``signal_rank`` sends itself ``sig`` during step :data:`STOP_AT_STEP` (never on a resumed run,
-    which starts past it). ``exact``: a loader of exact length (no Join), else the test tasks'
+    ``signal_rank`` sends itself ``sig`` during step ``at_step`` (never on a resumed run, which
+    starts past it). ``exact``: a loader of exact length (no Join), else the test tasks'
     own (Join every epoch: stopped at the epoch's end)."""
 
-    def __init__(self, sig=None, signal_rank=1, exact=True, **kwargs):
+    def __init__(self, sig=None, signal_rank=1, exact=True, at_step=STOP_AT_STEP, **kwargs):
         super().__init__(dropout=0.3, scheduler="step", **kwargs)
-        self.sig, self.signal_rank, self.exact = sig, signal_rank, exact
+        self.sig, self.signal_rank, self.exact, self.at_step = sig, signal_rank, exact, at_step
 
     def train_dataloader(self):
         if not self.exact:
@@ -52,7 +52,7 @@ class _SignalledTask(RegressionTask):
         return _Batches(torch.arange(self.n), self.batch_size, seed=self.trainer.seed)
 
     def training_step(self, idx, batch_idx):
-        if self.sig is not None and self.rank == self.signal_rank and self.global_step == STOP_AT_STEP:
+        if self.sig is not None and self.rank == self.signal_rank and self.global_step == self.at_step:
             os.kill(os.getpid(), self.sig)
         return super().training_step(idx, batch_idx)
 
@@ -90,7 +90,9 @@ def test_a_stopped_run_resumed_from_last_equals_one_never_stopped(tmp_path, proc
           f"{time.monotonic() - started:.1f} s from fit start")
     assert info.value.code == PREEMPTED_EXIT_CODE == 75
     batches = 64 // procs // 8
-    epoch, done = divmod(STOP_AT_STEP + 1, batches)
+    # Ranks agree one step after the signal (the exchange of a boundary is read at the next).
+    stop_step = STOP_AT_STEP + 1 + (1 if procs > 1 else 0)
+    epoch, done = divmod(stop_step, batches)
     assert f"fit stopped by {sig.name} (received by rank {procs - 1}) at epoch {epoch} after batch {done - 1} " \
         in str(info.value)
     assert "Resume with fit(task, ckpt_path='last')" in str(info.value)
@@ -98,7 +100,7 @@ def test_a_stopped_run_resumed_from_last_equals_one_never_stopped(tmp_path, proc
     assert not rank_children()
     mid = read_checkpoint(tmp_path / "parts" / "last.ckpt")
     assert mid["epoch"] == epoch and not mid["epoch_finished"]
-    assert mid["global_step"] == STOP_AT_STEP + 1 and mid["batches_done_in_epoch"] == done
+    assert mid["global_step"] == stop_step and mid["batches_done_in_epoch"] == done
 
     _trainer(tmp_path / "b", tmp_path / "parts", procs).fit(_SignalledTask(sig=sig), ckpt_path="last")
     resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
@@ -112,7 +114,7 @@ def test_a_stopped_run_resumed_from_last_equals_one_never_stopped(tmp_path, proc
 def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
     _trainer(tmp_path / "a", tmp_path / "whole", 2).fit(_SignalledTask(exact=False))
     whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
-    stopped = r"fit stopped by SIGUSR1 \(received by rank 1\) at the end of epoch 1 \(its ranks had"
+    stopped = r"fit stopped by SIGUSR1 \(received by rank 1\) at the end of epoch 1 \(step 8\)"
     with pytest.raises(Preempted, match=stopped):
         _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(sig=signal.SIGUSR1, exact=False))
     assert read_checkpoint(tmp_path / "parts" / "last.ckpt")["global_step"] == 8
@@ -139,3 +141,17 @@ def test_torchrun_restart_after_a_killed_rank_resumes_from_last_and_equals_a_run
     assert "restart" in log.lower()
     _same(whole["params"], restarted["params"])
     _same({"o": whole["optimizer"]}, {"o": restarted["optimizer"]})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_signal_at_an_epochs_last_step_stops_at_its_end_and_resumes_exactly(tmp_path):
+    # 4 steps per epoch and rank: a signal in step 7 (the last of epoch 1) is agreed as that epoch ends.
+    _trainer(tmp_path / "a", tmp_path / "whole", 2).fit(_SignalledTask())
+    whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
+    with pytest.raises(Preempted, match=r"at the end of epoch 1 \(step 8\)"):
+        _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(sig=signal.SIGTERM, at_step=7))
+    _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(), ckpt_path="last")
+    resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
+    _same(whole["state_dict"], resumed["state_dict"])
+    _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})

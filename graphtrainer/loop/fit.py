@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Dict, FrozenSet, Iterator, Optional
 
 import torch
@@ -49,11 +49,13 @@ class _Fit:
     started: float = 0.0
     #: Batch indices after which this epoch validates too (``val_check_interval``).
     val_points: FrozenSet[int] = frozenset()
-    #: Preemption: where a mid-epoch resume starts; this epoch in Join; batches trained when
-    #: the ranks agreed to stop.
+    #: Preemption: where a mid-epoch resume starts; the agreement on stopping; this epoch in
+    #: Join; batches trained when the ranks agreed to stop; a stop agreed as the epoch ended.
     resume: Optional[preemption.MidEpochResume] = None
+    stop: preemption.StopAgreement = field(default_factory=preemption.StopAgreement)
     joining: bool = False
     stopped_after: Optional[int] = None
+    stop_after_epoch: bool = False
 
     @property
     def state(self) -> RunState:
@@ -84,8 +86,8 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
                 if fit.stopped_after is not None:
                     preemption.stop_run(ctx, fit.stopped_after)  # raises Preempted
                 _end_epoch(fit)
-                if fit.joining and preemption.agreed_stop(False):  # Join: stopped at the epoch's end
-                    preemption.stop_run(ctx, 0)
+                if fit.stop_after_epoch or (fit.joining and preemption.agreed_stop(False)):
+                    preemption.stop_run(ctx, 0)  # (an epoch in Join stops at its end)
             with ctx.section("fit end"):
                 call_hook(ctx, "on_fit_end")
                 call_hook(ctx, "teardown", "fit")
@@ -236,10 +238,11 @@ def _train_batches(fit: _Fit) -> None:
                 _validate_mid_epoch(fit)
         if 0 < config.max_steps <= state.global_step:
             break
-        if stepping and preemption.agreed_stop(fit.joining):
+        if stepping and not fit.joining and fit.stop.at_boundary():
             fit.stopped_after = batch_idx + 1
             break
     log.end_steps()
+    fit.stop_after_epoch = fit.stop.collect()
 
 
 def _clipper(fit: _Fit) -> Optional[Callable[[], None]]:

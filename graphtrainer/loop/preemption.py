@@ -1,15 +1,17 @@
 """Runs that survive preemption: SIGTERM (how schedulers stop jobs) or SIGUSR1 (Slurm's early
 warning, ``#SBATCH --signal=USR1@90``) stops every rank at the next batch boundary, rank 0
 writes ``last.ckpt`` holding the position in the epoch, and ``fit`` raises
-:class:`Preempted` (a ``SystemExit`` with status :data:`PREEMPTED_EXIT_CODE`, 75, BSD's
+:class:`~graphtrainer.Preempted` (a ``SystemExit`` with status 75, BSD's
 "temporary failure, try again"). ``fit(task, ckpt_path="last")`` then resumes at the next
 batch, and a run resumed so ends with the parameters and optimizer state of a run never
 stopped.
 
-Agreement: a signal may reach the ranks at different batches (or only some of them), so
-after each optimizer step the ranks all-reduce one flag (the maximum) and stop together.
-Inside ``Join`` (an epoch whose ranks have different numbers of batches) no collective
-may run, so such an epoch is only stopped at its end.
+Agreement: a signal may reach the ranks at different batches (or only some of them). At
+each optimizer step's boundary every rank starts one all-reduce of a 2-number flag and reads
+the previous boundary's at the next, so no rank waits for it and all stop at the same
+boundary, one step after the signal was first seen (:class:`StopAgreement`). Inside ``Join``
+(an epoch whose ranks have different numbers of batches) no collective may run, so such an
+epoch stops at its end. The process exits with :data:`~graphtrainer.PREEMPTED_EXIT_CODE`.
 """
 from __future__ import annotations
 
@@ -68,15 +70,46 @@ def agreed_stop(joining: bool) -> bool:
     processes, outside ``Join`` (``joining``: inside it, where the answer is No)."""
     if joining:
         return False
+    return _decode(gdist.all_reduce(_flag(), "max"))
+
+
+def _flag() -> torch.Tensor:
+    """This rank's (signal, rank), or (0, -1): the maximum over ranks names a signal and the
+    (highest) rank that received it."""
     mine = requested() or 0
-    if not gdist.is_distributed():
-        _received["agreed"] = (mine, 0) if mine else None
-        return bool(mine)
-    rank = gdist.get_rank()
-    # The signal, and the (highest) rank that received it: one all-reduce of two numbers.
-    seen = gdist.all_reduce(torch.tensor([float(mine), float(rank if mine else -1)]), "max")
-    _received["agreed"] = (int(seen[0]), int(seen[1])) if seen[0] > 0 else None
+    return torch.tensor([float(mine), float(gdist.get_rank() if mine else -1)])
+
+
+def _decode(seen: torch.Tensor) -> bool:
+    _received["agreed"] = (int(seen[0]), max(0, int(seen[1]))) if seen[0] > 0 else None
     return _received["agreed"] is not None
+
+
+class StopAgreement:
+    """Whether the ranks stop, agreed without a wait per step: at each step boundary outside
+    ``Join`` every rank starts one all-reduce of its flag and reads the previous boundary's,
+    so all ranks stop at the same boundary, one step after a signal was first seen (with one
+    process, at once)."""
+
+    def __init__(self) -> None:
+        self._pending: Optional[Any] = None
+
+    def at_boundary(self) -> bool:
+        """Whether to stop here. Must be called on all processes, outside ``Join``."""
+        if not gdist.is_distributed():
+            return _decode(_flag())
+        if self.collect():
+            return True
+        self._pending = gdist.start_all_reduce(_flag(), "max")
+        return False
+
+    def collect(self) -> bool:
+        """The answer of the exchange still running (False when none runs). Must be called on
+        all processes before any other collective that follows the step loop."""
+        if self._pending is None:
+            return False
+        finish, self._pending = self._pending, None
+        return _decode(finish())
 
 
 def describe() -> str:
@@ -138,7 +171,7 @@ def stop_run(ctx: Any, batches_done: int) -> None:
     path = _checkpoint_path(ctx)
     save_checkpoint(ctx, ctx.task, path, extra={"batches_done_in_epoch": batches_done})
     where = (f"at epoch {state.current_epoch} after batch {batches_done - 1}" if batches_done else
-             f"at the end of epoch {state.current_epoch - 1} (its ranks had different numbers of batches)")
+             f"at the end of epoch {state.current_epoch - 1}")
     message = (f"fit stopped by {describe()} {where} (step {state.global_step}); checkpoint {path}. Resume with "
                f"fit(task, ckpt_path='last'); the process exits with status {PREEMPTED_EXIT_CODE}")
     if state.rank == 0:
