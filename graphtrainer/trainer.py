@@ -169,6 +169,9 @@ class Trainer(RunView):
         num_servers: int = 1,
         machine_rank: Optional[int] = None,
     ):
+        """See the class docstring for the options. Long because it takes every option (40
+        keyword arguments, as in Lightning) and checks each in a line or two before freezing
+        them in one :class:`~graphtrainer.state.TrainerConfig`."""
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
         if max_epochs < 1 and max_steps <= 0:

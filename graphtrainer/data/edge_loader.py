@@ -126,6 +126,20 @@ class _PairSampler:
         return input_nodes, pair, neg, blocks
 
 
+def _check_exclude(exclude: Optional[str], hetero: bool, reverse_eids: Any, reverse_etypes: Any) -> None:
+    """A ``ValueError`` naming the fix when ``exclude`` does not fit the graph or lacks its ids."""
+    if exclude not in EXCLUDE_MODES:
+        raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
+    if exclude == "reverse_id" and reverse_eids is None:
+        raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
+    if exclude == "reverse_types" and (not hetero or reverse_etypes is None):
+        raise ValueError('exclude="reverse_types" is for heterographs and needs reverse_etypes= '
+                         '({etype: its reverse etype}, e.g. {"has": "in", "in": "has"})')
+    if hetero and exclude == "reverse_id":
+        raise ValueError('exclude="reverse_id" takes a homogeneous graph; on a heterograph use '
+                         'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
+
+
 class EdgeLoader(ShardedLoader):
     """Link-prediction batches over this rank's share of seed edges.
 
@@ -162,17 +176,8 @@ class EdgeLoader(ShardedLoader):
         if not callable(getattr(sampler, "sample", None)):
             raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) "
                              f"or a list of fanouts, got {type(sampler).__name__}")
-        if exclude not in EXCLUDE_MODES:
-            raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
-        if exclude == "reverse_id" and reverse_eids is None:
-            raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
         hetero = isinstance(edges, dict) or len(graph.canonical_etypes) > 1
-        if exclude == "reverse_types" and (not hetero or reverse_etypes is None):
-            raise ValueError('exclude="reverse_types" is for heterographs and needs reverse_etypes= '
-                             '({etype: its reverse etype}, e.g. {"has": "in", "in": "has"})')
-        if hetero and exclude == "reverse_id":
-            raise ValueError('exclude="reverse_id" takes a homogeneous graph; on a heterograph use '
-                             'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
+        _check_exclude(exclude, hetero, reverse_eids, reverse_etypes)
         n = graph.num_nodes()
         self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
         if hetero:

@@ -13,6 +13,7 @@ from typing import Optional, Protocol, Tuple
 import torch
 
 from .. import comm as gdist
+from .._compat.dgl_2_1_streams import warn_if_dgl_stream_moved
 from ..checkpoint.run_files import prepare_run_dir
 from ..launch.threads import set_threads
 from ..state import RunResult, TrainerConfig
@@ -23,7 +24,7 @@ from .hooks import call_hook
 from .loggers import make_logger
 from .precision import Precision
 from .profiler import Profiler
-from .seeding import seed_all, warn_if_dgl_stream_moved
+from .seeding import seed_all
 from .stages import EVALUATION
 
 
