@@ -95,7 +95,7 @@ def mem_watch(pid: int, out_path: str, stop_path: str, interval: float) -> None:
                     cmd = " ".join(p.cmdline())
                     if p.status() == psutil.STATUS_ZOMBIE:
                         continue
-                    role = ("driver" if p.pid == pid else "server" if "graph_servers" in cmd
+                    role = ("driver" if p.pid == pid else "server" if "graphtrainer.distdgl.servers" in cmd
                             else "rank" if p.ppid() == pid else "other")
                     cpu = p.cpu_times()
                     procs.append({"pid": p.pid, "role": role, "cpu_s": cpu.user + cpu.system, **smaps_rollup(p.pid)})
