@@ -110,7 +110,7 @@ class _PairSampler:
         self.output_device = getattr(sampler, "output_device", None)
 
     def sample(self, g: Any, positions: torch.Tensor) -> Tuple[Any, ...]:
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         n = g.num_nodes()
         src, dst = self.src[positions], self.dst[positions]
@@ -169,7 +169,7 @@ class EdgeLoader(ShardedLoader):
                  reverse_eids: Any = None, shuffle: bool = True, drop_last: bool = False,
                  even: Optional[str] = None, seed: int = 0, reverse_etypes: Optional[Dict[Any, Any]] = None,
                  **dataloader_kwargs: Any):
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         if isinstance(sampler, (list, tuple)):
             sampler = default_sampler(graph, sampler, label_key="")

@@ -77,7 +77,7 @@ def layerwise(model: nn.Module, graph: Any, features: Optional[Features] = None,
     same tensor on every rank (shared memory between launched ranks). The model is put in
     eval mode for the call and its mode restored after.
     """
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     layer_fn, num_layers = check_layerwise_model(model)
     if int(batch_size) < 1:
