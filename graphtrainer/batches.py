@@ -57,6 +57,16 @@ def with_last(iterable: Iterable[Any], limit: Optional[int], place: str,
         current, idx = nxt, idx + 1
 
 
+def batch_transfer(task: Any, device: Any, config: Any) -> Any:
+    """How this stage's batches reach ``device``: a :class:`graphtrainer.nn.transfer.BatchTransfer`
+    (iterate ``.batches(loader)``, then ``.to_device(item)`` per batch)."""
+    from .nn.transfer import BatchTransfer
+
+    default = getattr(type(task).transfer_batch_to_device, "graphtrainer_default", False)
+    return BatchTransfer(device, config.block_type, task.transfer_batch_to_device, hook_is_default=default,
+                         prefetch=config.prefetch_batches)
+
+
 def set_epoch(loader: Any, epoch: int) -> None:
     """Tell the loader (or its sampler) which epoch's permutation to use."""
     for obj in (loader, getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):

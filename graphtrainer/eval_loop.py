@@ -8,7 +8,7 @@ import torch
 
 from . import distributed as gdist
 from . import heartbeat
-from .batches import batch_limit, for_evaluation, with_last
+from .batches import batch_limit, batch_transfer, for_evaluation, with_last
 from .checkpoint import load_checkpoint
 from .metrics import infer_batch_size
 from .precision import Precision
@@ -40,8 +40,9 @@ def eval_epoch(trainer: "Trainer", task: "GraphTask", stage: Stage, loader: Any)
             call_hook(trainer, task, f"on_{stage.hook}_epoch_start")
             with torch.no_grad():
                 limit = batch_limit(loader, stage.limit(trainer.config))
-                for batch_idx, batch, _ in with_last(loader, limit, f"the {stage.hook} loader"):
-                    batch = task.transfer_batch_to_device(batch, trainer.state.device)
+                transfer = batch_transfer(task, trainer.state.device, trainer.config)
+                for batch_idx, batch, _ in with_last(transfer.batches(loader), limit, f"the {stage.hook} loader"):
+                    batch = transfer.to_device(batch)
                     task._batch_size, task._step_hook = infer_batch_size(batch), f"{stage.hook}_step"
                     heartbeat.beat(f"{stage.hook}_step", batch_idx)
                     with precision.autocast():

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import distributed as gdist
 from . import heartbeat
-from .batches import batch_limit, count_batches, exact_len, for_evaluation, set_epoch, with_last
+from .batches import batch_limit, batch_transfer, count_batches, exact_len, for_evaluation, set_epoch, with_last
 from .checkpoint import _to_cpu, load_checkpoint, restore_training_state
 from .ddp import wrap as wrap_in_ddp
 from .eval_loop import eval_epoch
@@ -184,9 +184,11 @@ def _train_batches(fit: _Fit) -> None:
     limit = batch_limit(fit.train_loader, config.limit_train_batches)
     acc = config.accumulate_grad_batches
     micro = 0
-    for batch_idx, batch, is_last in with_last(fit.train_loader, limit, "the training loader", section):
+    transfer = batch_transfer(task, state.device, config)
+    for batch_idx, batch, is_last in with_last(transfer.batches(fit.train_loader), limit, "the training loader",
+                                               section):
         with section("to device"):
-            batch = task.transfer_batch_to_device(batch, state.device)
+            batch = transfer.to_device(batch)
         task._batch_size, task._step_hook = infer_batch_size(batch), "training_step"
         task._metrics.start_step()
         micro += 1

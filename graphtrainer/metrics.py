@@ -347,5 +347,9 @@ def infer_batch_size(batch: object) -> Optional[int]:
 
 
 def _is_graph(obj: object) -> bool:
+    from .nn.blocks import is_torch_graph
+
+    if is_torch_graph(obj):
+        return True
     dgl = sys.modules.get("dgl")
     return dgl is not None and isinstance(obj, dgl.DGLGraph)

@@ -353,6 +353,10 @@ class GraphTask:
         return GraphLoader(dataset, batch_size, indices, shuffle=shuffle, drop_last=drop_last, seed=seed)
 
 
+# The trainer pins, copies and prefetches torch blocks itself only for this default hook.
+GraphTask.transfer_batch_to_device.graphtrainer_default = True  # type: ignore[attr-defined]
+
+
 def _is_plain(value: Any) -> bool:
     if isinstance(value, (bool, int, float, str, type(None))):
         return True

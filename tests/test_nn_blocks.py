@@ -208,3 +208,22 @@ def test_without_streams_or_with_a_user_hook_batches_are_converted_then_handed_t
     keep = BatchTransfer(torch.device("cpu"), "auto", lambda b, d: b)
     batch = keep.to_device(loader[0])
     assert isinstance(batch[2][0], dgl.DGLGraph) and keep.converted == 0
+
+
+def test_trainer_refuses_an_unknown_block_type_before_launching():
+    from graphtrainer import Trainer
+
+    with pytest.raises(ValueError, match="block_type='fast'.*'auto'.*'torch'.*'dgl'"):
+        Trainer(block_type="fast", progress_bar=False)
+    assert Trainer(progress_bar=False).config.block_type == "auto"
+
+
+def test_batch_size_is_inferred_from_torch_graphs():
+    from graphtrainer.metrics import infer_batch_size
+
+    block = random_block(3)
+    pair = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])), num_nodes=3)
+    batched = dgl.batch([random_graph(0, n=5, e=6), random_graph(1, n=6, e=6)])
+    for batch in ((torch.arange(5), torch.arange(20), [block]), (torch.arange(3), pair, pair, [block]),
+                  (batched, torch.tensor([0, 1]))):
+        assert infer_batch_size(convert_batch(batch)) == infer_batch_size(batch)
