@@ -248,3 +248,14 @@ def test_unsupported_inputs_fail_clearly_before_computing():
             gnn.SAGEConv(4, 3, "mean")(graph, torch.randn(graph.num_src_nodes(), 4))
         with pytest.raises(ValueError, match="CSC"):
             to_torch_graph(graph)
+
+
+def test_int32_graphs_match_dgl():
+    block = random_block(9).int()
+    x = torch.randn(block.num_src_nodes(), 6)
+    w = torch.rand(block.num_edges())
+    compare(lambda: dglnn.SAGEConv(6, 4, "pool"), lambda: gnn.SAGEConv(6, 4, "pool"), block, x, edge_weight=w)
+    compare(lambda: dglnn.GATConv(6, 4, 2, allow_zero_in_degree=True),
+            lambda: gnn.GATConv(6, 4, 2, allow_zero_in_degree=True), block, x, edge_weight=w)
+    src, dst = to_torch_graph(block).edges()
+    assert torch.equal(src, block.edges()[0]) and torch.equal(dst, block.edges()[1])

@@ -128,11 +128,11 @@ class TorchBlock:
         return torch.bincount(self.indices, minlength=self.num_src)
 
     def dst_index(self) -> torch.Tensor:
-        """The destination node of each CSC position (computed once)."""
+        """The destination node of each CSC position (int64, computed once)."""
         if self._dst_index is None:
             self._dst_index = torch.repeat_interleave(
-                torch.arange(self.num_dst, device=self.device, dtype=self.indices.dtype),
-                self.in_degrees(), output_size=self.indices.numel())
+                torch.arange(self.num_dst, device=self.device), self.in_degrees().long(),
+                output_size=self.indices.numel())
         return self._dst_index
 
     def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -141,8 +141,8 @@ class TorchBlock:
             raise ValueError(f"TorchBlock.edges supports form='uv' only, got {form!r}")
         src = torch.empty_like(self.indices)
         dst = torch.empty_like(self.indices)
-        src[self.edge_ids] = self.indices
-        dst[self.edge_ids] = self.dst_index()
+        src[self.edge_ids.long()] = self.indices
+        dst[self.edge_ids.long()] = self.dst_index().to(dst.dtype)
         return src, dst
 
     # ---- moving ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ class Structure(NamedTuple):
     num_src: int
     num_dst: int
     is_block: bool
-    dst: torch.Tensor  # the destination of each CSC position
+    dst: torch.Tensor  # the destination of each CSC position (int64: scatter indices must be)
 
     @property
     def num_edges(self) -> int:
@@ -67,8 +67,8 @@ def structure(graph: Any, layer: str) -> Structure:
         num_src, num_dst = graph.num_src_nodes(), graph.num_dst_nodes()
     else:
         num_src, num_dst = graph.num_nodes(etype[0]), graph.num_nodes(etype[2])
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=indices.device, dtype=indices.dtype),
-                                  indptr[1:] - indptr[:-1], output_size=indices.numel())
+    dst = torch.repeat_interleave(torch.arange(num_dst, device=indices.device),
+                                  (indptr[1:] - indptr[:-1]).long(), output_size=indices.numel())
     return Structure(indptr, indices, eids, num_src, num_dst, bool(graph.is_block), dst)
 
 
