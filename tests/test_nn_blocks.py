@@ -4,6 +4,7 @@ checked here on CPU with a recorder standing in for CUDA's streams; tests/test_g
 it on a GPU)."""
 from __future__ import annotations
 
+import graphtrainer  # noqa: F401  (first: its DGL compatibility layer must precede `import dgl`)
 import dgl
 import pytest
 import torch

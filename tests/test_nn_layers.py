@@ -3,6 +3,7 @@ gradients (1e-5, float32, CPU) on DGL blocks and on torch blocks converted from 
 random graphs whose destinations include nodes without in-edges."""
 from __future__ import annotations
 
+import graphtrainer  # noqa: F401  (first: its DGL compatibility layer must precede `import dgl`)
 import dgl
 import dgl.function as dfn
 import dgl.nn as dglnn
