@@ -19,7 +19,8 @@ def test_gpu_benchmark_tiny(tmp_path):
     assert data["device"] and "Device: " in (tmp_path / "gpu.md").read_text()
     assert set(data["cpu"]) == {"dgl.nn", "graphtrainer.nn", "torch blocks"}
     for arm in data["cpu"].values():
-        assert arm["epoch_s"] > 0 and math.isfinite(arm["time_ratio"])
+        assert arm["epoch_s"] > 0 and arm["epoch_cpu_s"] > 0 and math.isfinite(arm["time_ratio"])
+        assert math.isfinite(arm["cpu_ratio"])
         assert all(0.0 <= a <= 1.0 for a in arm["test_acc"])
     # One seed, one model and sampler seed for every arm: the trained models agree closely.
     accs = [arm["test_acc"][0] for arm in data["cpu"].values()]
