@@ -13,7 +13,7 @@ from graphtrainer import Trainer
 from graphtrainer.callbacks import Callback
 
 from conftest import rank_children
-from hetero_tasks import HeteroTask, make_hetero
+from hetero_tasks import HeteroLinkTask, HeteroTask, make_hetero
 from link_tasks import GraphClsTask, LinkTask, numbered_minigc, rand_link_graph
 from tasks import SageTask, make_graph
 
@@ -60,6 +60,8 @@ CASES = {
                                    batch_size=8), {}, {"TorchBlock"}),
     "hetero": (lambda: HeteroTask(make_hetero(), {"paper": torch.arange(48), "word": torch.arange(16)}, 8,
                                   fanouts=(3, 3)), {"find_unused_parameters": True}, {"TorchHeteroBlock"}),
+    "hetero-link": (lambda: HeteroLinkTask(make_hetero(), 16), {"find_unused_parameters": True},
+                    {"TorchHeteroBlock"}),
 }
 
 
