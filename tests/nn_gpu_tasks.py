@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from graphtrainer import GraphTask, Trainer
-from graphtrainer import distributed as gdist
+from graphtrainer import comm as gdist
 from graphtrainer.nn import TorchBlock
-from graphtrainer.sampling import shard_ids
+from graphtrainer.data.sharding import shard_ids
 
 
 def random_csc(n: int, degree: int, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:

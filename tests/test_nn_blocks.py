@@ -220,7 +220,7 @@ def test_trainer_refuses_an_unknown_block_type_before_launching():
 
 
 def test_batch_size_is_inferred_from_torch_graphs():
-    from graphtrainer.metrics import infer_batch_size
+    from graphtrainer.loop.metrics import infer_batch_size
 
     block = random_block(3)
     pair = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])), num_nodes=3)
