@@ -13,6 +13,7 @@ from graphtrainer.nn import TorchBlock, TorchHeteroBlock, convert_batch, to_torc
 from graphtrainer.nn.transfer import BatchTransfer, device_tensors, resolve_block_type
 
 from test_nn_layers import hetero_block, random_block, random_graph
+from test_nn_layers import _one_thread  # noqa: F401  (autouse fixture)
 
 
 def test_block_structure_and_data_come_from_dgl():

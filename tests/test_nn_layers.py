@@ -16,6 +16,16 @@ from graphtrainer.nn import to_torch_graph
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread (on a loaded machine, idle OpenMP threads spinning
+    for a core cost more than these ops)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def random_block(seed: int, n: int = 60, e: int = 240, num_dst: int = 20, isolated: int = 3):
     """A block of ``num_dst`` seeds' full in-neighbourhoods; the first ``isolated`` seeds have none."""
     gen = torch.Generator().manual_seed(seed)
