@@ -270,3 +270,19 @@ def test_int32_graphs_match_dgl():
             lambda: gnn.GATConv(6, 4, 2, allow_zero_in_degree=True), block, x, edge_weight=w)
     src, dst = to_torch_graph(block).edges()
     assert torch.equal(src, block.edges()[0]) and torch.equal(dst, block.edges()[1])
+
+
+def test_layers_run_under_bf16_autocast_close_to_float32():
+    """Trainer(precision="bf16-mixed") runs the steps under CPU autocast: sparse kernels have no
+    bfloat16, so aggregation keeps its input's precision; results stay near float32's."""
+    block = random_block(10)
+    x = torch.randn(block.num_src_nodes(), 6)
+    for make in (lambda: gnn.SAGEConv(6, 4, "mean"), lambda: gnn.GraphConv(6, 4, allow_zero_in_degree=True),
+                 lambda: gnn.GATConv(6, 4, 2, allow_zero_in_degree=True)):
+        layer = make()
+        expected = layer(block, x)
+        for graph in (block, to_torch_graph(block)):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = layer(graph, x)
+            got.float().sum().backward()
+            torch.testing.assert_close(got.float(), expected, atol=0.05, rtol=0.05)

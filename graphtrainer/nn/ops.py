@@ -88,11 +88,14 @@ def neighbour_sum(s: Structure, x: torch.Tensor, edge_weight: Optional[torch.Ten
     if s.num_edges == 0:
         return x.new_zeros((s.num_dst, *tail))
     if edge_weight is None and x.dtype in (torch.float32, torch.float64) and x.device.type in ("cpu", "cuda"):
-        return (_csr(s, x.dtype) @ x.reshape(s.num_src, -1)).reshape(s.num_dst, *tail)
+        # Autocast would cast the product to bfloat16/float16, which sparse CSR kernels lack:
+        # the aggregation stays in x's precision.
+        with torch.autocast(x.device.type, enabled=False):
+            return (_csr(s, x.dtype) @ x.reshape(s.num_src, -1)).reshape(s.num_dst, *tail)
     msg = x[s.indices]
     if edge_weight is not None:
         msg = msg * edge_weight
-    return x.new_zeros((s.num_dst, *tail)).index_add_(0, s.dst, msg)
+    return msg.new_zeros((s.num_dst, *tail)).index_add_(0, s.dst, msg)
 
 
 def neighbour_mean(s: Structure, x: torch.Tensor, edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -131,7 +134,7 @@ def edge_softmax(s: Structure, logits: torch.Tensor) -> torch.Tensor:
     # The maximum only keeps exp() finite; it cancels in the ratio, so no gradient flows through it.
     peak = logits.new_full(shape, float("-inf")).scatter_reduce(0, index, logits.detach(), "amax")
     e = torch.exp(logits - peak[s.dst])
-    total = logits.new_zeros(shape).index_add_(0, s.dst, e)
+    total = e.new_zeros(shape).index_add_(0, s.dst, e)
     return e / total[s.dst]
 
 
