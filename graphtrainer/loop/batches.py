@@ -7,6 +7,7 @@ import math
 import sys
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Tuple
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .. import heartbeat
@@ -14,7 +15,7 @@ from ..data.formats import warn_unbuilt_formats
 from ..data.sharded_loader import ShardedLoader
 from ..data.validation import check_loader
 from ..nn.transfer import BatchTransfer
-from ..state import BatchLimit, RunState
+from ..state import BatchLimit, RunState, TrainerConfig
 
 
 def check_loaders(state: RunState, training: Any = None, evaluation: Any = None) -> None:
@@ -74,9 +75,11 @@ def with_last(iterable: Iterable[Any], limit: Optional[int], place: str,
         current, idx = nxt, idx + 1
 
 
-def batch_transfer(task: Any, device: Any, config: Any) -> Any:
-    """How this stage's batches reach ``device``: a :class:`graphtrainer.nn.transfer.BatchTransfer`
-    (iterate ``.batches(loader)``, then ``.to_device(item)`` per batch)."""
+def batch_transfer(task: Any, device: torch.device, config: TrainerConfig) -> BatchTransfer:
+    """How this stage's batches reach ``device`` (``config.block_type``): iterate
+    ``.batches(loader)``, then ``.to_device(item)`` per batch. Only graphtrainer's own
+    ``transfer_batch_to_device`` is replaced by pinning, copying and prefetching; a task's
+    override gets the (converted) batch and moves it itself."""
     default = getattr(type(task).transfer_batch_to_device, "graphtrainer_default", False)
     return BatchTransfer(device, config.block_type, task.transfer_batch_to_device, hook_is_default=default,
                          prefetch=config.prefetch_batches)
