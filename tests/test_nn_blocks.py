@@ -229,3 +229,22 @@ def test_batch_size_is_inferred_from_torch_graphs():
     for batch in ((torch.arange(5), torch.arange(20), [block]), (torch.arange(3), pair, pair, [block]),
                   (batched, torch.tensor([0, 1]))):
         assert infer_batch_size(convert_batch(batch)) == infer_batch_size(batch)
+
+
+def test_a_task_overriding_the_transfer_hook_gets_torch_blocks_to_move_itself(root_dir):
+    from graphtrainer import Trainer
+    from tasks import SageTask, make_graph
+
+    class OwnTransfer(SageTask):
+        seen: list = []
+
+        def transfer_batch_to_device(self, batch, device):
+            OwnTransfer.seen.append(type(batch[2][0]).__name__)
+            return super().transfer_batch_to_device(batch, device)
+
+    task = OwnTransfer(make_graph(), fanouts=(3, 3))
+    trainer = Trainer(num_procs=1, max_epochs=1, limit_train_batches=2, limit_val_batches=1, block_type="torch",
+                      progress_bar=False, logger=False, enable_model_summary=False, default_root_dir=root_dir)
+    trainer.fit(task)
+    assert OwnTransfer.seen == ["TorchBlock"] * 3  # 2 training batches, 1 validation batch
+    assert trainer.history[0]["train_loss"] > 0
