@@ -5,6 +5,10 @@ Subclass :class:`GraphTask`, then ``Trainer(num_procs=2).fit(task)`` (CPU, gloo)
 """
 __version__ = "0.1.0"
 
+from ._compat import install as _install_compat
+
+_install_compat()  # before any import of dgl: lets DGL 2.1 load on a torch it was not built for
+
 from .seeding import install_dgl_stream_claim
 
 install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history

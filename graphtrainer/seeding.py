@@ -25,6 +25,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from ._compat import graphbolt_available
+
 #: The DGL stream every rank's sampling thread should have (a fresh process's main thread).
 EXPECTED_DGL_STREAM = 0
 _M64 = (1 << 64) - 1
@@ -39,7 +41,7 @@ def seed_all(value: int) -> None:
     if "dgl" in sys.modules:
         claim_dgl_stream(value)
         sys.modules["dgl"].seed(value)  # and every OpenMP thread's engine
-    if "dgl.graphbolt" in sys.modules:
+    if graphbolt_available():
         sys.modules["dgl.graphbolt"].seed(value)
 
 

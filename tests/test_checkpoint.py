@@ -14,6 +14,7 @@ import graphtrainer
 from graphtrainer import Callback, ModelCheckpoint, RankFailedError, Trainer
 from graphtrainer.checkpoint import FORMAT_VERSION, CheckpointError
 
+from stack import requires_graphbolt
 from tasks import RegressionTask, SageTask, make_graph
 
 N_EPOCHS, K_EPOCHS = 4, 2
@@ -373,6 +374,7 @@ def test_checkpoint_hooks_run_callbacks_before_the_task(root_dir, tmp_path):
     assert calls == ["callback.on_load_checkpoint", "task.on_load_checkpoint"]
 
 
+@requires_graphbolt
 def test_seed_epoch_makes_graphbolt_sampling_repeatable():
     import dgl.graphbolt as gb
 
