@@ -127,6 +127,17 @@ def test_a_broken_link_fails_the_build(tmp_path, caplog):
     assert any("99_missing.py" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
 
+def test_architecture_names_every_module_and_only_modules_that_exist():
+    """ARCHITECTURE.md (the guide's architecture page) lists each module by its path under
+    graphtrainer/; a module added or moved without it, or a name left behind, fails here."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    package = ROOT / "graphtrainer"
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py") if p.name != "__init__.py"}
+    assert sorted(m for m in modules if f"`{m}`" not in text) == []
+    named = set(re.findall(r"`([\w/]+\.py)`", text))
+    assert sorted(named - modules - {"__init__.py"}) == []
+
+
 def test_readme_links_resolve():
     text = (ROOT / "README.md").read_text()
     targets = re.findall(r"\]\((?![a-z]+:|#)([^)#\s]+)", text)
