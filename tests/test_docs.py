@@ -138,6 +138,18 @@ def test_architecture_names_every_module_and_only_modules_that_exist():
     assert sorted(named - modules - {"__init__.py"}) == []
 
 
+def test_files_the_guide_names_exist():
+    """Paths the guide names in code spans (``tests/test_faults.py``, ``graphtrainer/...``,
+    ``tutorials/...``, ``benchmarks/...``) still exist: files move when the code is reorganised."""
+    missing = []
+    for page in PAGES:
+        for path in re.findall(r"`((?:tests|graphtrainer|tutorials|benchmarks|scripts|requirements)/[\w./-]+)`",
+                               page.read_text()):
+            if not (ROOT / path.rstrip("/")).exists():
+                missing.append(f"{page.name}: {path}")
+    assert missing == []
+
+
 def test_readme_links_resolve():
     text = (ROOT / "README.md").read_text()
     targets = re.findall(r"\]\((?![a-z]+:|#)([^)#\s]+)", text)
