@@ -22,6 +22,7 @@ from .batches import batch_limit, count_batches, exact_len, for_evaluation, set_
 from .checkpoint import _to_cpu, load_checkpoint, restore_training_state
 from .ddp import wrap as wrap_in_ddp
 from .eval_loop import eval_epoch
+from .lean import trim_after_epoch
 from .metrics import infer_batch_size
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
@@ -77,6 +78,7 @@ def run_fit(trainer: "Trainer", task: "GraphTask", ckpt_path: Optional[str]) -> 
             while state.current_epoch < trainer.config.max_epochs and not state.should_stop:
                 _train_epoch(fit)
                 _end_epoch(fit)
+                trim_after_epoch(trainer.config.allocator)  # once per epoch: no page faults per batch
             with state.profiler.section("fit end"):
                 call_hook(trainer, task, "on_fit_end")
                 call_hook(trainer, task, "teardown", "fit")

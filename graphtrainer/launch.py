@@ -41,7 +41,7 @@ from . import forkserver, heartbeat
 from .checkpoint_file import remove_partials_on_signals
 from .distributed import RankInfo
 from .job_failures import JobFailures
-from .lean import import_rank_modules, limit_malloc_caches
+from .lean import import_rank_modules
 from .threads import set_threads
 
 #: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
@@ -152,7 +152,6 @@ def _child_entry(
     placement: Optional[Placement] = None,
 ) -> None:
     _die_with_parent()
-    limit_malloc_caches()
     heartbeat.attach(board, rank)
     # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank

@@ -17,6 +17,7 @@ from . import distributed as gdist
 from . import formats
 from .eval_loop import run_evaluation
 from .fit_loop import run_fit
+from .lean import apply_allocator
 from .loggers import make_logger
 from .precision import Precision
 from .profiler import Profiler
@@ -49,6 +50,7 @@ def run_rank(info: gdist.RankInfo, trainer: "Trainer", task: "GraphTask", stage:
     state = trainer.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
     state.launched = info.source == "launcher"
+    apply_allocator(config.allocator, launched=state.launched)
     formats.launched_from_prepared_graph = state.launched
     state.local_rank = info.local_rank
     state.precision = Precision(config.precision, device)

@@ -54,6 +54,8 @@ class TrainerConfig:
     ddp_kwargs: Dict[str, Any] = field(default_factory=dict)
     #: A DistDGL run (``distributed_graph=``): the partition, ip_config, servers per machine.
     distgraph: Optional[Any] = None
+    #: Each rank's allocator setting (:data:`graphtrainer.lean.ALLOCATORS`).
+    allocator: str = "default"
 
 
 @dataclass
