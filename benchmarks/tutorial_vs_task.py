@@ -65,7 +65,7 @@ def parse_args(argv: Any = None) -> Any:
         args.size = workload.parse_size("20kx5")
         if "--datasets" not in (argv if argv is not None else sys.argv):
             args.datasets = ["synthetic"]
-        args.feat_dim, args.max_train_nodes, args.epochs, args.rounds = 16, 4096, 3, 1
+        args.feat_dim, args.max_train_nodes, args.epochs, args.rounds = 16, 4096, 2, 1
         if "--world-sizes" not in (argv if argv is not None else sys.argv):
             args.world_sizes = [1, 2]
     if args.epochs < 2 or args.rounds < 1 or min(args.world_sizes) < 1:

@@ -18,8 +18,10 @@ edges, batch 1024, fanouts 10,10, 2 ranks, at step 3): 188 MB, of which the main
 What costs throughput is an option, ``Trainer(allocator=...)`` (see :data:`ALLOCATORS`):
 ``"lean"`` fixes glibc's mmap threshold at 1 MB (every tensor of 1 MB or more is mapped
 and unmapped, so each batch faults its features, blocks and activations in afresh as
-zeroed pages). It roughly halves a rank's USS and cost 27% of the epoch time at 2 fork
-ranks (1M nodes, see ``benchmarks/README.md``), 40% of the seeds/s on the DistDGL path.
+zeroed pages). It roughly halves a rank's USS (DistDGL trainers 61-77 against 116-125 MB)
+and, measured on a quiet machine at 1M nodes, made 2 fork ranks take 1.37x the epoch time
+(2.17 against 1.58 s) and cut DistDGL and fork trainers' seeds/s to 0.60x
+(``benchmarks/README.md``).
 ``GRAPHTRAINER_MALLOC_TUNING=0`` / ``=1`` still work: read as ``allocator="glibc"`` /
 ``"lean"``, with a warning naming the option.
 """

@@ -131,8 +131,10 @@ class Trainer:
             ``"default"``: glibc's own thresholds, the heap trimmed once at a launched rank's
             start and once per training epoch; costs no throughput. ``"lean"``: large
             tensors mapped and unmapped at every free (fixed 1 MB mmap threshold): about half
-            a rank's private memory (USS) for 1.3-1.4x the epoch time at 2 fork ranks and
-            0.6x the seeds/s on DistDGL (``benchmarks/README.md``). ``"glibc"``: untouched.
+            a rank's private memory (USS) for 1.37x the epoch time at 2 fork ranks and 0.60x
+            the seeds/s of DistDGL trainers (1M nodes, ``benchmarks/README.md``).
+            ``"glibc"``: untouched. ``GRAPHTRAINER_MALLOC_TUNING=0``/``1``, if set, is read
+            as ``"glibc"``/``"lean"`` (with a warning).
     """
 
     def __init__(
