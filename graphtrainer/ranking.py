@@ -1,7 +1,7 @@
 """Link-prediction ranking metrics, exact over all ranks.
 
 Every rank scores its share of the evaluation edges (each edge on exactly one rank, see
-:class:`~graphtrainer.edge_loader.EdgeLoader`) and keeps the scores in a
+:class:`~graphtrainer.data.edge_loader.EdgeLoader`) and keeps the scores in a
 :class:`LinkScores`; at the end of the epoch :meth:`LinkScores.compute` gathers every
 rank's scores and computes the metrics once on the whole set, so they equal a
 single-process evaluation (ROC-AUC and AP are not means of per-batch values).
@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from . import distributed as gdist
+from . import comm as gdist
 
 
 def roc_auc_ap(pos: torch.Tensor, neg: torch.Tensor) -> Dict[str, float]:
@@ -68,7 +68,7 @@ class LinkScores:
 
     Call :meth:`add` in ``validation_step``/``test_step`` with each batch's positive scores
     ``[b]`` and negative scores (``[b * k]`` in the order of DGL's negative pair graph from
-    :class:`~graphtrainer.edge_loader.PerEdgeUniform`, or ``[b, k]``), and :meth:`compute`
+    :class:`~graphtrainer.data.edge_loader.PerEdgeUniform`, or ``[b, k]``), and :meth:`compute`
     in ``on_validation_epoch_end``/``on_test_epoch_end`` on every rank (it is collective).
     """
 
@@ -102,3 +102,21 @@ class LinkScores:
         out[f"{prefix}edges"] = float(pos.numel())
         return out
 
+
+# Plain metrics for a task's own epoch-end code (gathered predictions, or one batch).
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """ROC-AUC of binary ``labels`` given positive-class ``scores`` (scikit-learn)."""
+    from sklearn.metrics import roc_auc_score
+
+    labels = labels.detach().cpu().numpy()
+    if len(set(labels.tolist())) < 2:
+        return float("nan")
+    return float(roc_auc_score(labels, scores.detach().float().cpu().numpy()))
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Fraction of rows whose arg-max equals the label, as a 0-d tensor (no host sync)."""
+    if labels.numel() == 0:
+        return torch.zeros((), device=logits.device)
+    return (logits.argmax(dim=-1) == labels).float().mean()

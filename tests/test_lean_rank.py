@@ -11,8 +11,9 @@ import warnings
 
 import pytest
 
-from graphtrainer import Trainer, forkserver
-from graphtrainer.lean import ALLOCATORS, RANK_MODULES
+from graphtrainer import Trainer
+from graphtrainer.launch import forkserver
+from graphtrainer.launch.lean import ALLOCATORS, RANK_MODULES
 
 from conftest import rank_children
 from tasks import RegressionTask
@@ -48,7 +49,7 @@ def test_forkserver_ranks_start_with_the_lazy_imports_done(root_dir, tmp_path):
 # prints the minor page faults of the last 8 (each fresh page of 4 KiB is one fault).
 _FAULTS = textwrap.dedent("""
     import ctypes, resource, sys
-    from graphtrainer.lean import apply_allocator
+    from graphtrainer.launch.lean import apply_allocator
     print(apply_allocator(sys.argv[1], launched=True))
     libc = ctypes.CDLL("libc.so.6")
     libc.malloc.restype = ctypes.c_void_p
