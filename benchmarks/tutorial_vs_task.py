@@ -9,7 +9,8 @@ the top of the script, so each spawned process holds its own copy; ``mp.spawn``;
 ``DataLoader(use_ddp=True)``, ``NeighborSampler([4, 4])``, batch 1024, its 2-layer SAGE;
 threads per process ``cores // ranks``). B (``tutorial_task.py``): ``Trainer(num_procs=N)``
 with every default (1 rank: in-process; more: forked ranks) on the GraphTask port. Optional
-B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs.
+B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs;
+B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no per-epoch heap trim).
 
 Each run is a fresh process on the same graph file; runs are interleaved (for every round,
 every rank count, every arm in turn). Epoch time: rank 0's time from one training epoch's
@@ -44,7 +45,8 @@ EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}
 PSS_TARGET = 0.85
 ARMS = {"tutorial": ("DGL tutorial script", "dgl_tutorial.py", []),
         "graphtrainer": ("graphtrainer defaults", "tutorial_task.py", []),
-        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["lean"])}
+        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["lean"]),
+        "graphtrainer_glibc": ("graphtrainer, allocator='glibc'", "tutorial_task.py", ["glibc"])}
 
 
 def parse_args(argv: Any = None) -> Any:
@@ -60,6 +62,8 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved passes (default %(default)s)")
     p.add_argument("--lean-arm", action="store_true", help="add graphtrainer with allocator='lean'")
+    p.add_argument("--glibc-arm", action="store_true",
+                   help="add graphtrainer with allocator='glibc' (no per-epoch heap trim)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size = workload.parse_size("20kx5")
@@ -151,9 +155,10 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
                "pss_ratio": pss["graphtrainer"] / pss["tutorial"],
                "steps_per_epoch_rank0": b[0]["steps_per_epoch"],
                "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world])}
-        if "graphtrainer_lean" in runs:
-            row["lean_epoch_ratio"] = mean["graphtrainer_lean"] / mean["graphtrainer"]
-            row["lean_pss_ratio"] = pss["graphtrainer_lean"] / pss["graphtrainer"]
+        for extra in ("lean", "glibc"):
+            if f"graphtrainer_{extra}" in runs:
+                row[f"{extra}_epoch_ratio"] = mean[f"graphtrainer_{extra}"] / mean["graphtrainer"]
+                row[f"{extra}_pss_ratio"] = pss[f"graphtrainer_{extra}"] / pss["graphtrainer"]
         target = EPOCH_TARGETS.get(world, 0.95)
         row["epoch_target"], row["met_epoch"] = target, row["epoch_ratio"] <= target
         row["met_pss"] = row["pss_ratio"] <= PSS_TARGET
@@ -162,10 +167,10 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
 
 
 def render(rows: List[Dict[str, Any]], args: Any) -> str:
-    lean = any("lean_epoch_ratio" in r for r in rows)
+    extras = [e for e in ("lean", "glibc") if any(f"{e}_epoch_ratio" in r for r in rows)]
     headers = ["graph", "ranks", "steps/epoch (rank 0)", "tutorial s/epoch", "graphtrainer s/epoch", "epoch ratio",
                "per-round ratios", "target", "tutorial peak PSS MB", "graphtrainer peak PSS MB", "PSS ratio",
-               f"PSS <= {PSS_TARGET}x"] + (["lean / default: epoch, PSS"] if lean else []) + ["other load (cores)"]
+               f"PSS <= {PSS_TARGET}x"] + [f"{e} / default: epoch, PSS" for e in extras] + ["other load (cores)"]
     table = []
     for r in rows:
         met = "yes" if r["met_epoch"] else "**no**"
@@ -175,7 +180,7 @@ def render(rows: List[Dict[str, Any]], args: Any) -> str:
                       f"<= {r['epoch_target']:.2f}x: {met}{sysinfo.noise_note(r['other_cores'])}",
                       r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"],
                       f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**"]
-                     + ([f"{r['lean_epoch_ratio']:.2f}x, {r['lean_pss_ratio']:.2f}x"] if lean else [])
+                     + [f"{r[e + '_epoch_ratio']:.2f}x, {r[e + '_pss_ratio']:.2f}x" for e in extras]
                      + [f"{r['other_cores']:.2f}"])
     md = report.markdown_table(headers, table)
     md += (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
@@ -201,7 +206,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
     specs = [s for s in _specs(args)]
     machine, t_start = sysinfo.machine_info(), time.time()
-    arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else [])
+    arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else []) \
+        + (["graphtrainer_glibc"] if args.glibc_arm else [])
     rows: List[Dict[str, Any]] = []
     raw: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:
