@@ -16,6 +16,13 @@ GRADIENT_CLIP_ALGORITHMS = ("norm", "value")
 PROFILERS = (None, "simple", "pytorch")
 
 
+def block_type(value: str) -> str:
+    """``Trainer(block_type=...)``: "auto", "torch" or "dgl"."""
+    from .nn.transfer import check_block_type
+
+    return check_block_type(value)
+
+
 def precision(value: Union[str, int], uses_gpu: bool) -> str:
     """``"32"``, ``"bf16-mixed"`` or ``"16-mixed"``."""
     if value not in PRECISIONS:

@@ -55,6 +55,10 @@ class TrainerConfig:
     ddp_kwargs: Dict[str, Any] = field(default_factory=dict)
     #: A DistDGL run (``distributed_graph=``): the partition, ip_config, servers per machine.
     distgraph: Optional[Any] = None
+    #: How batches holding DGL graphs reach the device: "auto", "torch" or "dgl".
+    block_type: str = "auto"
+    #: Copy the next batch (torch blocks, default transfer, GPU) while the current one runs.
+    prefetch_batches: bool = True
     #: Each rank's allocator setting (:data:`graphtrainer.launch.lean.ALLOCATORS`).
     allocator: str = "default"
 

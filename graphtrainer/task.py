@@ -327,6 +327,10 @@ class GraphTask:
         return GraphLoader(dataset, batch_size, indices, shuffle=shuffle, drop_last=drop_last, seed=seed)
 
 
+# The trainer pins, copies and prefetches torch blocks itself only for this default hook.
+GraphTask.transfer_batch_to_device.graphtrainer_default = True  # type: ignore[attr-defined]
+
+
 _REQUIRED = {
     "fit": ("training_step", "train_dataloader", "configure_optimizers"),
     "validate": ("validation_step", "val_dataloader"),

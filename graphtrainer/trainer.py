@@ -127,6 +127,16 @@ class Trainer(RunView):
         machine_rank: which line of ``ip_config`` this machine is; by default
             ``$GRAPHTRAINER_MACHINE_RANK``, else Slurm's ``$SLURM_NODEID``, else the line
             holding one of this machine's addresses.
+        block_type: how batches holding DGL graphs (blocks, pair graphs, batched graphs)
+            reach the rank's device. ``"auto"`` (default): as DGL graphs where DGL can move
+            them there (CPU ranks; GPU ranks with DGL's CUDA build), else as torch-only
+            blocks (:class:`graphtrainer.nn.TorchBlock`: a GPU rank with DGL's CPU-only
+            PyPI wheel), which ``graphtrainer.nn`` layers and ``graphtrainer.models`` take;
+            ``"torch"``: always torch blocks (also on CPU ranks, for tests and measurement);
+            ``"dgl"``: always DGL graphs (refused on a GPU DGL cannot reach).
+        prefetch_batches: with torch blocks on a GPU and the default
+            ``transfer_batch_to_device``, pin each batch and copy it on a side CUDA stream
+            one batch ahead, so the copy overlaps the step before it.
         allocator: how each rank's glibc allocator is set (see :mod:`graphtrainer.launch.lean`).
             ``"default"``: glibc's own thresholds, the heap trimmed once at a launched rank's
             start and once per training epoch; costs no throughput. ``"lean"``: large
@@ -177,6 +187,8 @@ class Trainer(RunView):
         ip_config: Union[None, str, os.PathLike] = None,
         num_servers: int = 1,
         machine_rank: Optional[int] = None,
+        block_type: str = "auto",
+        prefetch_batches: bool = True,
         allocator: str = "default",
     ):
         if launcher not in LAUNCHERS:
@@ -231,6 +243,7 @@ class Trainer(RunView):
             ddp_kwargs=check_ddp_kwargs(find_unused_parameters, ddp_kwargs),
             distgraph=None if distributed_graph is None else check_options(distributed_graph, ip_config, num_servers,
                                                                            machine_rank),
+            block_type=options.block_type(block_type), prefetch_batches=bool(prefetch_batches),
             allocator=allocator_option(allocator))
         self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])
