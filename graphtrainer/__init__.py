@@ -16,6 +16,16 @@ from .launch import RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
-__all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
+__all__ = ["GraphTask", "Trainer", "GraphTaskCLI", "Callback", "ModelCheckpoint", "EarlyStopping",
            "LearningRateMonitor", "ModelSummary", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
            "__version__"]
+
+
+def __getattr__(name: str):
+    # The command line needs the optional jsonargparse ([cli] extra): imported on first use.
+    if name == "GraphTaskCLI":
+        from .cli import GraphTaskCLI, require_jsonargparse
+
+        require_jsonargparse()  # ImportError naming the [cli] extra when it is missing
+        return GraphTaskCLI
+    raise AttributeError(f"module 'graphtrainer' has no attribute {name!r}")
