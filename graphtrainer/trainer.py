@@ -22,6 +22,7 @@ from .ddp import check_ddp_kwargs
 from .dist_cluster import DistGraphOptions, check_options, resolve_cluster
 from .dist_graph import PartitionedGraph
 from .graph_servers import graph_servers
+from .loggers import check_logger
 from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
 from .preflight import check_task, prepare_graphs
 from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
@@ -66,7 +67,9 @@ class Trainer:
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
-        logger: True for a CSV logger, False for none, or a logger object.
+        logger: True for a CSV logger, False for none, or a logger object (any Lightning-style
+            logger: ``log_metrics(metrics, step)``, see :mod:`graphtrainer.loggers`) or a
+            list of them, each beside the CSV logger.
         gradient_clip_val: clip the gradients to this value: their global norm
             (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
         accumulate_grad_batches: step the optimizer every this many batches; the
@@ -195,6 +198,7 @@ class Trainer:
             options.batch_count(name, value)
         if min_epochs < 0:
             raise ValueError(f"min_epochs={min_epochs}: must be >= 0")
+        check_logger(logger)
         dev_batches = options.fast_dev_run(fast_dev_run)
         if dev_batches:  # a smoke run: n batches of everything, one epoch, nothing written
             max_epochs, max_steps, logger = 1, dev_batches, False
