@@ -34,6 +34,9 @@ def check_task(task: Any, stage: str) -> None:
     if task.module is None and type(task).configure_model is GraphTask.configure_model:
         raise NotImplementedError(f"{type(task).__name__} has no model: override configure_model() "
                                   "or assign self.model in __init__")
+    from .nn.sparse_embedding import check_sparse_embeddings
+
+    check_sparse_embeddings(task)
 
 
 def prepare_graphs(task: Any, method: str) -> None:
