@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from graphtrainer import Callback, GraphTask, Trainer
-from graphtrainer.hetero_data import synthetic_hetero
+from graphtrainer.datasets import synthetic_hetero
 from graphtrainer.models import HeteroSAGE
 from graphtrainer.nn.sparse_embedding import SparseAdagrad, SparseEmbedding
 
