@@ -112,7 +112,11 @@ class Trainer:
         find_unused_parameters: let DDP find, after each forward, the parameters that got
             no gradient (needed when not every parameter takes part in every loss, e.g. a
             heterograph model whose relations a batch may lack; without it DDP stops with
-            an error that names this option). It walks the autograd graph every step.
+            an error that names this option). It walks the autograd graph every step. DDP
+            then prints "did not find any unused parameters" once per rank as soon as one
+            step used them all, even when other steps need the option (see
+            :mod:`graphtrainer.ddp`); ``ddp_kwargs={"static_graph": True}`` avoids both the
+            walk and the warning where every step uses the same parameters.
         ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
             the module and devices itself.
