@@ -82,6 +82,8 @@ def test_fewer_negatives_than_k_is_every_positive_a_hit_as_in_ogb():
 
 
 def _rank(rank: int, world: int, port: int, shares: list, out: str) -> None:
+    from graphtrainer.binned_auroc import BinnedAUROC
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
@@ -92,6 +94,9 @@ def _rank(rank: int, world: int, port: int, shares: list, out: str) -> None:
             hi = min(lo + 5, start + shares[rank])
             scores.add(pos[lo:hi], neg[lo:hi].reshape(-1))
         result = scores.compute("val_")
+        binned = BinnedAUROC(bins=14, low=0.0, high=3.5, sigmoid=False)  # one bin per score value
+        binned.update(pos[start:start + shares[rank]], neg[start:start + shares[rank]])
+        result.update({f"binned_{k}": v for k, v in binned.compute().items()})
         if rank == 0:
             torch.save(result, out)
     finally:
@@ -116,3 +121,24 @@ def test_two_ranks_combine_exactly_to_ogbs_values_on_all_edges(tmp_path):
     single = ranking_metrics(pos, neg, hits=(20,))
     assert got["val_auc"] == pytest.approx(single["auc"], abs=1e-12)
     assert got["val_ap"] == pytest.approx(single["ap"], abs=1e-12)
+    assert got["binned_auc"] == pytest.approx(single["auc"], abs=1e-12)  # histograms summed over ranks
+    assert got["binned_ap"] == pytest.approx(single["ap"], abs=1e-12)
+
+
+def test_binned_auroc_equals_sklearn_when_bins_separate_the_scores_and_stays_within_its_bound():
+    from graphtrainer.binned_auroc import BinnedAUROC
+
+    pos, neg = _scores(300, 20, 3)  # values k/4 in [0, 3.25]: one bin each with 14 bins over [0, 3.5)
+    binned = BinnedAUROC(bins=14, low=0.0, high=3.5, sigmoid=False)
+    for lo in range(0, 300, 64):  # streamed in batches
+        binned.update(pos[lo:lo + 64], neg[lo:lo + 64])
+    got, exact = binned.compute(), ranking_metrics(pos, neg)
+    assert got["auc"] == pytest.approx(exact["auc"], abs=1e-12) and got["ap"] == pytest.approx(exact["ap"], abs=1e-12)
+    # Continuous logits: the binned value is within the bound it reports, which is small.
+    gen = torch.Generator().manual_seed(4)
+    pos, neg = torch.randn(5000, generator=gen) + 1, torch.randn(50000, generator=gen)
+    binned = BinnedAUROC(bins=10_000)
+    binned.update(pos, neg)
+    got, exact = binned.compute(), ranking_metrics(pos, neg)
+    assert abs(got["auc"] - exact["auc"]) <= binned.auc_error_bound < 1e-3
+    assert got["ap"] == pytest.approx(exact["ap"], abs=2e-3)
