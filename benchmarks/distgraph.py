@@ -23,7 +23,7 @@ remote feature fetches, and what a partitioned papers100M holds per machine.
    seed counts, so it waits for the slower rank) and seeds of all ranks; the first epoch is
    warm-up. At each epoch end every rank reads its own USS/PSS/RSS (psutil
    ``memory_full_info()``). A watcher process samples, from outside, the driver (the
-   process calling ``fit``) and the graph server (``graphtrainer.graph_servers``) every
+   process calling ``fit``) and the graph server (``graphtrainer.distdgl.servers``) every
    second (``/proc/<pid>/smaps_rollup``); figures are medians over the steady epochs.
    At the last epoch's end every rank also times, for 10 batches of its own training
    seeds: sampling (``NeighborSampler.sample`` on the ``DistGraph`` or the ``DGLGraph``),
@@ -317,7 +317,7 @@ class RankProbe(Callback):
         import psutil
         import torch
 
-        from graphtrainer import distributed as gdist
+        from graphtrainer import comm as gdist
 
         totals = gdist.all_reduce(torch.tensor([float(self._seeds), float(self._batches)], dtype=torch.float64))
         seconds = time.perf_counter() - self._t0  # after the all-reduce: the slower rank's end
@@ -336,7 +336,7 @@ class RankProbe(Callback):
 def train_pool(task: Any) -> Any:
     """This rank's candidate training seeds: the train ids (in-memory graph), or the train
     nodes of this machine's partition (DistGraph)."""
-    from graphtrainer.dist_graph import is_dist_graph
+    from graphtrainer.distdgl.graph import is_dist_graph
 
     g = task.graph
     if is_dist_graph(g):
@@ -352,7 +352,7 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
     import dgl
     import torch
 
-    from graphtrainer.dist_graph import is_dist_graph
+    from graphtrainer.distdgl.graph import is_dist_graph
 
     g = task.graph
     pool = train_pool(task)
@@ -406,7 +406,7 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
         inputs.append(int(input_nodes.numel()))
     # The task's own training loader (NodeLoader or DistNodeLoader), as the epochs used it:
     # a whole batch (seeds, sampling, features, labels) per next().
-    from graphtrainer.batches import set_epoch
+    from graphtrainer.loop.batches import set_epoch
 
     loader = task.train_dataloader()
     set_epoch(loader, 1000)
@@ -684,7 +684,7 @@ class RemoteFetchTask(workload.BenchTask):
             self._kept.append(input_nodes.clone())
 
     def on_train_epoch_end(self) -> None:
-        from graphtrainer import distributed as gdist
+        from graphtrainer import comm as gdist
 
         result = None
         for turn in range(self.world_size):  # one rank measures while the others wait
@@ -759,7 +759,7 @@ def machine_worker(cfg_path: str) -> None:
 def remote_part(part_config: str, cfg: Dict[str, Any], timeout: float) -> Dict[str, Any]:
     """Part 2 on 2 simulated machines; ``{"skipped": why}`` when they cannot be made here,
     ``{"failed": what}`` (with the machines' log tails) when the run fails."""
-    from graphtrainer import simulated_machines as sm
+    from graphtrainer.testing import simulated_machines as sm
 
     ok, why = sm.can_simulate()
     if not ok:
@@ -839,7 +839,7 @@ def halo_stats(summary: Any) -> Dict[str, Any]:
 
 
 def measure_halo(args: Any) -> Dict[str, Any]:
-    from graphtrainer.partition import partition_graph
+    from graphtrainer.distdgl.partition import partition_graph
 
     spec = graph_spec(args)
     graph = workload.build_graph(spec)
@@ -1055,7 +1055,7 @@ def main(argv: Any = None) -> Optional[Dict[str, Any]]:
         return measure_halo(args)
     import sysinfo
 
-    from graphtrainer.partition import partition_graph
+    from graphtrainer.distdgl.partition import partition_graph
 
     machine = sysinfo.machine_info()
     t_start = time.time()

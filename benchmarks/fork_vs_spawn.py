@@ -13,7 +13,7 @@ Launchers (``--launchers``):
                   shared memory once (in place: the parent keeps no private copy), ranks attach.
   naive-spawn     hand-written tutorial loop; the parent pickle.dumps() the graph and every
                   spawned child unpickles its own private copy.
-  fork-noformats  gt-fork with graphtrainer.preflight.prepare_graphs patched to a no-op in
+  fork-noformats  gt-fork with graphtrainer.launch.preflight.prepare_graphs patched to a no-op in
                   the launching process: the parent never builds CSC, so every rank
                   builds the formats it samples with privately.
 World size 1 is one in-process run (Trainer(num_procs=1)): the baseline of every ratio.
@@ -140,13 +140,13 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     t_build = time.perf_counter()
     graph = workload.build_graph(spec)
     build_s = time.perf_counter() - t_build
-    import graphtrainer.preflight
+    import graphtrainer.launch.preflight
 
-    prepare_graphs = graphtrainer.preflight.prepare_graphs
+    prepare_graphs = graphtrainer.launch.preflight.prepare_graphs
     if launcher == "fork-noformats":
         # Documented variant: the launching process skips building formats (all that
         # prepare_graphs does under fork), so each forked rank builds CSC itself on first sampling.
-        graphtrainer.preflight.prepare_graphs = lambda task, method: None
+        graphtrainer.launch.preflight.prepare_graphs = lambda task, method: None
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
     probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
     before = memory.tree_memory()
@@ -171,7 +171,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
             trainer.fit(task)
     finally:
         watcher.stop()
-        graphtrainer.preflight.prepare_graphs = prepare_graphs
+        graphtrainer.launch.preflight.prepare_graphs = prepare_graphs
     try:
         if watcher.steady is None:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")

@@ -120,7 +120,7 @@ def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[s
     out, y = torch.cat(logits), torch.cat(labels)
     metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
     if out.shape[1] == 2:
-        from graphtrainer.metrics import roc_auc
+        from graphtrainer.ranking import roc_auc
 
         metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
     return metrics
@@ -163,7 +163,7 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
     parent does not keep them alive, and each child drops its bytes once unpickled."""
     import multiprocessing as mp
 
-    from graphtrainer.distributed import free_port
+    from graphtrainer.launch.environment import free_port
 
     ctx = mp.get_context("spawn")
     data = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)

@@ -4,7 +4,7 @@
     python benchmarks/layerwise.py --nodes 20000 --out /tmp/lw              # seconds
 
 Builds ``datasets.synthetic(nodes, 10, 64, 8)``, then on 2 forked ranks runs
-``graphtrainer.inference.layerwise`` on a 2-layer GraphSAGE (64 -> hidden -> 8) for each
+``graphtrainer.data.inference.layerwise`` on a 2-layer GraphSAGE (64 -> hidden -> 8) for each
 ``--batch-sizes`` value, from ``on_validation_epoch_end``. Each rank reports the call's
 seconds and its memory: peak RSS growth during the call (sampled every 10 ms by a thread),
 and the unique (USS) and proportional (PSS) set sizes after it, while the result is still
@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphtrainer import GraphTask, Trainer  # noqa: E402
-from graphtrainer.inference import layerwise  # noqa: E402
+from graphtrainer.data.inference import layerwise  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
 
 

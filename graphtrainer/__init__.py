@@ -3,16 +3,19 @@
 Subclass :class:`GraphTask`, then ``Trainer(num_procs=2).fit(task)`` (CPU, gloo) or
 ``Trainer(gpus=4).fit(task)`` (nccl).
 """
-__version__ = "0.1.0"
+from ._version import __version__
+from ._compat import install as _install_compat
 
-from .seeding import install_dgl_stream_claim
+_install_compat()  # before any import of dgl: lets DGL 2.1 load on a torch it was not built for
+
+from .loop.seeding import install_dgl_stream_claim  # noqa: E402
 
 install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
 
 from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary,
                         PrintMetrics, ProgressBar)
-from .checkpoint_file import CheckpointError
-from .launch import RankFailedError
+from .checkpoint.file import CheckpointError
+from .errors import RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
@@ -22,10 +25,12 @@ __all__ = ["GraphTask", "Trainer", "GraphTaskCLI", "Callback", "ModelCheckpoint"
 
 
 def __getattr__(name: str):
-    # The command line needs the optional jsonargparse ([cli] extra): imported on first use.
+    # The command line sits above the engine and needs the optional jsonargparse ([cli] extra):
+    # loaded on first use only, so `import graphtrainer` (and the engine) never imports it.
     if name == "GraphTaskCLI":
-        from .cli import GraphTaskCLI, require_jsonargparse
+        import importlib
 
-        require_jsonargparse()  # ImportError naming the [cli] extra when it is missing
-        return GraphTaskCLI
+        cli = importlib.import_module("graphtrainer.cli")
+        cli.require_jsonargparse()  # ImportError naming the [cli] extra when it is missing
+        return cli.GraphTaskCLI
     raise AttributeError(f"module 'graphtrainer' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Imported by the fork server only (see :mod:`graphtrainer.forkserver`): torch, dgl and the
+"""Imported by the fork server only (see :mod:`graphtrainer.launch.forkserver`): torch, dgl and the
 engine, once, then the collector is told to leave those objects alone, so that ranks
 forked from the server keep sharing their pages (a collection in a rank would otherwise
 write to every inherited object's page)."""
@@ -7,17 +7,17 @@ import os
 
 import torch  # noqa: F401
 
-import graphtrainer.launch  # noqa: F401
+import graphtrainer.launch.local  # noqa: F401
 import graphtrainer.trainer  # noqa: F401
-from graphtrainer.lean import import_rank_modules
+from graphtrainer.launch.lean import import_rank_modules
 
 import_rank_modules()
 
 try:
     import dgl  # noqa: F401
 
-    import graphtrainer.edge_loader  # noqa: F401
-    import graphtrainer.sampling  # noqa: F401
+    import graphtrainer.data.edge_loader  # noqa: F401
+    import graphtrainer.data.node_loader  # noqa: F401
 except ImportError:  # plain-torch tasks need no dgl
     pass
 

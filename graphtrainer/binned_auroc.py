@@ -19,7 +19,7 @@ from typing import Dict
 
 import torch
 
-from . import distributed as gdist
+from . import comm as gdist
 
 
 class BinnedAUROC:

@@ -36,7 +36,7 @@ class SAGE(nn.Module):
         return h
 
     def inference_layer(self, i: int, block: Any, h: torch.Tensor) -> torch.Tensor:
-        """Layer ``i`` and what follows it (used by :func:`graphtrainer.inference.layerwise`)."""
+        """Layer ``i`` and what follows it (used by :func:`graphtrainer.data.inference.layerwise`)."""
         h = self.layers[i](block, h)
         if i != len(self.layers) - 1:
             h = self.dropout(torch.relu(h))
@@ -106,7 +106,7 @@ class HeteroSAGE(nn.Module):
 
     def input_features(self, graph: Any, feat_key: str = "feat") -> Dict[str, torch.Tensor]:
         """Every type's input features over the whole graph (embeddings for featureless types),
-        for :func:`graphtrainer.inference.layerwise`."""
+        for :func:`graphtrainer.data.inference.layerwise`."""
         x = {nt: graph.nodes[nt].data[feat_key] for nt in graph.ntypes if nt not in self.embed}
         x.update({nt: emb.weight.detach() for nt, emb in [*self.embed.items(), *self.sparse_embed.items()]})
         return x
@@ -125,7 +125,7 @@ class HeteroSAGE(nn.Module):
         return h
 
     def inference_layer(self, i: int, block: Any, h: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """Layer ``i`` and what follows it (used by :func:`graphtrainer.inference.layerwise`)."""
+        """Layer ``i`` and what follows it (used by :func:`graphtrainer.data.inference.layerwise`)."""
         h = self.layers[i](block, h)
         if i != len(self.layers) - 1:
             h = {nt: self.dropout(torch.relu(v)) for nt, v in h.items()}

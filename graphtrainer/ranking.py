@@ -17,7 +17,7 @@ numbers on the same scores; every name here says which one it follows.
 ROC-AUC and AP (``auc``, ``ap``) compare every positive with every negative (scikit-learn).
 
 Every rank scores its share of the evaluation edges (each edge on exactly one rank, with
-the edge loader's deterministic negatives, see :class:`~graphtrainer.edge_loader.EdgeLoader`)
+the edge loader's deterministic negatives, see :class:`~graphtrainer.data.edge_loader.EdgeLoader`)
 into a :class:`LinkScores`; :meth:`LinkScores.compute` combines the ranks exactly: per-edge
 metrics as float64 sums, the pooled threshold from every rank's top K negatives, AUC/AP on
 the gathered scores. The results equal one process scoring every edge.
@@ -28,7 +28,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from . import distributed as gdist
+from . import comm as gdist
 
 
 def roc_auc_ap(pos: torch.Tensor, neg: torch.Tensor) -> Dict[str, float]:
@@ -98,7 +98,7 @@ class LinkScores:
 
     Call :meth:`add` in ``validation_step``/``test_step`` with each batch's positive scores
     ``[b]`` and negative scores (``[b * k]`` in the order of DGL's negative pair graph from
-    :class:`~graphtrainer.edge_loader.PerEdgeUniform`, or ``[b, k]``), and :meth:`compute`
+    :class:`~graphtrainer.data.edge_loader.PerEdgeUniform`, or ``[b, k]``), and :meth:`compute`
     in ``on_validation_epoch_end``/``on_test_epoch_end`` on every rank (it is collective).
     ``auc=False`` skips ROC-AUC/AP, the only metrics that gather every score to every rank.
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -95,8 +96,8 @@ class RunState:
     logger: Any = None
     #: The task being run on this rank (what ``trainer.save_checkpoint`` saves).
     task: Any = None
-    #: This rank's :class:`~graphtrainer.precision.Precision` and
-    #: :class:`~graphtrainer.profiler.Profiler` during a run.
+    #: This rank's :class:`~graphtrainer.loop.precision.Precision` and
+    #: :class:`~graphtrainer.loop.profiler.Profiler` during a run.
     precision: Any = None
     profiler: Any = None
     #: With ``profiler="simple"``: seconds per stage and hook of the last ``fit``, per rank.
@@ -127,3 +128,105 @@ class RunResult:
 
 def callback_states(callbacks: Sequence[Any]) -> Dict[str, Any]:
     return {cb.state_key: cb.state_dict() for cb in callbacks}
+
+
+class RunView:
+    """A run as tasks and callbacks read it (their ``trainer``): the ``Trainer`` in the
+    calling process, :class:`~graphtrainer.loop.context.RankContext` in each rank. Both
+    hold ``config``, ``state`` and ``callbacks``; the properties read them."""
+
+    config: TrainerConfig
+    state: RunState
+    callbacks: List[Any]
+
+    def save_checkpoint(self, path: Union[str, os.PathLike]) -> None:
+        """Write a checkpoint of the running task. Must be called on all processes."""
+        raise NotImplementedError
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch running (0-based); after ``fit``, the epochs completed."""
+        return self.state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self.state.global_step
+
+    @property
+    def history(self) -> List[Dict[str, float]]:
+        """One row of exactly reduced metrics per finished epoch of the last ``fit``."""
+        return self.state.history
+
+    @property
+    def callback_metrics(self) -> Dict[str, float]:
+        """The latest reduced value of every logged metric."""
+        return self.state.callback_metrics
+
+    @property
+    def should_stop(self) -> bool:
+        """Set it to True (on any rank) to stop training after this epoch."""
+        return self.state.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        self.state.should_stop = bool(value)
+
+    @property
+    def log_dir(self) -> Optional[Path]:
+        """The folder of the last ``fit`` run (``<default_root_dir>/version_<n>``)."""
+        return self.state.log_dir
+
+    @property
+    def rank(self) -> int:
+        return self.state.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.state.world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        return self.state.optimizers
+
+    @property
+    def lr_schedulers(self) -> List[Any]:
+        return self.state.lr_schedulers
+
+    @property
+    def logger(self) -> Any:
+        """This rank's logger during a ``fit`` (None off rank 0 or with ``logger=False``)."""
+        return self.state.logger
+
+    @property
+    def num_training_batches(self) -> Optional[int]:
+        return self.state.num_training_batches
+
+    @property
+    def last_loss(self) -> Optional[torch.Tensor]:
+        return self.state.last_loss
+
+    # A few options users read often (all are in :attr:`config`).
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def num_procs(self) -> int:
+        return self.config.num_procs
+
+    @property
+    def max_epochs(self) -> int:
+        return self.config.max_epochs
+
+    @property
+    def default_root_dir(self) -> Path:
+        return self.config.default_root_dir
+
+    @property
+    def threads_per_proc(self) -> Optional[int]:
+        return self.config.threads_per_proc

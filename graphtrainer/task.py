@@ -2,22 +2,19 @@
 from __future__ import annotations
 
 import inspect
-import warnings
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
-from . import distributed as gdist
-from .dist_graph import is_dist_graph
-from .dist_loader import DistEdgeLoader, DistNodeLoader
-from .edge_loader import EdgeLoader
-from .graph_loader import GraphLoader
-from .metrics import MetricStore, is_metric
-from .sampling import NodeLoader, default_sampler
-
-if TYPE_CHECKING:
-    from .trainer import Trainer
+from . import comm as gdist
+from .data.edge_loader import EdgeLoader
+from .data.graph_loader import GraphLoader
+from .data.node_loader import NodeLoader, default_sampler
+from .distdgl.graph import is_dist_graph
+from .distdgl.loader import DistEdgeLoader, DistNodeLoader
+from .loop.context import StepLog
+from .state import RunView
 
 
 class GraphTask:
@@ -65,7 +62,8 @@ class GraphTask:
         on_validation_epoch_end()
         teardown(stage)
 
-    Set by the trainer in each rank, for use in any hook: ``self.trainer``, ``self.rank``
+    Set by the trainer in each rank, for use in any hook: ``self.trainer`` (the rank's view
+    of the run: epoch, step, metrics, options, see :class:`~graphtrainer.state.RunView`), ``self.rank``
     (also ``self.global_rank``), ``self.local_rank`` (the rank's number on its machine),
     ``self.world_size`` and ``self.device``; ``self.parameters()`` gives the model's.
 
@@ -81,23 +79,21 @@ class GraphTask:
     #: in-neighbour sampling reads) and those of loaders and samplers held in attributes:
     #: e.g. ``("csc", "csr")`` for a ``NeighborSampler(edge_dir="out")`` made inside the
     #: ranks, or ``"all"``. Formats not built are built by DGL on first use, privately in
-    #: each rank. See :mod:`graphtrainer.formats`.
+    #: each rank. See :mod:`graphtrainer.data.formats`.
     graph_formats: Union[str, Sequence[str], None] = None
 
     def __init__(self) -> None:
         self.model = None
         self.hparams: Dict[str, Any] = {}
-        self.trainer: Optional["Trainer"] = None
+        self.trainer: Optional[RunView] = None
         #: This rank's number in the job (also :attr:`global_rank`), its number on its
         #: machine, and the number of ranks; set by the trainer in each rank.
         self.rank: int = 0
         self.local_rank: int = 0
         self.world_size: int = 1
         self.device: torch.device = torch.device("cpu")
-        self._metrics: MetricStore = MetricStore(owner=self)
-        self._batch_size: Optional[int] = None
-        self._step_hook: Optional[str] = None  # set by the trainer while a *_step runs
-        self._warned_batch_size: set = set()
+        #: Where :meth:`log` writes; each rank's run hands the task its own.
+        self.step_log: StepLog = StepLog(owner=self)
 
     # ---- what the user provides -------------------------------------------------------
     def configure_model(self) -> nn.Module:
@@ -203,29 +199,7 @@ class GraphTask:
 
         Local only: no collective runs here, so it is safe inside ``training_step``.
         """
-        if is_metric(value):
-            if reduce_fx != "mean":
-                raise ValueError(f"self.log({name!r}, metric, reduce_fx={reduce_fx!r}): a torchmetrics object "
-                                 "reduces itself; drop reduce_fx")
-            self._metrics.add_metric(name, value, prog_bar=prog_bar)
-            return
-        if batch_size is None and self._batch_size is None and getattr(self, "_step_hook", None) is not None \
-                and reduce_fx == "mean":
-            self._warn_unknown_batch_size(name)
-        weight = batch_size if batch_size is not None else (self._batch_size or 1)
-        self._metrics.add(name, value, float(weight), prog_bar=prog_bar, reduce_fx=reduce_fx)
-
-    def _warn_unknown_batch_size(self, name: str) -> None:
-        # Once per hook (every later call of it has the same problem), from rank 0 only.
-        hook = self._step_hook
-        warned = self.__dict__.setdefault("_warned_batch_size", set())
-        if hook in warned or self.rank != 0:
-            return
-        warned.add(hook)
-        warnings.warn(
-            f"{type(self).__name__}.{hook}: the batch size of this batch could not be inferred, so "
-            f"self.log({name!r}, ...) weighs each call equally and its epoch value is a mean of "
-            f"per-batch means. Pass batch_size=... to self.log in {hook}.", UserWarning, stacklevel=3)
+        self.step_log.log(name, value, batch_size, prog_bar, reduce_fx, type(self).__name__, self.rank)
 
     def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
                  prog_bar: bool = False, reduce_fx: str = "mean") -> None:
@@ -255,7 +229,7 @@ class GraphTask:
     def node_dataloader(self, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
                         **dataloader_kwargs: Any) -> Any:
-        """A :class:`~graphtrainer.sampling.NodeLoader` over this rank's share of ``ids``.
+        """A :class:`~graphtrainer.data.node_loader.NodeLoader` over this rank's share of ``ids``.
 
         ``sampler`` is a DGL block sampler, or a list of fanouts for a ``NeighborSampler``
         that prefetches ``feat`` and ``label``. ``graph`` defaults to ``self.graph``. Each
@@ -269,14 +243,14 @@ class GraphTask:
         raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
 
         On a ``DistGraph`` (a DistDGL run) it is a
-        :class:`~graphtrainer.dist_loader.DistNodeLoader`: ``ids`` may be a ``DistTensor``
+        :class:`~graphtrainer.distdgl.loader.DistNodeLoader`: ``ids`` may be a ``DistTensor``
         mask such as ``self.graph.ndata["train_mask"]`` (each machine splits its own
         partition's nodes between its ranks, reshuffled every epoch) or node ids (split
         over all ranks as here).
 
         On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly,
         ``batch_size`` counts the seeds of all types, and batches hold ``{ntype: ids}``
-        (see :class:`~graphtrainer.sampling.NodeLoader`). ``dataloader_kwargs`` go to DGL's
+        (see :class:`~graphtrainer.data.node_loader.NodeLoader`). ``dataloader_kwargs`` go to DGL's
         ``DataLoader``: ``num_workers=k`` samples in ``k`` worker processes per rank with the
         same batches as ``k=0``, and ``persistent_workers=True`` keeps them across epochs.
         """
@@ -299,7 +273,7 @@ class GraphTask:
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
                         **dataloader_kwargs: Any) -> Any:
-        """An :class:`~graphtrainer.edge_loader.EdgeLoader`: link-prediction batches over this
+        """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
 
         ``edges``: edge ids of the graph (or a boolean mask over edges), or a ``(src, dst)``
@@ -314,12 +288,12 @@ class GraphTask:
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
         here, before any sampling (DGL aborts the process on an out-of-range id).
 
-        On a ``DistGraph`` it is a :class:`~graphtrainer.dist_loader.DistEdgeLoader` (edge ids,
+        On a ``DistGraph`` it is a :class:`~graphtrainer.distdgl.loader.DistEdgeLoader` (edge ids,
         a ``DistTensor`` edge mask or node pairs, in partition numbering; no ``exclude``).
 
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
-        :class:`~graphtrainer.edge_loader.EdgeLoader`).
+        :class:`~graphtrainer.data.edge_loader.EdgeLoader`).
         """
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
@@ -337,11 +311,11 @@ class GraphTask:
 
     def graph_dataloader(self, dataset: Any, batch_size: int, indices: Any = None, *, shuffle: bool = True,
                          drop_last: bool = False, seed: Optional[int] = None) -> Any:
-        """A :class:`~graphtrainer.graph_loader.GraphLoader`: ``(dgl.batch(graphs), labels)``
+        """A :class:`~graphtrainer.data.graph_loader.GraphLoader`: ``(dgl.batch(graphs), labels)``
         batches over this rank's share of the graphs ``indices`` (default: all) of
         ``dataset``, split like :meth:`node_dataloader`'s ids.
 
-        ``dataset``: a :class:`~graphtrainer.graph_loader.PackedGraphs`, a ``DGLDataset`` or
+        ``dataset``: a :class:`~graphtrainer.data.graph_loader.PackedGraphs`, a ``DGLDataset`` or
         a sequence of ``(graph, label)``. Pack it once in ``__init__``
         (``self.graphs = PackedGraphs(dataset)``): the packed tensors are shared by the
         ranks (shared memory with spawn) instead of each rank packing its own copy.
@@ -351,6 +325,29 @@ class GraphTask:
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
         return GraphLoader(dataset, batch_size, indices, shuffle=shuffle, drop_last=drop_last, seed=seed)
+
+
+_REQUIRED = {
+    "fit": ("training_step", "train_dataloader", "configure_optimizers"),
+    "validate": ("validation_step", "val_dataloader"),
+    "test": ("test_step", "test_dataloader"),
+    "predict": ("predict_step", "predict_dataloader"),
+}
+
+
+def check_task(task: Any, stage: str) -> None:
+    """Fail early, naming the hook, when ``task`` cannot run ``stage``."""
+    if not isinstance(task, GraphTask):
+        raise TypeError(f"Trainer expects a GraphTask, got {type(task).__name__}")
+    if not hasattr(task, "step_log"):
+        raise TypeError(f"{type(task).__name__}.__init__ must call super().__init__()")
+    for hook in _REQUIRED[stage]:
+        if getattr(type(task), hook) is getattr(GraphTask, hook):
+            raise NotImplementedError(f"{type(task).__name__} does not override {hook}(), which "
+                                      f"Trainer.{stage} needs")
+    if task.module is None and type(task).configure_model is GraphTask.configure_model:
+        raise NotImplementedError(f"{type(task).__name__} has no model: override configure_model() "
+                                  "or assign self.model in __init__")
 
 
 def _is_plain(value: Any) -> bool:

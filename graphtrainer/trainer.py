@@ -10,31 +10,32 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from . import distributed as gdist
+from . import comm as gdist
 from . import options
 from .callbacks.base import Callback
 from .callbacks.checkpoint import ModelCheckpoint
 from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
-from .checkpoint import save_checkpoint
-from .ddp import check_ddp_kwargs
-from .dist_cluster import DistGraphOptions, check_options, resolve_cluster
-from .dist_graph import PartitionedGraph
-from .graph_servers import graph_servers
-from .loggers import check_logger
-from .launch import FORK_FALLBACK, check_main_guard, fork_blocker, launch
-from .preflight import check_task, prepare_graphs
-from .run_files import find_checkpoint, prepare_run_dir, remove_if_unused
-from .runtime import run_rank
-from .state import RunResult, RunState, TrainerConfig
-from .task import GraphTask
-from .threads import available_cores
+from .checkpoint.content import save_checkpoint
+from .checkpoint.run_files import find_checkpoint, prepare_run_dir, remove_if_unused
+from .distdgl.cluster import check_options
+from .distdgl.launcher import DistDGLLauncher, distgraph_options
+from .launch.base import InProcess, Launcher
+from .launch.environment import ExistingRanks, detect_external_launch
+from .launch.local import LocalLauncher
+from .loop.ddp import check_ddp_kwargs
+from .loop.loggers import check_logger
+from .loop.context import RankContext
+from .loop.runtime import run_rank
+from .state import RunResult, RunState, RunView, TrainerConfig
+from .nn.sparse_embedding import check_sparse_embeddings
+from .task import GraphTask, check_task
 
 LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
 
 
-class Trainer:
+class Trainer(RunView):
     """Runs a :class:`~graphtrainer.GraphTask` on one or many processes.
 
     ``Trainer(gpus=4)`` starts 4 ranks, one per GPU, over nccl; ``Trainer(num_procs=2)``
@@ -125,7 +126,7 @@ class Trainer:
             starts the machine's graph servers and ``num_procs`` (or ``gpus``) trainer ranks;
             in each rank ``task.graph`` is the ``DistGraph`` and ``node_dataloader`` gives
             ``DistNodeDataLoader`` batches. A task whose ``graph`` is a
-            :class:`~graphtrainer.dist_graph.PartitionedGraph` needs no other option.
+            :class:`~graphtrainer.distdgl.graph.PartitionedGraph` needs no other option.
         ip_config: for several machines, DGL's ip_config file: one line ``<address> [port]``
             per machine (one partition each), the same file on every machine. Without it
             the run is this machine alone, on loopback.
@@ -238,74 +239,6 @@ class Trainer:
         #: The state of the current (or last) run; see :class:`~graphtrainer.state.RunState`.
         self.state = RunState()
 
-    # ---- the run's state, as callbacks and tasks read it ----------------------------------
-    @property
-    def current_epoch(self) -> int:
-        """The epoch running (0-based); after ``fit``, the epochs completed."""
-        return self.state.current_epoch
-
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps taken."""
-        return self.state.global_step
-
-    @property
-    def history(self) -> List[Dict[str, float]]:
-        """One row of exactly reduced metrics per finished epoch of the last ``fit``."""
-        return self.state.history
-
-    @property
-    def callback_metrics(self) -> Dict[str, float]:
-        """The latest reduced value of every logged metric."""
-        return self.state.callback_metrics
-
-    @property
-    def should_stop(self) -> bool:
-        """Set it to True (on any rank) to stop training after this epoch."""
-        return self.state.should_stop
-
-    @should_stop.setter
-    def should_stop(self, value: bool) -> None:
-        self.state.should_stop = bool(value)
-
-    @property
-    def log_dir(self) -> Optional[Path]:
-        """The folder of the last ``fit`` run (``<default_root_dir>/version_<n>``)."""
-        return self.state.log_dir
-
-    @property
-    def rank(self) -> int:
-        return self.state.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.state.world_size
-
-    @property
-    def device(self) -> torch.device:
-        return self.state.device
-
-    @property
-    def optimizers(self) -> List[torch.optim.Optimizer]:
-        return self.state.optimizers
-
-    @property
-    def lr_schedulers(self) -> List[Any]:
-        return self.state.lr_schedulers
-
-    @property
-    def logger(self) -> Any:
-        """This rank's logger during a ``fit`` (None off rank 0 or with ``logger=False``)."""
-        return self.state.logger
-
-    @property
-    def num_training_batches(self) -> Optional[int]:
-        return self.state.num_training_batches
-
-    @property
-    def last_loss(self) -> Optional[torch.Tensor]:
-        return self.state.last_loss
-
     @property
     def checkpoint_callbacks(self) -> List[ModelCheckpoint]:
         """The trainer's :class:`ModelCheckpoint` callbacks."""
@@ -324,27 +257,6 @@ class Trainer:
         if not self.config.fast_dev_run:
             return self.callbacks
         return [cb for cb in self.callbacks if not isinstance(cb, (ModelCheckpoint, EarlyStopping))]
-
-    # A few options users read often (all are in :attr:`config`).
-    @property
-    def seed(self) -> int:
-        return self.config.seed
-
-    @property
-    def num_procs(self) -> int:
-        return self.config.num_procs
-
-    @property
-    def max_epochs(self) -> int:
-        return self.config.max_epochs
-
-    @property
-    def default_root_dir(self) -> Path:
-        return self.config.default_root_dir
-
-    @property
-    def threads_per_proc(self) -> Optional[int]:
-        return self.config.threads_per_proc
 
     # ---- entry points -----------------------------------------------------------------
     def fit(self, task: GraphTask, ckpt_path: Optional[str] = None) -> "Trainer":
@@ -387,75 +299,45 @@ class Trainer:
 
     # ---- launching ----------------------------------------------------------------------
     def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:
-        """Run ``stage`` here (one rank, or this process's rank under torchrun/Slurm) or on
-        launched ranks; bring rank 0's result into this process."""
+        """Run ``stage`` through the launcher that fits this process (see :meth:`_launcher`);
+        bring rank 0's result into this process."""
         check_task(task, stage)
+        check_sparse_embeddings(task)
+        launcher = self._launcher(task)
+        ctx = self._context(task)
+        ctx.run_dir_from_rank0 = launcher.run_dir_from_rank0
+
+        def run() -> RunResult:
+            if stage == "fit" and not self.config.fast_dev_run and launcher.makes_run_dir:
+                # Made here, before any process starts, so an unwritable root fails early.
+                self.state.log_dir = prepare_run_dir(self.config.default_root_dir)
+            result = launcher.run(run_rank, (ctx, stage, ckpt_path))
+            if launcher.in_other_processes:
+                self._absorb(task, result)
+            return result
+
+        return self._guarded(stage, run)
+
+    def _launcher(self, task: GraphTask) -> Launcher:
+        """One machine of a DistDGL run; this process's rank under torchrun or Slurm; one
+        rank here; or ranks started here."""
         config = self.config
-        distgraph = self._distgraph_options(task)
+        distgraph = distgraph_options(config, task, self._dist_args)
         if distgraph is not None:
-            return self._guarded(stage, lambda: self._run_distgraph(task, stage, ckpt_path, distgraph))
-        external = gdist.detect_external_launch()
+            return DistDGLLauncher(config, task, distgraph)
+        external = detect_external_launch()
         if external is not None:
             if config.device_ids and len(config.device_ids) not in (1, external.world_size):
                 warnings.warn(f"gpus={list(config.device_ids)} is ignored under {external.source}: each of its "
-                              f"{external.world_size} ranks uses the GPU of its local rank", stacklevel=3)
-            return self._guarded(stage, lambda: run_rank(external, self, task, stage, ckpt_path))
-        if stage == "fit" and not config.fast_dev_run:
-            # Made here, before any process starts, so an unwritable root fails early.
-            self.state.log_dir = prepare_run_dir(config.default_root_dir)
+                              f"{external.world_size} ranks uses the GPU of its local rank", stacklevel=4)
+            return ExistingRanks(external)
         if config.num_procs == 1:
-            return self._guarded(stage, lambda: run_rank(gdist.RankInfo(), self, task, stage, ckpt_path))
+            return InProcess()
+        return LocalLauncher(config, task)
 
-        def launched() -> RunResult:
-            method = self._launch_method(task)
-            prepare_graphs(task, method)
-            threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
-            result = launch(run_rank, (self, task, stage, ckpt_path), config.num_procs, method, threads,
-                            config.hang_timeout)
-            self._absorb(task, result)
-            return result
-
-        return self._guarded(stage, launched)
-
-    def _distgraph_options(self, task: GraphTask) -> Optional[DistGraphOptions]:
-        """The DistDGL options: the trainer's, or those of the task's ``PartitionedGraph``."""
-        held = getattr(task, "graph", None)
-        options = self.config.distgraph
-        if options is not None and held is not None and not isinstance(held, PartitionedGraph):
-            raise ValueError(f"distributed_graph={options.part_config!r} trains on the partitioned graph, but the "
-                             f"task holds an in-memory graph ({type(held).__name__}), from which it may have taken "
-                             "node ids: partitioning numbers nodes differently. Build the task on "
-                             "PartitionedGraph(<partition config>) (graphtrainer.dist_graph), or leave task.graph "
-                             "None and read the DistGraph in setup()")
-        if isinstance(held, PartitionedGraph):
-            if options is None:
-                return check_options(held.part_config, *self._dist_args)
-            if options.part_config != held.part_config:
-                raise ValueError(f"distributed_graph={options.part_config!r} but the task's graph is "
-                                 f"{held.part_config!r}: give one of them")
-        return options
-
-    def _run_distgraph(self, task: GraphTask, stage: str, ckpt_path: Optional[str],
-                       options: DistGraphOptions) -> RunResult:
-        """This machine's share of a DistDGL run: its graph servers, then its ranks. Machine
-        0's launcher makes the run folder; every rank learns it from rank 0."""
-        config = self.config
-        if gdist.one_process_per_machine() is not None:
-            raise RuntimeError(f"distributed_graph= runs one process per machine, which starts that machine's "
-                               f"graph servers and trainer ranks, but {gdist.one_process_per_machine()}: start "
-                               "the script once per machine (under Slurm: srun --ntasks-per-node=1)")
-        cluster = resolve_cluster(options, config.num_procs)
-        if stage == "fit" and not config.fast_dev_run and cluster.machine_rank == 0:
-            # Made by the launcher of rank 0's machine, so a failed start can remove it.
-            self.state.log_dir = prepare_run_dir(config.default_root_dir)
-        method = self._launch_method(task)
-        prepare_graphs(task, method)
-        threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
-        with graph_servers(cluster) as servers:
-            result = launch(run_rank, (self, task, stage, ckpt_path, cluster), config.num_procs, method, threads,
-                            config.hang_timeout, placement=cluster.placement(), services=servers)
-        self._absorb(task, result)
-        return result
+    def _context(self, task: GraphTask) -> RankContext:
+        """What the ranks run with: the options, this run's state, the callbacks, the task."""
+        return RankContext(self.config, self.state, self.callbacks, self.active_callbacks, task)
 
     def _guarded(self, stage: str, run: Callable[[], RunResult]) -> RunResult:
         """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
@@ -478,23 +360,6 @@ class Trainer:
                 task.model = task.configure_model()
             task.module.load_state_dict(result.state_dict)
 
-    def _launch_method(self, task: GraphTask) -> str:
-        launcher = self.config.launcher
-        method = launcher
-        if method == "auto":
-            method = "fork" if sys.platform.startswith("linux") else "spawn"
-        blocker = fork_blocker(uses_gpu=bool(self.config.device_ids)) if method == "fork" else None
-        if blocker is not None:
-            if launcher == "fork":
-                raise RuntimeError(f"launcher='fork': {blocker}. Keep CUDA calls and training out of the "
-                                   "code before fit (torch.cuda.device_count() is safe), or use "
-                                   "launcher='forkserver'")
-            warnings.warn(f"{blocker}: launching with {FORK_FALLBACK} instead of fork", stacklevel=4)
-            method = FORK_FALLBACK
-        if method in ("spawn", "forkserver"):
-            check_main_guard(task, method)
-        return method
-
     @staticmethod
     def _parse_gpus(gpus: Union[None, int, Sequence[int]], num_procs: Optional[int]) -> List[int]:
         if gpus is None or gpus == 0:
@@ -507,7 +372,7 @@ class Trainer:
         if num_procs is not None and num_procs != len(ids):
             raise ValueError(f"gpus={gpus!r} and num_procs={num_procs} disagree: with GPUs there is one rank "
                              "per listed device; drop num_procs")
-        if gdist.detect_external_launch() is not None:
+        if detect_external_launch() is not None:
             return ids  # checked per rank against the local rank's device
         available = torch.cuda.device_count()  # NVML-based: unlike is_available(), safe before a fork
         if available == 0:
@@ -527,6 +392,6 @@ class Trainer:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
                              "(none is configured): add one, or pass a file path")
         path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir)
-        if gdist.detect_external_launch() is None or gdist.get_rank() == 0:
+        if detect_external_launch() is None or gdist.get_rank() == 0:
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: using {path}", flush=True)
         return path

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Usage: bash scripts/env.sh COMMAND [ARGS...]
-# Makes ./.venv with the tested versions (requirements/tested.txt) the first time, or
-# when those files change, then runs COMMAND inside it from the repository root.
-# A second run reinstalls nothing. GRAPHTRAINER_VENV and PYTHON override the venv path
-# and the interpreter that creates it (Python 3.10 or newer; 3.11 is what is tested).
+# Usage: [GRAPHTRAINER_STACK=pinned|newest] bash scripts/env.sh COMMAND [ARGS...]
+# Makes a venv with one tested set of versions the first time, or when that set or setup.cfg
+# changes, then runs COMMAND inside it from the repository root. A second run reinstalls
+# nothing. The sets:
+#   pinned (default)  requirements/tested.txt  ./.venv         torch 2.2.1, DGL's own support
+#   newest            requirements/newest.txt  ./.venv-newest  the newest torch, dgl 2.1.0
+#                                                              behind graphtrainer/_compat
+# GRAPHTRAINER_VENV and PYTHON override the venv path and the interpreter that creates it
+# (Python 3.10 or newer; 3.11 is what is tested).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${GRAPHTRAINER_VENV:-$root/.venv}"
+stack="${GRAPHTRAINER_STACK:-pinned}"
+case "$stack" in
+  pinned) requirements="$root/requirements/tested.txt"; default_venv="$root/.venv" ;;
+  newest) requirements="$root/requirements/newest.txt"; default_venv="$root/.venv-newest" ;;
+  *) echo "[env.sh] GRAPHTRAINER_STACK must be 'pinned' or 'newest', not '$stack'" >&2; exit 2 ;;
+esac
+venv="${GRAPHTRAINER_VENV:-$default_venv}"
 stamp="$venv/.graphtrainer-tested-set"
-want="$(cat "$root/requirements/tested.txt" "$root/setup.cfg" | sha256sum | cut -c1-16)"
+want="$(cat "$requirements" "$root/setup.cfg" | sha256sum | cut -c1-16)"
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if [ ! -x "$venv/bin/python" ]; then
@@ -22,15 +32,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[env.sh] creating $venv with $("$py" --version)" >&2
     "$py" -m venv "$venv"
   fi
-  echo "[env.sh] installing the tested set (first time: a few minutes, torch is ~2.5 GB)" >&2
+  echo "[env.sh] installing the $stack tested set (first time: a few minutes, torch is a few GB)" >&2
   "$venv/bin/python" -m pip install --disable-pip-version-check -q \
-      -r "$root/requirements/tested.txt" -e "$root[dev,bench]" 2>&1 \
+      -r "$requirements" -e "$root[dev,bench]" 2>&1 \
       | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
-  "$venv/bin/python" -c "import dgl, graphtrainer" 2>/dev/null \
-      || { echo "[env.sh] install failed: 'import dgl, graphtrainer' does not work in $venv" >&2; exit 1; }
+  "$venv/bin/python" -c "import graphtrainer, dgl" 2>/dev/null \
+      || { echo "[env.sh] install failed: 'import graphtrainer, dgl' does not work in $venv" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 
-export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" DGLBACKEND=pytorch
+export PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" DGLBACKEND=pytorch GRAPHTRAINER_STACK="$stack"
 cd "$root"
 exec "$@"

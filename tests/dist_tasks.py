@@ -19,8 +19,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
-from graphtrainer.dist_graph import PartitionedGraph  # noqa: E402
-from graphtrainer.partition import to_partition_ids  # noqa: E402
+from graphtrainer.distdgl.graph import PartitionedGraph  # noqa: E402
+from graphtrainer.distdgl.partition import to_partition_ids  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 from link_tasks import LinkTask  # noqa: E402
 

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphtrainer import GraphTask
-from graphtrainer import distributed as gdist
-from graphtrainer.sampling import shard_ids
+from graphtrainer import comm as gdist
+from graphtrainer.data.sharding import shard_ids
 
 
 class TensorBatches:

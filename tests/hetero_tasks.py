@@ -116,7 +116,7 @@ class LayerwiseTask(GraphTask):
         pass
 
     def on_validation_epoch_end(self) -> None:
-        from graphtrainer.inference import layerwise
+        from graphtrainer.data.inference import layerwise
 
         model = self.module
         g = self.graph

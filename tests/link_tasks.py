@@ -75,7 +75,7 @@ class LinkTask(GraphTask):
     def train_dataloader(self) -> Any:
         sampler = _full(len(self.fanouts)) if self.full_train_sampler else self.fanouts
         if self.train_even is not None:  # "none": ranks may get different batch counts (Join)
-            from graphtrainer.edge_loader import EdgeLoader
+            from graphtrainer.data.edge_loader import EdgeLoader
 
             return EdgeLoader(self.graph, self.train_eids, sampler, self.batch_size, negatives=self.negatives,
                               exclude=self.exclude, reverse_eids=self.reverse_eids, even=self.train_even,
@@ -159,14 +159,14 @@ class LinkTask(GraphTask):
 
 
 class GraphClsTask(GraphTask):
-    """Graph classification over a :class:`graphtrainer.graph_loader.PackedGraphs`."""
+    """Graph classification over a :class:`graphtrainer.data.graph_loader.PackedGraphs`."""
 
     def __init__(self, graphs: Any, train_idx: Any = None, val_idx: Any = None, test_idx: Any = None, *,
                  hidden: int = 32, batch_size: int = 32, eval_batch_size: int = 64, lr: float = 1e-2,
                  optimizer: str = "adam", num_classes: Optional[int] = None, train_even: Optional[str] = None,
                  record_dir: Optional[str] = None):
         super().__init__()
-        from graphtrainer.graph_loader import PackedGraphs
+        from graphtrainer.data.graph_loader import PackedGraphs
 
         self.save_hyperparameters("hidden", "batch_size", "lr")
         # Packed once here: a few flat tensors travel to the ranks (shared memory with spawn).
@@ -190,7 +190,7 @@ class GraphClsTask(GraphTask):
 
     def train_dataloader(self) -> Any:
         if self.train_even is not None:  # "none": ranks may get different batch counts (Join)
-            from graphtrainer.graph_loader import GraphLoader
+            from graphtrainer.data.graph_loader import GraphLoader
 
             return GraphLoader(self.graphs, self.batch_size, self.train_idx, even=self.train_even,
                                seed=self.trainer.seed)

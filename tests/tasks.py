@@ -22,9 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphtrainer import GraphTask
-from graphtrainer import distributed as gdist
+from graphtrainer import comm as gdist
 from graphtrainer.callbacks import Callback
-from graphtrainer.sampling import shard_ids
+from graphtrainer.data.sharding import shard_ids
 
 # torch.optim and DDP import torch._dynamo lazily, at first use. Imported once here, in the
 # test process, every forked rank inherits it instead of paying ~1.5 s to import it again.
@@ -35,7 +35,7 @@ class IndexBatches:
     """This rank's share of ``range(n)`` for one epoch, in batches of index tensors.
 
     The same permutation of ``(seed, epoch)`` on every rank, split with
-    :func:`graphtrainer.sampling.shard_ids`; for evaluation every index exactly once.
+    :func:`graphtrainer.data.sharding.shard_ids`; for evaluation every index exactly once.
     """
 
     def __init__(self, n: int, batch_size: int, seed: int = 0, shuffle: bool = True):

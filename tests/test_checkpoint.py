@@ -12,8 +12,9 @@ import torch
 
 import graphtrainer
 from graphtrainer import Callback, ModelCheckpoint, RankFailedError, Trainer
-from graphtrainer.checkpoint import FORMAT_VERSION, CheckpointError
+from graphtrainer.checkpoint.content import FORMAT_VERSION, CheckpointError
 
+from stack import requires_graphbolt
 from tasks import RegressionTask, SageTask, make_graph
 
 N_EPOCHS, K_EPOCHS = 4, 2
@@ -253,7 +254,7 @@ def test_resume_two_ranks_spawn_is_bit_identical(root_dir, tmp_path):
 
 # ---- atomic write ----------------------------------------------------------------------------
 def test_crash_mid_save_keeps_previous_checkpoint(root_dir, tmp_path, monkeypatch):
-    import graphtrainer.checkpoint as ckpt_module
+    import graphtrainer.checkpoint.content as ckpt_module
 
     real_save = ckpt_module.torch.save
     calls = []
@@ -373,10 +374,11 @@ def test_checkpoint_hooks_run_callbacks_before_the_task(root_dir, tmp_path):
     assert calls == ["callback.on_load_checkpoint", "task.on_load_checkpoint"]
 
 
+@requires_graphbolt
 def test_seed_epoch_makes_graphbolt_sampling_repeatable():
     import dgl.graphbolt as gb
 
-    from graphtrainer.seeding import seed_epoch
+    from graphtrainer.loop.seeding import seed_epoch
 
     g = make_graph(num_nodes=200, avg_degree=12)
     indptr, indices, _ = g.adj_tensors("csc")

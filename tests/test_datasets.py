@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from graphtrainer import datasets
+from graphtrainer.datasets import known
 
 # name: (nodes, edges, feat dim, classes, (train, val, test)) from the datasets README.
 # Tolokers' splits are 50/25/25 of 11,758 nodes; Facebook's is ours (60/20/20 per class).
@@ -88,9 +89,9 @@ def test_second_load_uses_the_cache(name, cache, monkeypatch):
         raise AssertionError("the second load parsed the raw files again")
 
     if name == "facebook":
-        monkeypatch.setattr(datasets, "_build_facebook", no_rebuild)
+        monkeypatch.setattr(known, "_build_facebook", no_rebuild)
     else:
-        cls = datasets._PinnedCora if name == "cora" else datasets._PinnedCiteseer
+        cls = known._PinnedCora if name == "cora" else known._PinnedCiteseer
         monkeypatch.setattr(cls, "process", no_rebuild)
     second = datasets.load(name)
     assert {p: p.stat().st_mtime_ns for p in written} == before

@@ -18,10 +18,10 @@ import torch
 from conftest import rank_children
 from dist_tasks import CORA, DistLinkPrediction, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
-from graphtrainer.dist_cluster import check_options, resolve_cluster
-from graphtrainer.dist_graph import PartitionedGraph
+from graphtrainer.distdgl.cluster import check_options, resolve_cluster
+from graphtrainer.distdgl.graph import PartitionedGraph
 from graphtrainer.examples.node_classification import NodeClassification
-from graphtrainer.partition import load_orig_ids, partition_graph
+from graphtrainer.distdgl.partition import load_orig_ids, partition_graph
 
 REPO = Path(__file__).resolve().parent.parent
 SHM = Path("/dev/shm")
@@ -211,7 +211,7 @@ def test_link_prediction_on_a_partitioned_graph_covers_each_edge_once_and_ranks_
 
 def test_edge_exclusion_is_refused_on_a_distgraph():
     """DGL 2.1's DistGraph.sample_neighbors drops exclude_edges: refusing beats leaking."""
-    from graphtrainer.dist_loader import DistEdgeLoader
+    from graphtrainer.distdgl.loader import DistEdgeLoader
 
     class FakeDistGraph:
         ntypes, etypes = ["_N"], ["_E"]

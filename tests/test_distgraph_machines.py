@@ -1,5 +1,5 @@
 """Two machines, two partitions: each simulated machine is a network namespace with its
-own address and /dev/shm, made by this test (graphtrainer.simulated_machines), running
+own address and /dev/shm, made by this test (graphtrainer.testing.simulated_machines), running
 the same script with the same ip_config, as on a real cluster."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from graphtrainer import datasets
-from graphtrainer.partition import load_orig_ids, partition_graph
-from graphtrainer.simulated_machines import SimulatedMachines, can_simulate, wait_all
+from graphtrainer.distdgl.partition import load_orig_ids, partition_graph
+from graphtrainer.testing.simulated_machines import SimulatedMachines, can_simulate, wait_all
 
 SCRIPT = Path(__file__).resolve().parent / "dist_tasks.py"
 POSSIBLE, WHY_NOT = can_simulate()

@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from graphtrainer import GraphTask, RankFailedError, Trainer
-from graphtrainer.edge_loader import EdgeLoader, PerEdgeUniform, check_reverse_eids
-from graphtrainer.metrics import infer_batch_size
+from graphtrainer.data.edge_loader import EdgeLoader, PerEdgeUniform, check_reverse_eids
+from graphtrainer.loop.metrics import infer_batch_size
 from graphtrainer.ranking import LinkScores, ranking_metrics
-from graphtrainer.sampling import check_loader, shard_ids
+from graphtrainer.data.validation import check_loader
+from graphtrainer.data.sharding import shard_ids
 
 from conftest import rank_children
 from link_tasks import LinkTask, _full, rand_link_graph

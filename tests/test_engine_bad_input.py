@@ -1,6 +1,6 @@
 """Bad input fails early, with a message naming the problem and the fix, and never hangs.
 
-Seed ids: :class:`~graphtrainer.sampling.NodeLoader` checks them when it is built, before
+Seed ids: :class:`~graphtrainer.data.node_loader.NodeLoader` checks them when it is built, before
 any sampling (DGL would abort the process from C++). A loader built in the launching
 process (e.g. in the task's ``__init__``) therefore raises ``ValueError`` there, before
 any rank starts; one built in ``train_dataloader()`` (which runs in each rank) fails on
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from graphtrainer import GraphTask, RankFailedError, Trainer
-from graphtrainer.sampling import NodeLoader
+from graphtrainer.data.node_loader import NodeLoader
 
 from conftest import rank_children
 from tasks import FullSageTask, RegressionTask, full_sampler, make_graph

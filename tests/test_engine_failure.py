@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from graphtrainer import RankFailedError, Trainer, forkserver
+from graphtrainer import RankFailedError, Trainer
+from graphtrainer.launch import forkserver
 
 from conftest import rank_children
 from tasks import FailingTask

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from graphtrainer import Callback, EarlyStopping, ProgressBar, Trainer
-from graphtrainer import distributed as gdist
+from graphtrainer.comm import RankInfo
+from graphtrainer.launch import environment
 
 from conftest import rank_children
 from launch_env import env_without_launch
@@ -53,7 +54,7 @@ def test_fork_after_heavy_openmp_work_in_parent(root_dir):
 @pytest.mark.slow  # several seconds (subprocesses or spawned ranks)
 @pytest.mark.timeout(180)
 def test_torchrun_two_nodes_train_identical_parameters(root_dir, tmp_path):
-    port = gdist.free_port()
+    port = environment.free_port()
     env = env_without_launch()
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
@@ -94,15 +95,15 @@ def test_detect_external_launch_slurm(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "123456")
     monkeypatch.setenv("SLURM_STEP_NODELIST", "gpu-node[07-09,12],login1")
     monkeypatch.setenv("SLURM_NODELIST", "other[1-2]")
-    info = gdist.detect_external_launch()
-    assert info == gdist.RankInfo(rank=3, local_rank=1, world_size=4, master_addr="gpu-node07",
+    info = environment.detect_external_launch()
+    assert info == RankInfo(rank=3, local_rank=1, world_size=4, master_addr="gpu-node07",
                                   master_port=15000 + 123456 % 17000, source="slurm")
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.5")
     monkeypatch.setenv("MASTER_PORT", "29400")
-    info = gdist.detect_external_launch()
+    info = environment.detect_external_launch()
     assert (info.master_addr, info.master_port) == ("10.0.0.5", 29400)
     monkeypatch.setenv("SLURM_NTASKS", "1")  # `python train.py` inside sbatch: the trainer launches
-    assert gdist.detect_external_launch() is None
+    assert environment.detect_external_launch() is None
 
 
 @pytest.mark.parametrize("nodelist, first", [
@@ -110,24 +111,24 @@ def test_detect_external_launch_slurm(monkeypatch):
     ("rack-2-node[010-020]", "rack-2-node010"), ("x[5]", "x5"),
 ])
 def test_first_slurm_host(nodelist, first):
-    assert gdist._first_slurm_host(nodelist) == first
+    assert environment._first_slurm_host(nodelist) == first
 
 
 def test_detect_external_launch_torchrun(monkeypatch):
-    assert gdist.detect_external_launch() is None
+    assert environment.detect_external_launch() is None
     for name, value in (("RANK", "1"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"),
                         ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"),
                         ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "8")):  # torchrun's variables win
         monkeypatch.setenv(name, value)
-    assert gdist.detect_external_launch() == gdist.RankInfo(
+    assert environment.detect_external_launch() == RankInfo(
         rank=1, local_rank=0, world_size=2, master_addr="127.0.0.1", master_port=29500, source="torchrun")
     monkeypatch.delenv("MASTER_PORT")
     with pytest.raises(RuntimeError, match="MASTER_ADDR/MASTER_PORT are not"):
-        gdist.detect_external_launch()
+        environment.detect_external_launch()
     monkeypatch.setenv("MASTER_PORT", "29500")
     monkeypatch.setenv("RANK", "one")
     with pytest.raises(ValueError, match="RANK='one' is not an integer"):
-        gdist.detect_external_launch()
+        environment.detect_external_launch()
 
 
 # ---- inside the launched ranks ----------------------------------------------------------------
@@ -230,7 +231,7 @@ def test_free_port_is_below_the_ephemeral_range():
     # always bind it (the two-node torchrun test failed once when it could not).
     start = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
     for _ in range(20):
-        port = gdist.free_port()
+        port = environment.free_port()
         assert 1024 <= port < start
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))

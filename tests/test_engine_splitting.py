@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from graphtrainer import Callback, RankFailedError, Trainer
-from graphtrainer.sampling import shard_ids
+from graphtrainer.data.sharding import shard_ids
 
 from conftest import rank_children
 from tasks import FullSageTask, ParamDump, full_sampler, make_graph

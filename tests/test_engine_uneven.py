@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from graphtrainer import Callback, Trainer
-from graphtrainer import distributed as gdist
+from graphtrainer import comm as gdist
 
 from conftest import rank_children
 from tasks import RegressionTask

@@ -20,9 +20,10 @@ import pytest
 import torch
 
 from graphtrainer import CheckpointError, EarlyStopping, ModelCheckpoint, RankFailedError, Trainer
-from graphtrainer import checkpoint_file, seeding
-from graphtrainer.checkpoint import read_checkpoint
-from graphtrainer.sampling import default_sampler
+from graphtrainer.checkpoint import file as checkpoint_file
+from graphtrainer.loop import seeding
+from graphtrainer.checkpoint.content import read_checkpoint
+from graphtrainer.data.node_loader import default_sampler
 
 from conftest import rank_children
 from tasks import FailingTask, RegressionTask, SageTask, make_graph

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphtrainer import Trainer, forkserver
+from graphtrainer import Trainer
+from graphtrainer.launch import forkserver
 
 from conftest import rank_children
 from tasks import RegressionTask, SageTask, make_graph

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from graphtrainer import Trainer
-from graphtrainer.formats import formats_for
-from graphtrainer.preflight import prepare_graphs
-from graphtrainer.shared_graph import is_shared
+from graphtrainer.data.formats import formats_for
+from graphtrainer.launch.preflight import prepare_graphs
+from graphtrainer.launch.shared_graph import is_shared
 
 from conftest import rank_children
 from tasks import SageTask, make_graph
@@ -104,7 +104,7 @@ def test_task_asks_for_more_formats(tmp_path):
 def test_samplers_on_the_task_decide(tmp_path):
     import dgl
 
-    from graphtrainer.edge_loader import EdgeLoader
+    from graphtrainer.data.edge_loader import EdgeLoader
 
     task = FormatProbe(make_graph(), str(tmp_path))
     task.out_sampler = dgl.dataloading.NeighborSampler([2], edge_dir="out")

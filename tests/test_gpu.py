@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from graphtrainer import Trainer
-from graphtrainer.runtime import device_and_backend
+from graphtrainer.loop.runtime import device_and_backend
 
 from gpu_tasks import DeviceTask
 
@@ -157,7 +157,7 @@ def test_checkpoint_written_on_gpu_loads_and_resumes_on_cpu(tmp_path):
     (4, 1, [2, 3], 3),     # an explicit list, indexed by local rank
 ])
 def test_external_rank_gpu_choice(monkeypatch, visible, local_rank, gpus, index):
-    from graphtrainer.distributed import RankInfo
+    from graphtrainer.comm import RankInfo
 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "8")
@@ -171,7 +171,7 @@ def test_external_rank_gpu_choice(monkeypatch, visible, local_rank, gpus, index)
 
 
 def test_external_rank_without_a_gpu_says_how_to_fix(monkeypatch):
-    from graphtrainer.distributed import RankInfo
+    from graphtrainer.comm import RankInfo
 
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "1")):
         monkeypatch.setenv(name, value)

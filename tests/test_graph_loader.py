@@ -16,9 +16,10 @@ import torch
 
 from graphtrainer import RankFailedError, Trainer
 from graphtrainer.datasets import read_tu
-from graphtrainer.graph_loader import GraphLoader, PackedGraphs
-from graphtrainer.metrics import infer_batch_size
-from graphtrainer.sampling import check_loader, shard_ids
+from graphtrainer.data.graph_loader import GraphLoader, PackedGraphs
+from graphtrainer.loop.metrics import infer_batch_size
+from graphtrainer.data.validation import check_loader
+from graphtrainer.data.sharding import shard_ids
 
 from conftest import rank_children
 from link_tasks import GraphClsTask, numbered_minigc
@@ -207,7 +208,7 @@ def test_dgl_padded_evaluation_loaders_are_flagged(tmp_path):
 
 
 def test_spawn_warns_about_a_long_list_of_graphs_on_the_task():
-    from graphtrainer.preflight import MANY_GRAPHS, prepare_graphs
+    from graphtrainer.launch.preflight import MANY_GRAPHS, prepare_graphs
 
     data = _graphs_with_edata(2) * (MANY_GRAPHS // 2 + 1)  # one list entry per graph object
     data = [(g.clone(), y) for g, y in data]

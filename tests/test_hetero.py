@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from graphtrainer import RankFailedError, Trainer
-from graphtrainer.hetero import split_flat, type_spans, typed_share
-from graphtrainer.metrics import infer_batch_size
-from graphtrainer.sampling import NodeLoader, default_sampler
+from graphtrainer.data.hetero import split_flat, type_spans, typed_share
+from graphtrainer.loop.metrics import infer_batch_size
+from graphtrainer.data.node_loader import NodeLoader, default_sampler
 
 from conftest import rank_children
 from hetero_tasks import HeteroTask, make_hetero
@@ -162,7 +162,7 @@ def test_every_type_is_prepared_and_shared(root_dir, launcher):
 def test_hetero_edge_loader_splits_samples_and_excludes():
     import dgl
 
-    from graphtrainer.edge_loader import EdgeLoader
+    from graphtrainer.data.edge_loader import EdgeLoader
 
     g = make_hetero()
     edges = {"cites": torch.arange(40), "has": torch.arange(20)}
@@ -197,7 +197,7 @@ def test_hetero_edge_loader_splits_samples_and_excludes():
 
 
 def test_bad_hetero_edges_fail_early():
-    from graphtrainer.edge_loader import EdgeLoader
+    from graphtrainer.data.edge_loader import EdgeLoader
 
     g = make_hetero()
     with pytest.raises(ValueError, match="unknown edge type 'writes'"):

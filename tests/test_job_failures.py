@@ -1,5 +1,5 @@
 """The launchers of a job over several machines tell each other their failures through a
-store machine 0's launcher serves (graphtrainer.job_failures); here all on loopback."""
+store machine 0's launcher serves (graphtrainer.distdgl.job_failures); here all on loopback."""
 from __future__ import annotations
 
 import socket
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from graphtrainer.distributed import free_port
-from graphtrainer.job_failures import JobFailures
+from graphtrainer.launch.environment import free_port
+from graphtrainer.distdgl.job_failures import JobFailures
 
 
 def _wait_for(job: JobFailures, seconds: float = 10.0):

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from graphtrainer import Trainer
-from graphtrainer.inference import layerwise, node_range
+from graphtrainer.data.inference import layerwise, node_range
 from graphtrainer.models import SAGE
-from graphtrainer.seeding import seed_all
+from graphtrainer.loop.seeding import seed_all
 
 from conftest import rank_children
 from hetero_tasks import LayerwiseTask, hetero_model, make_hetero

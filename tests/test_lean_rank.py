@@ -6,8 +6,9 @@ import os
 import sys
 import pytest
 
-from graphtrainer import Trainer, forkserver
-from graphtrainer.lean import RANK_MODULES, limit_malloc_caches
+from graphtrainer import Trainer
+from graphtrainer.launch import forkserver
+from graphtrainer.launch.lean import RANK_MODULES, limit_malloc_caches
 
 from conftest import rank_children
 from tasks import RegressionTask

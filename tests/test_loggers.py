@@ -10,7 +10,7 @@ import yaml
 
 import graphtrainer.trainer as trainer_module
 from graphtrainer import LearningRateMonitor, ModelCheckpoint, RankFailedError, Trainer
-from graphtrainer.loggers import TensorBoardLogger
+from graphtrainer.loop.loggers import TensorBoardLogger
 
 from tasks import RegressionTask, SageTask, make_graph
 from conftest import rank_children

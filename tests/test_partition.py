@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from graphtrainer import datasets
-from graphtrainer.partition import load_orig_ids, main, partition_graph, read_meta
+from graphtrainer.distdgl.partition import load_orig_ids, partition_graph, read_meta
+from graphtrainer.partition import main
 
 from tutorial_run import ROOT, tutorial_env
 

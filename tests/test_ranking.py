@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from graphtrainer.distributed import free_port
+from graphtrainer.launch.environment import free_port
 from graphtrainer.ranking import (LinkScores, per_edge_hits_at_k, per_edge_mrr, pooled_hits_at_k,
                                   ranking_metrics)
 

@@ -19,7 +19,7 @@ from sklearn.metrics import accuracy_score, mean_squared_error, roc_auc_score  #
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC  # noqa: E402
 
 from graphtrainer import GraphTask, Trainer  # noqa: E402
-from graphtrainer import distributed as gdist  # noqa: E402
+from graphtrainer import comm as gdist  # noqa: E402
 
 from conftest import rank_children  # noqa: E402
 
@@ -178,12 +178,12 @@ def test_in_process_compute_reset_and_step_values():
     task = _Bare(acc=BinaryAccuracy())
     task.acc(torch.tensor([0.9, 0.2]), torch.tensor([1, 1]))  # batch value 0.5
     task.log("acc", task.acc, prog_bar=True)
-    assert float(task._metrics.step_values["acc"]) == 0.5 and "acc" in task._metrics.prog_bar
+    assert float(task.step_log.metrics.step_values["acc"]) == 0.5 and "acc" in task.step_log.metrics.prog_bar
     task.acc.update(torch.tensor([0.9, 0.8]), torch.tensor([1, 1]))
     task.log("acc", task.acc)
-    assert task._metrics.reduce() == {"acc": 0.75}
+    assert task.step_log.metrics.reduce() == {"acc": 0.75}
     assert task.acc._update_count == 0  # reset
-    assert task._metrics.reduce() == {}  # not logged this phase: not reported
+    assert task.step_log.metrics.reduce() == {}  # not logged this phase: not reported
 
 
 def test_metric_not_held_by_the_task_is_rejected():
@@ -214,7 +214,7 @@ def test_non_scalar_metric_names_the_fix():
     task.acc.update(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1]))
     task.log("acc", task.acc)
     with pytest.raises(ValueError, match=r"compute\(\) gave \(3,\), not a scalar.*average='macro'"):
-        task._metrics.reduce()
+        task.step_log.metrics.reduce()
     assert task.acc._update_count == 0  # reset even so
 
 

@@ -14,8 +14,8 @@ import torch
 
 from graphtrainer import Callback, EarlyStopping, ModelCheckpoint, Trainer
 from graphtrainer.callbacks.summary import summarize
-from graphtrainer import distributed as gdist
-from graphtrainer.profiler import STAGES
+from graphtrainer import comm as gdist
+from graphtrainer.loop.profiler import STAGES
 
 from conftest import rank_children
 from tasks import IndexBatches, RegressionTask

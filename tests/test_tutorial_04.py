@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from stack import requires_graphbolt
 from tutorial_run import run_fast
 
 # The tutorial as a user runs it, in a subprocess: seconds.
 # Left out of the quick run, pytest -m "not slow".
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_graphbolt]
 
 
 @pytest.mark.timeout(200)

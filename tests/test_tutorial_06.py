@@ -14,7 +14,7 @@ from typing import List
 import pytest
 import torch
 
-from graphtrainer.distributed import free_port
+from graphtrainer.launch.environment import free_port
 from launch_env import env_without_launch
 
 # Two torchrun "nodes" and a stand-in srun, each in subprocesses: 10 s and more.

@@ -22,7 +22,7 @@ import psutil
 import pytest
 import yaml
 
-from graphtrainer.simulated_machines import SimulatedMachines, can_simulate
+from graphtrainer.testing.simulated_machines import SimulatedMachines, can_simulate
 from tutorial_run import ROOT, load_module, script, tutorial_env
 
 # Several interpreters, graph servers and ranks per run: tens of seconds each.

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphtrainer import RankFailedError, Trainer
-from graphtrainer.sampling import NodeLoader, default_sampler
+from graphtrainer.data.node_loader import NodeLoader, default_sampler
 
 from conftest import rank_children
 from hetero_tasks import HeteroTask, PidRecorder, make_hetero, worker_pids
@@ -112,7 +112,7 @@ def test_no_process_left_when_a_rank_fails_with_workers(root_dir, tmp_path, how)
 
 @pytest.mark.timeout(120)
 def test_edge_loader_workers_sample_the_same_batches(one_thread):
-    from graphtrainer.edge_loader import EdgeLoader
+    from graphtrainer.data.edge_loader import EdgeLoader
 
     from tasks import make_graph
 

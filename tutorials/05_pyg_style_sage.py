@@ -141,7 +141,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
-from graphtrainer.metrics import accuracy  # noqa: E402
+from graphtrainer.ranking import accuracy  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
 from tutorials.summary import write_summary  # noqa: E402
 

@@ -113,7 +113,7 @@ PyG's ``distributed_sampling_multinode.py`` and PyTorch's ``multinode.py``
 8. PyTorch: save a snapshot on global rank 0; every rank loads it when resuming.
 9. ``dist.destroy_process_group()``.
 
-graphtrainer does 1 and 2 (``graphtrainer.distributed.detect_external_launch``: torchrun's
+graphtrainer does 1 and 2 (``graphtrainer.launch.environment.detect_external_launch``: torchrun's
 variables first, then Slurm's; with Slurm and no ``MASTER_ADDR`` it takes the first host
 of ``SLURM_STEP_NODELIST``/``SLURM_NODELIST``, and without ``MASTER_PORT`` it uses
 ``15000 + SLURM_JOB_ID % 17000``, the same on every task of a job), 4 (the GPU of the
@@ -164,7 +164,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
-from graphtrainer import distributed as gdist  # noqa: E402
+from graphtrainer import comm as gdist  # noqa: E402
+from graphtrainer.launch.environment import detect_external_launch, free_port  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 from tutorials.summary import write_summary  # noqa: E402
@@ -200,7 +201,7 @@ def train(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     """The training script: the same code on one machine, under torchrun, under srun."""
     from graphtrainer import datasets
 
-    external = gdist.detect_external_launch()   # None when this process must launch the ranks
+    external = detect_external_launch()   # None when this process must launch the ranks
     started = time.time()
     graph = datasets.load("cora")                # every process loads it: see "Files"
     task = NodeClassification(graph, fanouts=[10, 10], hidden=args.hidden, dropout=0.5, lr=1e-2,
@@ -261,7 +262,7 @@ def local_demo(args: argparse.Namespace, script_args: List[str]) -> int:
     # Optional: datasets.load locks DGL's cache build, so ranks loading Cora at once are
     # safe; building the cache here just spares them waiting for each other.
     datasets.load("cora")
-    port = gdist.free_port()
+    port = free_port()
     if args.threads_per_proc is None:      # the 2 "nodes" share this machine's cores
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
         script_args = [*script_args, "--threads-per-proc", str(max(1, cores // 2))]
@@ -319,7 +320,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> tuple:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args, script_args = parse_args(argv)
     if args.local_demo:
-        if gdist.detect_external_launch() is not None:
+        if detect_external_launch() is not None:
             raise SystemExit("--local-demo starts its own torchrun nodes: run it without torchrun/srun")
         return local_demo(args, script_args)
     train(args)

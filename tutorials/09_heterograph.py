@@ -7,7 +7,7 @@ splitting the paper seeds between 2 ranks; a ``HeteroGraphConv`` of ``SAGEConv``
 relation, with learned word embeddings; what DDP says when some parameters get no
 gradient, and ``Trainer(find_unused_parameters=True)``, with its cost measured; the test
 accuracy with sampled neighbourhoods beside the one with full neighbourhoods, computed
-layer by layer by ``graphtrainer.inference.layerwise`` (each rank a share of the nodes,
+layer by layer by ``graphtrainer.data.inference.layerwise`` (each rank a share of the nodes,
 one shared output) and used by ``predict``.
 
 Run it (from the repository root; ``scripts/env.sh`` makes the venv the first time):
@@ -172,7 +172,7 @@ def walk_cost(graph: Any, steps: int) -> Dict[str, float]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from graphtrainer import datasets
-    from graphtrainer.distributed import free_port
+    from graphtrainer.launch.environment import free_port
     from graphtrainer.models import SAGE, HeteroSAGE
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

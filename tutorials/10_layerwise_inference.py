@@ -3,7 +3,7 @@
 What you will see: GraphSAGE trained with sampled neighbourhoods on 2 ranks, then
 evaluated twice at every validation and at test: with the same sampled neighbourhoods
 (what a minibatch evaluation loop gives: noisy, and not the number papers report) and
-with every neighbour, computed layer by layer by ``graphtrainer.inference.layerwise``;
+with every neighbour, computed layer by layer by ``graphtrainer.data.inference.layerwise``;
 the layer-wise result checked against a one-process full-graph forward of the same
 checkpoint; and the seconds it takes.
 
@@ -71,8 +71,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification, standardize_features  # noqa: E402
-from graphtrainer.inference import layerwise  # noqa: E402
-from graphtrainer.metrics import accuracy, roc_auc  # noqa: E402
+from graphtrainer.data.inference import layerwise  # noqa: E402
+from graphtrainer.ranking import accuracy, roc_auc  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
 from tutorials.summary import report  # noqa: E402
 

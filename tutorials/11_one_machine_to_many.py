@@ -28,8 +28,8 @@ Step 1: partition
 
     python -m graphtrainer.partition --dataset cora --parts K --out parts/cora-Kparts
 
-(this script calls the same command line, ``graphtrainer.partition.main([...])``; its
-Python API is ``graphtrainer.partition.partition_graph(graph, name, parts, out)``). It
+(this script calls the same command line, ``graphtrainer.distdgl.partition.main([...])``; its
+Python API is ``graphtrainer.distdgl.partition.partition_graph(graph, name, parts, out)``). It
 wraps ``dgl.distributed.partition_graph`` (METIS, balancing the training nodes over the
 parts) and prints one row per part: the nodes it owns, its *halo* nodes (copies of
 neighbours another part owns, so that one hop of sampling stays local), the edges it
@@ -49,7 +49,7 @@ Step 2: one machine, one partition
     trainer.fit(task); trainer.test(task, ckpt_path="best")
 
 Given the path of a partition config, the task holds a ``PartitionedGraph``
-(``graphtrainer.dist_graph``): a light handle that reads the feature size and the number
+(``graphtrainer.distdgl.graph``): a light handle that reads the feature size and the number
 of classes from ``cora.meta.json``; nothing else is loaded in this process. Seeing it,
 ``fit`` runs on DistDGL without further options (``Trainer(distributed_graph="parts/...")``
 does the same for a task whose graph is not a ``PartitionedGraph``): it writes a one-line
@@ -153,7 +153,7 @@ for the first, saying so. The sbatch file asks for ``--exclusive`` nodes.
 
 (c) Here, simulated machines: ``--simulate N`` (root, Linux). It partitions into N parts,
 makes N network namespaces with loopback addresses ``127.100.0.1`` ... (each with its own
-``/dev/shm``, as separate machines have: ``graphtrainer.simulated_machines``), writes
+``/dev/shm``, as separate machines have: ``graphtrainer.testing.simulated_machines``), writes
 their ip_config and starts ``--machine-run`` in each, without a machine rank: each finds
 its line by address. Each machine's output lines are prefixed ``[machine m]``; if one
 fails, or ``--timeout`` passes, every machine is ended (Ctrl-C first, so that each trainer
@@ -312,7 +312,7 @@ def shown(path: "str | os.PathLike[str]") -> str:
 def partition(parts: int, out: Path) -> Path:
     """``python -m graphtrainer.partition --dataset cora --parts K --out DIR``, in this process;
     prints its table and returns the partition config ``DIR/cora.json``."""
-    from graphtrainer import partition as gpartition
+    from graphtrainer.distdgl import partition as gpartition
 
     argv = ["--dataset", "cora", "--parts", str(parts), "--out", str(out), "--overwrite"]
     print(f"$ python -m graphtrainer.partition {' '.join(argv)}", flush=True)
@@ -354,7 +354,7 @@ def results_line(label: str, r: Dict[str, Any]) -> str:
 def one_machine(args: argparse.Namespace) -> Dict[str, Any]:
     """Steps 1 and 2: partition Cora into 1 part, train on it, and train in memory."""
     from graphtrainer import datasets
-    from graphtrainer.simulated_machines import can_simulate
+    from graphtrainer.testing.simulated_machines import can_simulate
 
     started = time.time()
     root = Path(args.root_dir)
@@ -386,7 +386,7 @@ def one_machine(args: argparse.Namespace) -> Dict[str, Any]:
 
 def machine_run(args: argparse.Namespace) -> Dict[str, Any]:
     """What each machine runs (step 3): its graph servers and ranks, for the whole job."""
-    from graphtrainer.dist_cluster import check_options, resolve_cluster
+    from graphtrainer.distdgl.cluster import check_options, resolve_cluster
 
     options = check_options(args.partition, args.ip_config, args.num_servers, args.machine_rank)
     cluster = resolve_cluster(options, args.num_procs)   # what fit will find: which machine this is
@@ -408,7 +408,7 @@ def machine_run(args: argparse.Namespace) -> Dict[str, Any]:
 # --simulate N: N "machines" on this box (network namespaces), each running --machine-run.
 # ---------------------------------------------------------------------------------------
 def simulate(args: argparse.Namespace) -> int:
-    from graphtrainer.simulated_machines import SimulatedMachines, can_simulate
+    from graphtrainer.testing.simulated_machines import SimulatedMachines, can_simulate
 
     ok, why = can_simulate()
     if not ok:

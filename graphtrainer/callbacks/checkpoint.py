@@ -7,8 +7,10 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .. import distributed as gdist
-from ..checkpoint import save_checkpoint
+from .. import comm as gdist
+from ..checkpoint.content import save_checkpoint
+from ..state import RunView
+from ..task import GraphTask
 from .base import Callback
 
 
@@ -66,7 +68,7 @@ class ModelCheckpoint(Callback):
         self.last_model_path = ""
         self._saved_order: List[str] = []
 
-    def setup(self, trainer: Any, task: Any, stage: str) -> None:
+    def setup(self, trainer: RunView, task: GraphTask, stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
             self.dirpath = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
 
@@ -92,7 +94,7 @@ class ModelCheckpoint(Callback):
         if self.dirpath is None and saved:
             self.dirpath = Path(saved)
 
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+    def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
         metrics = trainer.callback_metrics
@@ -117,7 +119,7 @@ class ModelCheckpoint(Callback):
                 except FileNotFoundError:
                     pass
 
-    def _decide(self, trainer: Any) -> Dict[str, Any]:
+    def _decide(self, trainer: RunView) -> Dict[str, Any]:
         metrics = trainer.callback_metrics
         score = metrics.get(self.monitor) if self.monitor else None
         path = str(self.dirpath / (self._format(trainer) + ".ckpt"))
@@ -160,7 +162,7 @@ class ModelCheckpoint(Callback):
     def _worst(self, best_k: Dict[str, float]) -> float:
         return max(best_k.values()) if self.mode == "min" else min(best_k.values())
 
-    def _format(self, trainer: Any) -> str:
+    def _format(self, trainer: RunView) -> str:
         values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
 
         def sub(match: "re.Match[str]") -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Optional
 
-from .. import distributed as gdist
+from .. import comm as gdist
+from ..state import RunView
+from ..task import GraphTask
 from .base import Callback
 
 
@@ -47,7 +49,7 @@ class EarlyStopping(Callback):
         self.stopped_epoch = state.get("stopped_epoch")
         self.stop_reason = state.get("stop_reason")
 
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+    def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         metrics = trainer.callback_metrics
         if self.monitor not in metrics:
             if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from .base import Callback
-
-if TYPE_CHECKING:  # annotations only: the trainer imports the callbacks package
-    from ..task import GraphTask
-    from ..trainer import Trainer
+from ..state import RunView
+from ..task import GraphTask
 
 
 class PrintMetrics(Callback):
@@ -80,7 +78,7 @@ class PrintMetrics(Callback):
                 return spec
         return self.fmt
 
-    def on_train_epoch_end(self, trainer: "Trainer", task: "GraphTask") -> None:
+    def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         if trainer.rank != 0:
             return
         seconds = time.time() - self._created if self.elapsed else None

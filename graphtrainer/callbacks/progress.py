@@ -5,6 +5,8 @@ import sys
 import time
 from typing import Any, Dict, Optional
 
+from ..state import RunView
+from ..task import GraphTask
 from .base import Callback
 
 
@@ -22,10 +24,10 @@ class ProgressBar(Callback):
         self._start = 0.0
         self._steps = 0
 
-    def _enabled(self, trainer: Any) -> bool:
+    def _enabled(self, trainer: RunView) -> bool:
         return trainer.rank == 0 and (self.force or sys.stderr.isatty())
 
-    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+    def on_train_epoch_start(self, trainer: RunView, task: GraphTask) -> None:
         if not self._enabled(trainer):
             return
         from tqdm.auto import tqdm
@@ -35,7 +37,7 @@ class ProgressBar(Callback):
                          dynamic_ncols=True, file=sys.stderr)
         self._start, self._steps = time.perf_counter(), 0
 
-    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: RunView, task: GraphTask, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._bar is None:
             return
         self._steps += 1
@@ -43,7 +45,7 @@ class ProgressBar(Callback):
             self._bar.update(self.refresh_rate)
             self._bar.set_postfix(self._postfix(trainer, task), refresh=False)
 
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+    def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         if self._bar is None:
             return
         self._bar.update(self._steps % self.refresh_rate)
@@ -51,18 +53,18 @@ class ProgressBar(Callback):
         self._bar.close()
         self._bar = None
 
-    def _postfix(self, trainer: Any, task: Any, epoch_end: bool = False) -> Dict[str, str]:
+    def _postfix(self, trainer: RunView, task: GraphTask, epoch_end: bool = False) -> Dict[str, str]:
         elapsed = max(time.perf_counter() - self._start, 1e-9)
         shown: Dict[str, str] = {"step": str(trainer.global_step), "it/s": f"{self._steps / elapsed:.1f}"}
         loss: Optional[Any] = trainer.last_loss
         if loss is not None:
             shown["loss"] = f"{float(loss):.4f}"
-        for name in sorted(task._metrics.prog_bar):
-            value = task._metrics.last.get(name)
+        for name in sorted(task.step_log.metrics.prog_bar):
+            value = task.step_log.metrics.last.get(name)
             if value is not None:
                 shown[name] = f"{float(value):.4f}"
         if epoch_end:
             for name, value in trainer.callback_metrics.items():
-                if name in task._metrics.prog_bar:
+                if name in task.step_log.metrics.prog_bar:
                     shown[name] = f"{value:.4f}"
         return shown

@@ -1,15 +1,13 @@
 """``ModelSummary``: the model's parameter counts, printed by rank 0 when ``fit`` starts."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Tuple
+from typing import List, Tuple
 
 from torch import nn
 
 from .base import Callback
-
-if TYPE_CHECKING:
-    from ..task import GraphTask
-    from ..trainer import Trainer
+from ..state import RunView
+from ..task import GraphTask
 
 
 class ModelSummary(Callback):
@@ -20,7 +18,7 @@ class ModelSummary(Callback):
     def __init__(self, max_depth: int = 1):
         self.max_depth = max_depth
 
-    def on_fit_start(self, trainer: "Trainer", task: "GraphTask") -> None:
+    def on_fit_start(self, trainer: RunView, task: GraphTask) -> None:
         if trainer.rank == 0 and task.module is not None:
             print(summarize(task.module, self.max_depth), flush=True)
 

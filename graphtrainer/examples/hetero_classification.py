@@ -6,9 +6,9 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from graphtrainer import GraphTask
-from graphtrainer.inference import layerwise
-from graphtrainer.metrics import accuracy
+from .. import GraphTask
+from ..data.inference import layerwise
+from ..ranking import accuracy
 from graphtrainer.examples.node_classification import CrossEntropySteps
 from graphtrainer.models import HeteroSAGE
 
@@ -21,7 +21,7 @@ class HeteroClassification(CrossEntropySteps, GraphTask):
     Training and evaluation sample ``fanouts`` neighbours per layer and relation
     (``{split}_acc``, ``{split}_loss``, ``{split}_nodes``). With ``layerwise_eval`` the epoch
     end of validation and test also computes every node's output with full
-    neighbourhoods (:func:`~graphtrainer.inference.layerwise`, every rank a share of the
+    neighbourhoods (:func:`~graphtrainer.data.inference.layerwise`, every rank a share of the
     nodes) and logs ``{split}_acc_full``; ``predict`` returns those full-neighbourhood
     class probabilities for the test nodes.
 

@@ -15,9 +15,9 @@ from typing import Any, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer, datasets
-from graphtrainer.dist_graph import PartitionedGraph
-from graphtrainer.metrics import accuracy, roc_auc
+from .. import GraphTask, ModelCheckpoint, PrintMetrics, Trainer, datasets
+from ..distdgl.graph import PartitionedGraph
+from ..ranking import accuracy, roc_auc
 from graphtrainer.models import SAGE
 
 
@@ -42,7 +42,7 @@ class CrossEntropySteps:
 class NodeClassification(CrossEntropySteps, GraphTask):
     """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
     shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``),
-    or on a partitioned graph (a :class:`~graphtrainer.dist_graph.PartitionedGraph`, or
+    or on a partitioned graph (a :class:`~graphtrainer.distdgl.graph.PartitionedGraph`, or
     the path of its ``<name>.json``): then each rank trains on the ``DistGraph``, each
     machine on the masked nodes of its own partition.
 
@@ -175,8 +175,6 @@ def standardize_features(graph: Any, key: str = "feat") -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-    from graphtrainer import datasets
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="tolokers", choices=datasets.KNOWN)
     parser.add_argument("--split", type=int, default=0, help="Tolokers: which of its 10 fixed splits")

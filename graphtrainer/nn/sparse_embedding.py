@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .. import distributed as gdist
+from .. import comm as gdist
 
 #: Where the tables live (a RAM-backed file system on Linux).
 SHM_DIR = "/dev/shm"

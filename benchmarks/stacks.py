@@ -1,0 +1,150 @@
+"""The newest tested set against the pinned one: the same GraphTask, the same graph and seeds,
+trained under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time side
+by side.
+
+    python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds
+    python benchmarks/stacks.py --dataset synthetic --rounds 2
+    python benchmarks/stacks.py --tiny                # seconds (smoke test)
+
+Any Python runs the driver: each run is a fresh interpreter of ``.venv`` (pinned: torch 2.2.1)
+or ``.venv-newest`` (the newest torch, dgl 2.1.0 behind graphtrainer/_compat; DGL's tensor
+adapter is off there), made first with ``[GRAPHTRAINER_STACK=newest] bash scripts/env.sh true``.
+The task is ``workload.BenchTask`` (the example's GraphSAGE, training only) with every
+graphtrainer default: ``Trainer(num_procs=2)``, fork. Epoch time: rank 0's training loop,
+the first epoch of every run left out. Ratio = median newest epoch / median pinned epoch.
+Writes ``benchmarks/results/stacks/stacks.json`` and ``stacks.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+VENVS = {"pinned": ROOT / ".venv", "newest": ROOT / ".venv-newest"}
+
+
+def parse_args(argv: Any = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dataset", choices=["tolokers", "synthetic"], default="tolokers")
+    p.add_argument("--num-nodes", type=int, default=200_000, help="synthetic graph (default %(default)s)")
+    p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up")
+    p.add_argument("--rounds", type=int, help="pinned/newest pairs, interleaved (default 3; --tiny: 1)")
+    p.add_argument("--num-procs", type=int, default=2)
+    p.add_argument("--tiny", action="store_true", help="a small synthetic graph, 2 epochs, 1 round")
+    p.add_argument("--out", type=Path, default=HERE / "results" / "stacks")
+    for stack, venv in VENVS.items():
+        p.add_argument(f"--{stack}-python", type=Path, default=venv / "bin" / "python",
+                       help=f"the {stack} set's interpreter (default %(default)s)")
+    p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # one run, result to this file
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.dataset, args.num_nodes, args.epochs = "synthetic", 3_000, 2
+    if args.rounds is None:
+        args.rounds = 1 if args.tiny else 3
+    return args
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One training run in this interpreter; writes epoch times and versions to ``args.worker``."""
+    sys.path.insert(0, str(HERE))
+    import bench_env  # noqa: F401  (first: graphtrainer from this checkout)
+    import torch
+    import workload
+    from graphtrainer import Callback, Trainer
+
+    class EpochTimes(Callback):
+        def __init__(self) -> None:
+            self.times: List[float] = []
+            self._t0 = 0.0
+
+        def state_dict(self) -> Dict[str, Any]:
+            return {"times": list(self.times)}
+
+        def load_state_dict(self, state: Dict[str, Any]) -> None:
+            self.times = list(state["times"])
+
+        def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+            self._t0 = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+            self.times.append(time.perf_counter() - self._t0)
+
+    spec = ({"dataset": "tolokers"} if args.dataset == "tolokers" else
+            {"dataset": "synthetic", "num_nodes": args.num_nodes, "avg_degree": 10, "feat_dim": 64})
+    graph = workload.build_graph(spec)
+    task = workload.BenchTask(graph, fanouts=[10, 10], hidden=128, batch_size=256, lr=3e-3, dropout=0.5)
+    timer = EpochTimes()
+    with tempfile.TemporaryDirectory() as tmp:
+        Trainer(num_procs=args.num_procs, max_epochs=args.epochs, progress_bar=False, logger=False,
+                default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
+    import dgl
+    args.worker.write_text(json.dumps({"epoch_times_s": timer.times, "torch": torch.__version__,
+                                       "dgl": dgl.__version__}))
+
+
+def run_once(stack: str, args: argparse.Namespace) -> Dict[str, Any]:
+    python = getattr(args, f"{stack}_python")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        cmd = [str(python), str(Path(__file__).resolve()), "--worker", str(out), "--dataset", args.dataset,
+               "--num-nodes", str(args.num_nodes), "--epochs", str(args.epochs),
+               "--num-procs", str(args.num_procs)]
+        env = dict(os.environ, DGLBACKEND="pytorch")
+        subprocess.run(cmd, check=True, env=env, timeout=1800)
+        return json.loads(out.read_text())
+
+
+def summarise(runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    epochs = {s: [t for r in rs for t in r["epoch_times_s"][1:]] for s, rs in runs.items()}
+    median = {s: statistics.median(t) for s, t in epochs.items()}
+    return {"median_epoch_s": median, "ratio_newest_over_pinned": median["newest"] / median["pinned"],
+            "versions": {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in runs.items()}}
+
+
+def render(summary: Dict[str, Any], args: argparse.Namespace, load: List[float]) -> str:
+    v, m = summary["versions"], summary["median_epoch_s"]
+    return "\n".join([
+        f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds, "
+        f"{args.epochs} epochs each, first left out)", "",
+        "| stack | torch | dgl | median epoch (s) |", "|---|---|---|---:|",
+        *(f"| {s} | {v[s]['torch']} | {v[s]['dgl']} | {m[s]:.3f} |" for s in ("pinned", "newest")),
+        "", f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x**",
+        f"load average before/after: {load[0]:.2f} / {load[1]:.2f}",
+        f"command: python benchmarks/stacks.py --dataset {args.dataset} --rounds {args.rounds} "
+        f"--epochs {args.epochs}" + (f" --num-nodes {args.num_nodes}" if args.dataset == "synthetic" else ""), ""])
+
+
+def main(argv: Any = None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    for stack in VENVS:
+        if not getattr(args, f"{stack}_python").exists():
+            raise SystemExit(f"error: {getattr(args, f'{stack}_python')} is missing: make it with "
+                             f"GRAPHTRAINER_STACK={stack} bash scripts/env.sh true")
+    load = [os.getloadavg()[0]]
+    runs: Dict[str, List[Dict[str, Any]]] = {"pinned": [], "newest": []}
+    for r in range(args.rounds):
+        for stack in (("pinned", "newest") if r % 2 == 0 else ("newest", "pinned")):
+            runs[stack].append(run_once(stack, args))
+    load.append(os.getloadavg()[0])
+    summary = summarise(runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "stacks.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+    (args.out / "stacks.md").write_text(render(summary, args, load))
+    print(render(summary, args, load))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Finding a run's files on disk (``ckpt_path="last"``/``"best"``), and removing a run
+folder that a failed start left with nothing in it."""
+from __future__ import annotations
+
+import csv
+import errno
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, List
+
+from .content import read_checkpoint
+
+_VERSION = re.compile(r"^version_(\d+)$")
+#: What a fit writes into its folder before its first epoch ends (config.yaml: the CLI writes it).
+_START_FILES = {"hparams.yaml", "metrics.csv", "config.yaml"}
+
+
+def prepare_run_dir(root: Path) -> Path:
+    """Create and return ``root/version_<n>`` with the next free ``n``; clear error if unwritable."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable", str(root))
+        taken = [int(p.name.split("_", 1)[1]) for p in root.glob("version_*")
+                 if p.name.split("_", 1)[1].isdigit()]
+        n = max(taken, default=-1) + 1
+        while True:
+            path = root / f"version_{n}"
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                n += 1
+    except OSError as err:
+        raise PermissionError(f"default_root_dir {root} cannot be written ({err.strerror or err}): "
+                              "pass Trainer(default_root_dir=...) a writable directory") from err
+
+
+def run_dirs(root: Path) -> List[Path]:
+    """``root/version_<n>`` folders, newest (highest ``n``) first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _VERSION.match(p.name))]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def find_checkpoint(which: str, callback: Any, root: str | os.PathLike) -> str:
+    """The file ``ckpt_path="last"`` or ``"best"`` means for ``callback`` (a ModelCheckpoint).
+
+    This trainer's own last fit answers first; otherwise (a fresh process, e.g. after a
+    crash) the folders on disk do: the callback's explicit ``dirpath``, or else the newest
+    run under ``root`` that has one. "best" is read from the ModelCheckpoint state saved in
+    that folder's newest checkpoint.
+    """
+    known = callback.best_model_path if which == "best" else callback.last_model_path
+    if known and Path(known).is_file():
+        return str(known)
+    folders = ([Path(callback.explicit_dirpath)] if callback.explicit_dirpath is not None
+               else [d / "checkpoints" for d in run_dirs(Path(root))])
+    for folder in folders:
+        path = _last_in(folder) if which == "last" else _best_in(folder, callback.state_key)
+        if path is not None:
+            return path
+    where = str(callback.explicit_dirpath) if callback.explicit_dirpath is not None else f"{root}/version_*/checkpoints"
+    raise ValueError(f"ckpt_path={which!r}: no {which} checkpoint found in {where}"
+                     + (" (save one with ModelCheckpoint(save_last=True))" if which == "last" else
+                        f" (none written by a ModelCheckpoint with {callback.state_key})")
+                     + ": run fit first, or pass a file path")
+
+
+def _last_in(folder: Path) -> str | None:
+    path = folder / "last.ckpt"
+    return str(path) if path.is_file() else None
+
+
+def _best_in(folder: Path, state_key: str) -> str | None:
+    if not folder.is_dir():
+        return None
+    for newest in sorted(folder.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True):
+        state = read_checkpoint(newest).get("callbacks", {}).get(state_key, {})
+        best = state.get("best_model_path")
+        if best and Path(best).is_file():
+            return str(best)
+    return None
+
+
+def remove_if_unused(run_dir: Path) -> bool:
+    """Remove ``run_dir`` if it holds only what a fit writes at its start (no metric row,
+    no checkpoint, nothing the user put there). Returns whether it did."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return False
+    for entry in run_dir.iterdir():
+        if entry.is_dir():
+            if entry.name != "checkpoints" or any(entry.iterdir()):
+                return False
+        elif entry.name not in _START_FILES or (entry.name == "metrics.csv" and _has_rows(entry)):
+            return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
+
+
+def _has_rows(path: Path) -> bool:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return sum(1 for _ in csv.reader(fh)) > 1

@@ -1,0 +1,240 @@
+"""Link-prediction minibatches over this rank's share of seed edges.
+
+:class:`EdgeLoader` splits edge ids (or positions in a list of node pairs) exactly as
+:class:`~graphtrainer.data.node_loader.NodeLoader` splits node ids, and samples each batch with
+DGL's ``as_edge_prediction_sampler``. Negatives come from :class:`PerEdgeUniform`: the
+``j``-th negative of an edge is a hash of ``(seed, epoch, edge, j)``, so it does not
+depend on the batch, the rank or the number of ranks (1 rank × 2b and 2 ranks × b see
+the same negatives, and evaluation sees the same ones every time).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
+
+import torch
+
+from .formats import sampler_formats
+from .hetero import check_typed_eids, flatten, type_spans
+from .node_loader import default_sampler, iterate_sampled
+from .sharded_loader import ShardedLoader
+from .sharding import check_seed_ids
+from .workers import BatchSampling
+
+EXCLUDE_MODES = (None, "self", "reverse_id", "reverse_types")
+
+_P = 2147483647  # 2**31 - 1: products of two residues stay below 2**62 (no int64 overflow)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    for _ in range(2):
+        x = x ^ (x >> 13)
+        x = (x * 1103515245 + 12345) % _P
+    return x
+
+
+def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tensor:
+    """``[len(keys), num]`` pseudo-random non-negative int64 values, a pure function of
+    ``(seed, epoch, key, j)``."""
+    base = _mix(torch.tensor([(int(seed) * 1_000_003 + int(epoch)) % _P], dtype=torch.int64))
+    h = _mix((keys.to(torch.int64) % _P) ^ base)
+    j = torch.arange(num, dtype=torch.int64)
+    return _mix((h.unsqueeze(1) * 31 + j.unsqueeze(0) + 1) % _P)
+
+
+class PerEdgeUniform:
+    """DGL negative sampler: ``k`` negatives per positive edge ``(u, v)``, namely ``(u, w)``
+    with ``w`` uniform over the nodes, reproducible from ``(seed, epoch, edge id)``.
+
+    The loader sets :attr:`seed` and :attr:`epoch`; :attr:`keys`, when set, maps edge ids
+    to the key hashed (positions in a pair list).
+    """
+
+    def __init__(self, k: int = 1):
+        if int(k) < 1:
+            raise ValueError(f"negatives per edge must be at least 1, got {k}")
+        self.k = int(k)
+        self.seed = 0
+        self.epoch = 0
+
+    #: On a heterograph: each edge type's offset in the flat edge-id space (set by the loader),
+    #: so that edges of two types with the same id get different negatives.
+    offsets: Optional[Dict[Any, int]] = None
+
+    def __call__(self, g: Any, eids: Any) -> Any:
+        if isinstance(eids, dict):  # heterograph: negatives of each type among its destination type
+            out = {}
+            for etype, ids in eids.items():
+                etype = g.to_canonical_etype(etype)
+                src, _ = g.find_edges(ids, etype=etype)
+                offset = (self.offsets or {}).get(etype, 0)
+                out[etype] = self.draw(src, ids + offset, g.num_nodes(etype[2]))
+            return out
+        src, _ = g.find_edges(eids)
+        return self.draw(src, eids, g.num_nodes())
+
+    def draw(self, src: torch.Tensor, keys: torch.Tensor, num_nodes: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        dst = edge_hash(self.seed, self.epoch, keys, self.k) % num_nodes
+        return src.repeat_interleave(self.k), dst.reshape(-1)
+
+
+def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:
+    """``reverse_eids`` as int64, or a ``ValueError``: one entry per edge, in range, and edge
+    ``reverse_eids[e]`` must run from ``dst(e)`` to ``src(e)`` (DGL itself does not check)."""
+    rev = torch.as_tensor(reverse_eids)
+    m = graph.num_edges()
+    if rev.dtype not in (torch.int64, torch.int32) or rev.dim() != 1 or rev.numel() != m:
+        raise ValueError(f"reverse_eids: expected a 1-D integer tensor with one entry per edge ({m}), "
+                         f"got dtype {rev.dtype} and shape {tuple(rev.shape)}")
+    rev = rev.to(torch.int64)
+    if m and (int(rev.min()) < 0 or int(rev.max()) >= m):
+        raise ValueError(f"reverse_eids: ids must lie in [0, {m}), found min {int(rev.min())} "
+                         f"and max {int(rev.max())}")
+    src, dst = graph.edges()
+    bad = ((src[rev] != dst) | (dst[rev] != src)).nonzero(as_tuple=True)[0]
+    if bad.numel():
+        e = int(bad[0])
+        raise ValueError(f"reverse_eids: {bad.numel()} of {m} entries do not point at the reverse edge, "
+                         f"e.g. edge {e} ({int(src[e])}->{int(dst[e])}) maps to edge {int(rev[e])} "
+                         f"({int(src[rev[e]])}->{int(dst[rev[e]])}). Build them with "
+                         "graphtrainer.datasets.link_split (or add reverse edges as the second half "
+                         "of the edge list and use torch.cat([arange(m, 2m), arange(m)])).")
+    return rev
+
+
+class _PairSampler:
+    """``as_edge_prediction_sampler``'s work for node pairs that need not be edges of the
+    graph (held-out evaluation edges): pair graphs, negatives, then blocks for their nodes."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, sampler: Any, negatives: Optional[PerEdgeUniform]):
+        self.src, self.dst, self.sampler, self.negatives = src, dst, sampler, negatives
+        self.output_device = getattr(sampler, "output_device", None)
+
+    def sample(self, g: Any, positions: torch.Tensor) -> Tuple[Any, ...]:
+        import dgl
+
+        n = g.num_nodes()
+        src, dst = self.src[positions], self.dst[positions]
+        pair = dgl.graph((src, dst), num_nodes=n)
+        if self.negatives is None:
+            pair = dgl.compact_graphs(pair)
+            input_nodes, _, blocks = self.sampler.sample(g, pair.ndata[dgl.NID])
+            return input_nodes, pair, blocks
+        nsrc, ndst = self.negatives.draw(src, positions, n)
+        neg = dgl.graph((nsrc, ndst), num_nodes=n)
+        pair, neg = dgl.compact_graphs([pair, neg])
+        input_nodes, _, blocks = self.sampler.sample(g, pair.ndata[dgl.NID])
+        return input_nodes, pair, neg, blocks
+
+
+class EdgeLoader(ShardedLoader):
+    """Link-prediction batches over this rank's share of seed edges.
+
+    ``sampler``: a DGL block sampler, or a list of fanouts (``NeighborSampler`` prefetching
+    ``feat``). ``edges``: edge ids of ``graph`` (1-D integer tensor or boolean mask over edges), or a
+    pair ``(src, dst)`` of node-id tensors (pairs need not be edges of the graph: held-out
+    validation/test edges). ``negatives``: an int ``k`` (``k`` uniform negatives per edge via
+    :class:`PerEdgeUniform`), any DGL negative sampler (edge ids only), or ``None``.
+    ``exclude``: ``None``, ``"self"`` or ``"reverse_id"`` (needs ``reverse_eids``; edge ids
+    only), removing the seed edges (and their reverses) from the sampled blocks.
+
+    On a heterograph ``edges`` is ``{etype: eids}`` (relation names or canonical triples):
+    each type is permuted and split evenly like :class:`~graphtrainer.data.node_loader.NodeLoader`'s
+    node types, batches hold ``{canonical etype: eids}`` and heterograph pair graphs,
+    ``negatives=k`` draws each type's negatives among its destination type, and
+    ``exclude="reverse_types"`` with ``reverse_etypes={etype: reverse}`` keeps the seed edges
+    and their reverses out of the blocks.
+
+    Yields what DGL's edge loader yields: ``(input_nodes, pair_graph, neg_pair_graph,
+    blocks)``, or ``(input_nodes, pair_graph, blocks)`` without negatives. The negatives
+    of ``negatives=k`` follow ``(seed, epoch)``: new ones each training epoch, and the same
+    ones at every evaluation (evaluation loaders stay at epoch 0).
+    """
+
+    def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *,
+                 negatives: Union[int, Callable, None] = 1, exclude: Optional[str] = None,
+                 reverse_eids: Any = None, shuffle: bool = True, drop_last: bool = False,
+                 even: Optional[str] = None, seed: int = 0, reverse_etypes: Optional[Dict[Any, Any]] = None,
+                 **dataloader_kwargs: Any):
+        import dgl
+
+        if isinstance(sampler, (list, tuple)):
+            sampler = default_sampler(graph, sampler, label_key="")
+        if not callable(getattr(sampler, "sample", None)):
+            raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) "
+                             f"or a list of fanouts, got {type(sampler).__name__}")
+        if exclude not in EXCLUDE_MODES:
+            raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
+        if exclude == "reverse_id" and reverse_eids is None:
+            raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
+        hetero = isinstance(edges, dict) or len(graph.canonical_etypes) > 1
+        if exclude == "reverse_types" and (not hetero or reverse_etypes is None):
+            raise ValueError('exclude="reverse_types" is for heterographs and needs reverse_etypes= '
+                             '({etype: its reverse etype}, e.g. {"has": "in", "in": "has"})')
+        if hetero and exclude == "reverse_id":
+            raise ValueError('exclude="reverse_id" takes a homogeneous graph; on a heterograph use '
+                             'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
+        n = graph.num_nodes()
+        self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        if hetero:
+            self.typed = check_typed_eids(edges, graph, "edge_dataloader edge ids")
+            self.spans = type_spans(self.typed, graph, edges=True)
+            ids = flatten(self.typed, self.spans)
+        elif isinstance(edges, (tuple, list)) and len(edges) == 2:
+            src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
+            dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
+            if src.numel() != dst.numel():
+                raise ValueError(f"edge_dataloader pairs: src has {src.numel()} nodes, dst {dst.numel()}")
+            if exclude is not None:
+                raise ValueError("exclude= applies to edge ids of the graph; node pairs are not "
+                                 "edges of it, so there is nothing to exclude: pass exclude=None")
+            self.pairs = (src, dst)
+            ids = torch.arange(src.numel())
+        else:
+            # Edge ids checked against the number of edges: DGL aborts in C++ otherwise.
+            ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
+        super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
+        self.graph = graph
+        self.reverse_eids = check_reverse_eids(graph, reverse_eids) if reverse_eids is not None else None
+        self.exclude = exclude
+        self.negatives: Any = PerEdgeUniform(negatives) if isinstance(negatives, int) else negatives
+        if self.pairs is not None and self.negatives is not None and not isinstance(self.negatives, PerEdgeUniform):
+            raise ValueError("node pairs take negatives=k (an int); DGL's negative samplers need edge ids")
+        if self.pairs is not None:
+            self.edge_sampler: Any = _PairSampler(*self.pairs, sampler, self.negatives)
+        else:
+            self.edge_sampler = dgl.dataloading.as_edge_prediction_sampler(
+                sampler, exclude=exclude, reverse_eids=self.reverse_eids, reverse_etypes=reverse_etypes,
+                negative_sampler=self.negatives)
+        if self.spans is not None and isinstance(self.negatives, PerEdgeUniform):
+            self.negatives.offsets = {etype: offset for etype, offset, _ in self.spans}
+        self.sampler = sampler
+        self.dataloader_kwargs = dataloader_kwargs
+        on_epoch = _NegativeEpoch(self.negatives) if isinstance(self.negatives, PerEdgeUniform) else None
+        self.sampling = BatchSampling(graph, self.edge_sampler, self.batch_size, drop_last, self.spans,
+                                      on_epoch=on_epoch, **dataloader_kwargs)
+
+    def sampled_formats(self) -> Set[str]:
+        """The graph formats this loader's sampling reads (edge ids need the edge list too)."""
+        return sampler_formats(self.edge_sampler) | ({"coo"} if self.pairs is None else set())
+
+    @property
+    def num_edges(self) -> int:
+        """Seed edges (or pairs) this loader covers over all ranks."""
+        return self.ids.numel()
+
+    def __iter__(self) -> Iterator[Any]:
+        if isinstance(self.negatives, PerEdgeUniform):
+            self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
+        # Pairs go through DGL's loader too (their positions are the indices): it fills in
+        # the features the block sampler asked to prefetch.
+        return iterate_sampled(self)
+
+
+class _NegativeEpoch:
+    """Sets the negative sampler's epoch in the process that samples (a worker's copy too)."""
+
+    def __init__(self, negatives: PerEdgeUniform):
+        self.negatives = negatives
+
+    def __call__(self, epoch: int) -> None:
+        self.negatives.epoch = epoch

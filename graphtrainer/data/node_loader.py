@@ -1,0 +1,116 @@
+"""Node loaders: minibatches of DGL blocks over this rank's share of seed nodes, the default
+neighbour sampler, and the fanout check."""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Iterator, List, Optional, Sequence, Set
+
+from .. import comm
+from .formats import sampler_formats
+from .hetero import check_typed_ids, flatten, type_spans
+from .sharded_loader import ShardedLoader
+from .sharding import check_seed_ids
+from .workers import BatchSampling
+
+
+class NodeLoader(ShardedLoader):
+    """Minibatches of DGL blocks over this rank's share of seed nodes.
+
+    The trainer calls :meth:`set_epoch` before each epoch, and :meth:`for_evaluation`
+    for validation, test and predict loaders, where every id must be seen exactly once.
+
+    Yields DGL's ``(input_nodes, output_nodes, blocks)``. On a heterograph ``ids`` is
+    ``{ntype: ids}`` and so are ``input_nodes`` and ``output_nodes`` (every given type is
+    a key of ``output_nodes``, empty when a batch has none of it); ``batch_size`` counts
+    seeds of all types together; each type is permuted and split evenly, and a rank's
+    batches mix the types in proportion (see :mod:`graphtrainer.data.hetero`). Evaluation
+    order, which predictions follow, is the dict's types one after the other.
+
+    ``dataloader_kwargs`` go to DGL's ``DataLoader``: ``num_workers=k`` samples in ``k``
+    worker processes per rank (``persistent_workers=True`` keeps them across epochs).
+    Each batch is sampled from its own seed ``(seed, rank, epoch, batch)``, so the batches
+    are the same with any number of workers (see :mod:`graphtrainer.data.workers`).
+    """
+
+    def __init__(
+        self,
+        graph: Any,
+        ids: Any,
+        sampler: Any,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        even: Optional[str] = None,
+        seed: int = 0,
+        **dataloader_kwargs: Any,
+    ):
+        if isinstance(ids, dict) or len(graph.ntypes) > 1:
+            self.typed = check_typed_ids(ids, graph)
+            self.spans = type_spans(self.typed, graph)
+            flat = flatten(self.typed, self.spans)
+        else:
+            flat = check_seed_ids(ids, graph.num_nodes())
+        super().__init__(flat, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
+        self.graph = graph
+        if getattr(sampler, "fanouts", None) is not None:
+            check_fanouts(sampler.fanouts)
+        self.sampler = sampler
+        self.dataloader_kwargs = dataloader_kwargs
+        self.sampling = BatchSampling(graph, sampler, self.batch_size, drop_last, self.spans, **dataloader_kwargs)
+
+    def sampled_formats(self) -> Set[str]:
+        """The graph formats this loader's sampling reads."""
+        return sampler_formats(self.sampler)
+
+    @property
+    def num_seeds(self) -> int:
+        """Seed nodes (of all types) this loader covers over all ranks."""
+        return self.ids.numel()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iterate_sampled(self)
+
+
+def iterate_sampled(loader: Any) -> Iterator[Any]:
+    """A node or edge loader's batches this epoch: its share through its ``BatchSampling``."""
+    share = loader.local_ids()
+    if share.numel() == 0:
+        return iter(())
+    return loader.sampling.iterate(share, loader.seed, comm.get_rank(), loader.epoch)
+
+
+def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
+    """A ``NeighborSampler`` that also gathers ``feat`` for input nodes and ``label`` for seeds.
+
+    A fanout of -1 takes every neighbour.
+    """
+    import dgl  # here, not at the top: the engine imports without DGL for plain-torch tasks
+
+    fanouts = check_fanouts(fanouts)
+    if len(graph.ntypes) > 1:
+        # Per type: DGL would fail on a type without the feature.
+        feats = {nt: [feat_key] for nt in graph.ntypes if feat_key in graph.nodes[nt].data} or None
+        labels = {nt: [label_key] for nt in graph.ntypes if label_key and label_key in graph.nodes[nt].data} or None
+        return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
+    feats = [feat_key] if feat_key in graph.ndata else None
+    labels = [label_key] if label_key in graph.ndata else None
+    return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
+
+
+def check_fanouts(fanouts: Any) -> List[Any]:
+    """``fanouts`` as a list, or a ``ValueError`` saying what is wrong (DGL would fail deep
+    inside sampling, or abort the process, on an empty list or a negative fanout)."""
+    try:
+        fanouts = list(fanouts)
+    except TypeError:
+        raise ValueError(f"fanouts={fanouts!r}: give one fanout per layer, e.g. [10, 10]") from None
+    if not fanouts:
+        raise ValueError("fanouts=[]: give one fanout per GNN layer, e.g. [10, 10] for two layers")
+    for layer, fanout in enumerate(fanouts):
+        values = fanout.values() if isinstance(fanout, dict) else [fanout]
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (value < 1 and value != -1):
+                raise ValueError(f"fanouts={fanouts!r}: layer {layer} has fanout {value!r}; each fanout must be "
+                                 "a positive number of neighbours, or -1 for all of them")
+    return fanouts

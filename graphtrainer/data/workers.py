@@ -1,0 +1,179 @@
+"""Sampling a rank's batches with DGL, in the rank or in DGL's worker processes.
+
+:class:`BatchSampling` turns one rank's share of seed ids into DGL batches through DGL's
+own ``DataLoader`` (its feature prefetching, its worker processes), but feeds it a
+map-style dataset of whole batches instead of a tensor of ids:
+
+- Each batch is sampled after seeding DGL from ``(seed, rank, epoch, batch index)``, so
+  what a batch samples does not depend on which process samples it: 0, 1 or 4 workers,
+  persistent or not, give the same batches in the same order (a map-style dataset keeps
+  torch's order; DGL's own id dataset interleaves its workers' chunks).
+- The share lives in shared memory and is rewritten in place each epoch, so
+  ``persistent_workers=True`` keeps the same worker processes across epochs and they
+  still see each epoch's permutation.
+- Every worker asks Linux to kill it when its rank dies (``PR_SET_PDEATHSIG``): a rank
+  killed with SIGKILL or ended by the launcher leaves no sampling process behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import signal
+import sys
+import warnings
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+
+import torch
+
+from .hetero import split_flat
+
+#: Keyword arguments of DGL's loader that graphtrainer sets itself.
+_OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
+
+
+def check_loader_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """``kwargs`` for DGL's ``DataLoader``, or a ``ValueError`` naming one graphtrainer owns."""
+    owned = sorted(set(kwargs) & set(_OWNED))
+    if owned:
+        raise ValueError(f"{', '.join(owned)}: set by graphtrainer's loader from its own arguments "
+                         "(batch_size, shuffle, drop_last, seed); the split between ranks is its own too")
+    workers = kwargs.get("num_workers", 0)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"num_workers={workers!r}: give a number of sampling processes per rank, 0 or more")
+    if kwargs.get("persistent_workers") and not workers:
+        raise ValueError("persistent_workers=True needs num_workers > 0")
+    return kwargs
+
+
+def batch_seed(seed: int, rank: int, epoch: int, index: int) -> int:
+    """The DGL seed of batch ``index`` of ``rank`` in ``epoch`` (a 31-bit mix of the four)."""
+    x = (int(seed) * 1_000_003 + 7919 * (int(rank) + 1)) % 2**61
+    x = (x * 6364136223846793005 + int(epoch) * 1442695040888963407 + int(index) + 1) % 2**64
+    x ^= x >> 29
+    return int(x % 2**31)
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+class _WorkerInit:
+    """Runs in each sampling worker: die with the rank, then the user's own init."""
+
+    def __init__(self, user_fn: Any = None):
+        self.user_fn = user_fn
+
+    def __call__(self, worker_id: int) -> None:
+        _die_with_parent()
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+class _Batches(torch.utils.data.IterableDataset):
+    """Batches ``(epoch, i, seeds)`` of the current share; worker ``w`` of ``W`` yields
+    batches ``w, w + W, ...``, which torch's round-robin over workers puts back in order.
+    ``share`` and ``state`` (epoch, number of ids) are shared with the workers and
+    rewritten each epoch. Iterable, not indexable: DGL tries ``torch.tensor(indices)`` on
+    whatever it is given, which on an indexable dataset would fetch its items."""
+
+    device = torch.device("cpu")  # DGL asks where custom indices live
+
+    def __init__(self, share: torch.Tensor, state: torch.Tensor, batch_size: int, num_batches: int,
+                 types: Optional[Sequence[Tuple[str, int, int]]]):
+        self.share, self.state = share, state
+        self.batch_size, self.num_batches, self.types = batch_size, num_batches, types
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[Tuple[int, int, Any]]:
+        info = torch.utils.data.get_worker_info()
+        first, step = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch, n = int(self.state[0]), int(self.state[1])
+        for i in range(first, self.num_batches, step):
+            ids = self.share[i * self.batch_size: min((i + 1) * self.batch_size, n)].clone()
+            if self.types is not None:
+                ids = split_flat(ids, self.types)
+            yield epoch, i, ids
+
+
+class _SeededSampler:
+    """DGL graph sampler that seeds DGL from the batch's key, then samples its seeds."""
+
+    def __init__(self, inner: Any, seed: int, rank: int, on_epoch: Any = None):
+        self.inner, self.seed, self.rank, self.on_epoch = inner, seed, rank, on_epoch
+        self.output_device = getattr(inner, "output_device", None)
+
+    def sample(self, g: Any, item: Tuple[int, int, Any]) -> Any:
+        import dgl
+
+        epoch, index, seeds = item
+        if self.on_epoch is not None:
+            self.on_epoch(epoch)  # in the sampling process: a persistent worker's copy too
+        dgl.seed(batch_seed(self.seed, self.rank, epoch, index))
+        return self.inner.sample(g, seeds)
+
+
+class BatchSampling:
+    """DGL batches of one rank's share of seeds, sampled here or in worker processes.
+
+    ``graph_sampler``: what DGL's loader would take (a block sampler, or an edge
+    prediction sampler). ``types``: for a heterograph, ``(type, offset, count)`` spans that
+    turn the flat ids of the share back into ``{type: ids}`` batches. ``dataloader_kwargs`` go
+    to DGL's ``DataLoader`` (``num_workers``, ``persistent_workers``, ``device``, ...).
+    ``on_epoch(epoch)``, when given, runs before each batch is sampled, in the process
+    that samples it (e.g. to set a negative sampler's epoch).
+    """
+
+    def __init__(self, graph: Any, graph_sampler: Any, batch_size: int, drop_last: bool,
+                 types: Optional[Sequence[Tuple[str, int, int]]] = None, on_epoch: Any = None,
+                 **dataloader_kwargs: Any):
+        self.on_epoch = on_epoch
+        self.graph, self.graph_sampler = graph, graph_sampler
+        self.batch_size, self.drop_last, self.types = batch_size, drop_last, types
+        self.kwargs = check_loader_kwargs(dict(dataloader_kwargs))
+        self._loader: Any = None
+        self._key: Any = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_loader"], state["_key"] = None, None  # worker processes are per rank
+        return state
+
+    def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int) -> Iterator[Any]:
+        """Batches of ``share`` (this rank's ids for ``epoch``), in order."""
+        n = share.numel()
+        num_batches = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        key = (n, num_batches, seed, rank)
+        if self._loader is None or self._key != key:
+            self._loader, self._key = self._build(n, num_batches, seed, rank), key
+        dataset = self._loader.dataset
+        dataset.share[:n].copy_(share)
+        dataset.state[0], dataset.state[1] = epoch, n
+        with warnings.catch_warnings():
+            # DGL advises pinning workers to cores on every iteration. graphtrainer's ranks
+            # already share the cores between them (threads_per_proc), so pinning a
+            # rank's workers to "node 0's first cores" would stack every rank's workers
+            # on the same cores: the advice is not followed, and not printed.
+            warnings.filterwarnings("ignore", message=".*CPU affinity.*")
+            return iter(self._loader)
+
+    def _build(self, n: int, num_batches: int, seed: int, rank: int) -> Any:
+        import dgl
+
+        kwargs = dict(self.kwargs)
+        workers = kwargs.get("num_workers", 0)
+        share = torch.empty(max(n, 1), dtype=torch.int64)
+        state = torch.zeros(2, dtype=torch.int64)
+        if workers:
+            share.share_memory_()
+            state.share_memory_()
+            kwargs["worker_init_fn"] = _WorkerInit(kwargs.get("worker_init_fn"))
+        dataset = _Batches(share, state, self.batch_size, num_batches, self.types)
+        sampler = _SeededSampler(self.graph_sampler, seed, rank, self.on_epoch)
+        return dgl.dataloading.DataLoader(self.graph, dataset, sampler,
+                                          batch_size=1, shuffle=False, drop_last=False, **kwargs)
+

@@ -1,0 +1,200 @@
+"""Node and edge loaders on a DistDGL ``DistGraph``: DGL's ``DistNodeDataLoader`` and
+``DistEdgeDataLoader`` over this rank's share, with the guarantees of
+:class:`~graphtrainer.data.node_loader.NodeLoader` (and ``EdgeLoader``) where DistDGL allows them.
+
+Two ways to give the seed nodes:
+
+- a ``DistTensor`` boolean mask (``g.ndata["train_mask"]``): each machine takes the masked
+  nodes of its own partition (what ``dgl.distributed.node_split(mask, force_even=False)``
+  gives it, read locally), so seeds, their neighbourhoods and features are mostly local.
+  The machine's share is permuted every epoch with ``(seed, epoch)`` and split evenly
+  between its ranks. Machines may hold different numbers of seeds (METIS balances the
+  training nodes, not exactly): the trainer then uses ``Join``. Evaluation sees every
+  masked node once; predictions come back in ascending (partition) node id.
+- a tensor of node ids (partition ids) or a plain boolean mask: one global permutation
+  per epoch, split over all ranks, exactly like ``NodeLoader`` (and in the given order
+  for evaluation), at the cost of locality.
+
+Features are never gathered whole: each batch reads the sampler's ``prefetch_node_feats``
+for its input nodes and ``prefetch_labels`` for its seeds from the ``DistGraph`` (local
+partition from shared memory, the rest over RPC), which DGL 2.1's
+``DistNodeDataLoader`` does not do by itself. Sampling of local seeds runs in the rank
+and is seeded per batch; the servers sample remote seeds with their own generators, so
+a run over several partitions is not bit-repeatable.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator, Optional, Tuple
+
+import torch
+
+from .. import comm as gdist
+from ..data.edge_loader import PerEdgeUniform, _PairSampler
+from ..data.node_loader import check_fanouts, default_sampler
+from ..data.sharded_loader import ShardedLoader
+from ..data.sharding import check_seed_ids
+from ..data.workers import batch_seed
+from .graph import is_dist_tensor, machine_share
+
+
+class _DistSampled(ShardedLoader):
+    """What the DistDGL loaders share: the scope of the split (each machine's own items,
+    or all ranks), DGL's distributed loader over the share, features read per batch."""
+
+    scope = "world"
+    #: Node loaders also read the sampler's ``prefetch_labels`` for their seeds.
+    seeds_are_nodes = True
+
+    def split_place(self) -> Tuple[int, int]:
+        return machine_share() if self.scope == "machine" else super().split_place()
+
+    def prediction_keys(self) -> Optional[torch.Tensor]:
+        """The ids of this rank's evaluation rows, which order the gathered predictions
+        (ascending id) when each machine split its own items; None otherwise."""
+        return self.local_ids() if self.scope == "machine" else None
+
+    def __iter__(self) -> Iterator[Any]:
+        share = self.local_ids()
+        if share.numel() == 0:
+            return iter(())
+        return self._batches(self._dgl_loader(share))
+
+    def _dgl_loader(self, share: torch.Tensor) -> Any:
+        raise NotImplementedError
+
+    def _batches(self, loader: Any) -> Iterator[Any]:
+        import dgl
+
+        feats = list(getattr(self.sampler, "prefetch_node_feats", None) or [])
+        labels = list(getattr(self.sampler, "prefetch_labels", None) or []) if self.seeds_are_nodes else []
+        rank = gdist.get_rank()
+        batches = iter(loader)
+        for index in itertools.count():
+            dgl.seed(batch_seed(self.seed, rank, self.epoch, index))  # the rank's own sampling repeats
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            input_nodes, blocks = batch[0], batch[-1]
+            for key in feats:
+                blocks[0].srcdata[key] = self.graph.ndata[key][input_nodes]
+            for key in labels:
+                blocks[-1].dstdata[key] = self.graph.ndata[key][batch[1]]
+            yield batch
+
+
+class DistNodeLoader(_DistSampled):
+    """Minibatches of DGL blocks over this rank's share of seed nodes of a ``DistGraph``.
+
+    Yields DGL's ``(input_nodes, output_nodes, blocks)`` with the prefetched features in
+    ``blocks[0].srcdata`` and labels in ``blocks[-1].dstdata``, as on one machine.
+    """
+
+    def __init__(self, graph: Any, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
+                 drop_last: bool = False, even: Any = None, seed: int = 0):
+        _check_homogeneous(graph, "node_dataloader")
+        if is_dist_tensor(ids):
+            self.scope = "machine"
+            flat = _machine_items(graph, ids, graph.num_nodes(), "node")
+        else:
+            flat = check_seed_ids(ids, graph.num_nodes())
+        super().__init__(flat, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
+        if getattr(sampler, "fanouts", None) is not None:
+            check_fanouts(sampler.fanouts)
+        self.graph, self.sampler = graph, sampler
+
+    @property
+    def num_seeds(self) -> int:
+        """Seeds this rank's machine (mask) or the whole job (ids) covers."""
+        return self.ids.numel()
+
+    def _dgl_loader(self, share: torch.Tensor) -> Any:
+        import dgl
+
+        return dgl.dataloading.DistNodeDataLoader(self.graph, share, self.sampler, batch_size=self.batch_size,
+                                                  shuffle=False, drop_last=self.drop_last)
+
+
+class DistEdgeLoader(_DistSampled):
+    """Link-prediction batches over this rank's share of seed edges of a ``DistGraph``:
+    DGL's ``DistEdgeDataLoader`` (its ``EdgeCollator``) with graphtrainer's negatives.
+
+    ``edges``: edge ids (partition numbering) split over all ranks, a ``DistTensor`` edge
+    mask (each machine its own partition's edges), or ``(src, dst)`` node pairs (partition
+    numbering, see :func:`graphtrainer.distdgl.partition.to_partition_ids`; held-out edges). ``negatives=k`` draws ``k`` per edge from a hash of
+    ``(seed, epoch, edge)`` as on one machine. ``exclude`` is refused: DGL 2.1's
+    ``DistGraph.sample_neighbors`` ignores ``exclude_edges`` (``dist_graph.py:1417``), so
+    the seed edges would silently stay in the blocks.
+
+    Yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` (no ``neg_pair_graph``
+    without negatives), features in ``blocks[0].srcdata``.
+    """
+
+    seeds_are_nodes = False
+
+    def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
+                 exclude: Optional[str] = None, shuffle: bool = True, drop_last: bool = False, even: Any = None,
+                 seed: int = 0):
+        _check_homogeneous(graph, "edge_dataloader")
+        if exclude is not None:
+            raise ValueError(f"exclude={exclude!r} on a DistGraph: DGL 2.1's DistGraph.sample_neighbors ignores "
+                             "exclude_edges, so the seed edges would stay in the sampled blocks unnoticed. Pass "
+                             "exclude=None (and hold validation/test edges out of the partitioned graph, as "
+                             "datasets.link_split does), or train this task on one machine")
+        if not isinstance(negatives, int) and negatives is not None:
+            raise ValueError("edge_dataloader on a DistGraph takes negatives=k (an int) or None")
+        if isinstance(sampler, (list, tuple)):
+            sampler = default_sampler(graph, sampler, label_key="")
+        self.negatives = PerEdgeUniform(negatives) if negatives is not None else None
+        self.pairs = None
+        if is_dist_tensor(edges):
+            self.scope = "machine"
+            ids = _machine_items(graph, edges, graph.num_edges(), "edge")
+        elif isinstance(edges, (tuple, list)) and len(edges) == 2:
+            n = graph.num_nodes()
+            src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
+            dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
+            if src.numel() != dst.numel():
+                raise ValueError(f"edge_dataloader pairs: src has {src.numel()} nodes, dst {dst.numel()}")
+            self.pairs = (src, dst)
+            ids = torch.arange(src.numel())
+        else:
+            ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
+        super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
+        self.graph, self.sampler = graph, sampler
+        # Pairs need not be edges of the graph: graphtrainer's pair sampler, on DGL's plain
+        # distributed loader. Edge ids: DGL's EdgeCollator (what DistEdgeDataLoader runs).
+        self.pair_sampler = _PairSampler(*self.pairs, sampler, self.negatives) if self.pairs is not None else None
+
+    @property
+    def num_edges(self) -> int:
+        return self.ids.numel()
+
+    def _dgl_loader(self, share: torch.Tensor) -> Any:
+        import dgl
+
+        if self.negatives is not None:
+            self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
+        if self.pair_sampler is not None:  # positions in the pair list
+            return dgl.distributed.DistDataLoader(share, batch_size=self.batch_size, shuffle=False,
+                                                  collate_fn=lambda pos: self.pair_sampler.sample(self.graph, torch.as_tensor(pos)),
+                                                  drop_last=self.drop_last)
+        return dgl.dataloading.DistEdgeDataLoader(self.graph, share, self.sampler, negative_sampler=self.negatives,
+                                                  batch_size=self.batch_size, shuffle=False, drop_last=self.drop_last)
+
+
+def _check_homogeneous(graph: Any, what: str) -> None:
+    if len(graph.ntypes) > 1 or len(graph.etypes) > 1:
+        raise ValueError(f"{what} on a DistGraph supports homogeneous graphs only (DGL 2.1's distributed "
+                         "loaders have no heterograph support)")
+
+
+def _machine_items(graph: Any, mask: Any, total: int, unit: str) -> torch.Tensor:
+    """The nodes (or edges) of this machine's partition that ``mask`` selects (a local read)."""
+    book = graph.get_partition_book()
+    if len(mask) != total:
+        raise ValueError(f"the mask has {len(mask)} entries for {total} {unit}s; pass a {unit} mask such as "
+                         f"g.{'n' if unit == 'node' else 'e'}data['train_mask']")
+    local = book.partid2nids(book.partid) if unit == "node" else book.partid2eids(book.partid)
+    return local[mask[local].bool()].to(torch.int64)

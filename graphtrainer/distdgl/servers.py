@@ -1,0 +1,224 @@
+"""This machine's DistDGL graph servers: started before the ranks, watched while they
+train, and gone when the run ends, however it ends.
+
+Each server is a fresh interpreter (``python -m graphtrainer.distdgl.servers``) that loads
+this machine's partition into shared memory and serves DGL's RPC until the ranks'
+rank-0 client asks the servers to shut down (the end of a successful run). On a failure
+or Ctrl-C the launcher stops them itself: SIGTERM, then SIGKILL. A server that dies
+while the ranks train ends the run with a :class:`~graphtrainer.RankFailedError`
+naming it and the end of its log.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, List, Optional, Set
+
+from .cluster import Cluster
+from ..errors import RankFailedError
+from ..launch.supervisor import WatchedService
+from ..launch.local import _die_with_parent
+
+#: Seconds servers get to exit by themselves after a successful run (the ranks' client 0
+#: has asked them to shut down), and after SIGTERM, before they are killed.
+SHUTDOWN_WAIT_S = 15.0
+TERMINATE_GRACE_S = 3.0
+SHM_DIR = "/dev/shm"
+#: Seconds a run waits for another DistDGL run on the machine, and for its servers to listen.
+LOCK_WAIT_S = 900.0
+READY_WAIT_S = 120.0
+LOCK_NAME = "\0graphtrainer-distdgl-graph-servers"
+#: Lines of a failed server's log quoted in the error.
+LOG_TAIL_LINES = 15
+
+
+class GraphServer(WatchedService):
+    """One graph server process of this machine."""
+
+    def __init__(self, cluster: Cluster, index: int, log_dir: Path):
+        self.index = index
+        self.server_id = cluster.machine_rank * cluster.options.num_servers + index
+        self.label = (f"graph server {self.server_id} on machine {cluster.describe()}, port "
+                      f"{cluster.server_port(index)}")
+        self.log_path = log_dir / f"server{self.server_id}.log"
+        env = dict(os.environ, DGL_ROLE="server", DGL_SERVER_ID=str(self.server_id),
+                   DGL_NUM_SERVER=str(cluster.options.num_servers), DGL_NUM_CLIENT=str(cluster.num_clients),
+                   DGL_IP_CONFIG=cluster.ip_config_path, DGL_CONF_PATH=cluster.options.part_config,
+                   DGL_DIST_MODE="distributed", DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
+        package_root = str(Path(__file__).resolve().parent.parent)  # importable even when not installed
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", "from graphtrainer.distdgl.servers import main; main()"],
+                                         env=env,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        self.label += f", pid {self.proc.pid}"
+
+    def failure(self) -> Optional[RankFailedError]:
+        code = self.proc.poll()
+        if code is None or code == 0:  # running, or shut down when the ranks asked
+            return None
+        how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return RankFailedError(-1, "GraphServerDied", f"{how} while the ranks needed it", self.log_tail(),
+                               process=self.label)
+
+    def log_tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+    def stop(self, wait_s: float) -> None:
+        """Let the server exit within ``wait_s``, then SIGTERM, then SIGKILL; reap it."""
+        for sig, seconds in ((None, wait_s), (signal.SIGTERM, TERMINATE_GRACE_S), (signal.SIGKILL, 10.0)):
+            if self.proc.poll() is not None:
+                return
+            if sig is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=seconds)
+
+
+@contextlib.contextmanager
+def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
+    """Start this machine's servers and wait until they listen; on leaving, stop them:
+    after a clean exit they get :data:`SHUTDOWN_WAIT_S` to finish by themselves, after an
+    exception (SIGTERM included) none. No server process, shared-memory segment, log
+    folder or written ip_config outlives the block.
+
+    One DistDGL run per machine at a time: DGL names the features' shared memory after
+    the feature key alone (``node~_N~feat-kvdata-``, ``dgl/distributed/kvstore.py:909``),
+    so two runs' servers would read each other's data. A second run waits for the first.
+    """
+    with _machine_lock(), _terminate_as_exit():
+        log_dir = Path(tempfile.mkdtemp(prefix="graphtrainer-servers-"))
+        servers: List[GraphServer] = []
+        clean = False
+        shm_before = _shared_memory()
+        try:
+            for index in range(cluster.options.num_servers):
+                servers.append(GraphServer(cluster, index, log_dir))
+            _wait_listening(servers, cluster)
+            yield servers
+            clean = True
+        finally:
+            for server in servers:
+                server.stop(SHUTDOWN_WAIT_S if clean else 0.0)
+            _remove_left_segments(shm_before, cluster.options.graph_name)  # ours: we hold the machine
+            shutil.rmtree(log_dir, ignore_errors=True)
+            if cluster.options.ip_config is None:  # the loopback file resolve_cluster wrote
+                shutil.rmtree(os.path.dirname(cluster.ip_config_path), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    """Hold this machine's DistDGL lock: an abstract Unix socket, per network namespace
+    (so per machine, simulated ones included), released when this process ends."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline, told = time.monotonic() + LOCK_WAIT_S, False
+    try:
+        while True:
+            try:
+                sock.bind(LOCK_NAME)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another DistDGL run has held this machine's graph servers for "
+                                       f"{LOCK_WAIT_S:.0f} s; DGL's shared memory allows one run per machine "
+                                       "at a time: let it finish, or run on other machines") from None
+                if not told:
+                    print("[graphtrainer] another DistDGL run is using this machine's graph servers (DGL's shared "
+                          "memory allows one at a time): waiting for it to finish", file=sys.stderr, flush=True)
+                    told = True
+                time.sleep(0.5)
+        yield
+    finally:
+        sock.close()
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (scancel, a time limit) unwinds like Ctrl-C, so the servers are stopped and
+    their shared memory removed; Python's default would end this process on the spot."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _wait_listening(servers: List[GraphServer], cluster: Cluster) -> None:
+    """Until every server listens (ranks started earlier wait 3 s per failed connect, DGL's
+    retry step), or one failed; never longer than :data:`READY_WAIT_S`. Reads the socket
+    table: a probe connection would count as one of the server's clients."""
+    deadline = time.monotonic() + READY_WAIT_S
+    ports = {cluster.server_port(s.index) for s in servers}
+    while time.monotonic() < deadline:
+        for server in servers:
+            failure = server.failure()
+            if failure is not None:
+                raise failure
+        if ports <= _listening_ports():
+            return
+        time.sleep(0.1)
+
+
+def _listening_ports() -> Set[int]:
+    found: Set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                found.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return found
+
+
+def _shared_memory() -> Set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def _remove_left_segments(before: Set[str], graph_name: str) -> None:
+    """Remove the shared-memory segments of servers that could not clean up (killed):
+    the graph (named after it) and the features (DGL's ``node~<type>~<key>-kvdata-``),
+    made since the servers started. Called once they are all gone."""
+    for name in _shared_memory() - before:
+        if name.startswith((graph_name, "node~", "edge~")):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(SHM_DIR, name))
+
+
+def main() -> None:
+    """A server process: serve this machine's partition until the ranks shut it down."""
+    _die_with_parent()  # never outlive the launching process, even if it is killed
+    import dgl
+
+    dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])  # DGL_ROLE=server: serves, then exits
+
+
+if __name__ == "__main__":
+    main()

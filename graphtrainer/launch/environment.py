@@ -1,0 +1,136 @@
+"""Ranks that already exist: reading the rank layout torchrun or Slurm set and running this
+process's rank (:class:`ExistingRanks`), and picking a free port for a rendezvous this
+process hosts."""
+from __future__ import annotations
+
+import os
+import random
+import socket
+from typing import Any, Optional, Sequence
+
+from ..comm import RankInfo
+from .base import Launcher, RankTarget
+
+
+class ExistingRanks(Launcher):
+    """This process is one rank of a job that torchrun or Slurm started: it runs here, and
+    rank 0 numbers the run folder for all of them."""
+
+    makes_run_dir = False
+    run_dir_from_rank0 = True
+    in_other_processes = False
+
+    def __init__(self, info: RankInfo):
+        self.info = info
+
+    def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
+        return target(self.info, *args)
+
+
+def _int_env(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError as err:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+
+
+def _first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list such as ``node[03-05,09],gpu1`` (no scontrol needed)."""
+    first = nodelist.split(",")[0]
+    if "[" not in first:
+        return first
+    prefix, rest = first.split("[", 1)
+    start = rest.split(",")[0].split("-")[0].rstrip("]")
+    return prefix + start
+
+
+def detect_external_launch() -> Optional[RankInfo]:
+    """Rank layout set by torchrun or Slurm, or ``None`` when nothing started us.
+
+    torchrun sets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
+    Slurm's ``srun`` sets ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A Slurm job
+    with one task (``python train.py`` inside ``sbatch``) is not an external launch: the
+    trainer then launches its own ranks as usual.
+    """
+    rank, world = _int_env("RANK"), _int_env("WORLD_SIZE")
+    if rank is not None and world is not None:
+        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            raise RuntimeError(
+                "RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not: start the "
+                "script with torchrun, or export MASTER_ADDR and MASTER_PORT on every rank."
+            )
+        return RankInfo(
+            rank=rank,
+            local_rank=_int_env("LOCAL_RANK") or 0,
+            world_size=world,
+            master_addr=os.environ["MASTER_ADDR"],
+            master_port=int(os.environ["MASTER_PORT"]),
+            source="torchrun",
+        )
+    ntasks = _int_env("SLURM_NTASKS")
+    procid = _int_env("SLURM_PROCID")
+    if ntasks is not None and procid is not None and ntasks > 1:
+        addr = os.environ.get("MASTER_ADDR") or _first_slurm_host(
+            os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_NODELIST", "127.0.0.1")
+        )
+        port = _int_env("MASTER_PORT")
+        if port is None:
+            # Same on every task of the job, different between concurrent jobs, and below
+            # the ephemeral range (32768 by default; see free_port).
+            port = 15000 + (_int_env("SLURM_JOB_ID") or 0) % 17000
+        return RankInfo(
+            rank=procid,
+            local_rank=_int_env("SLURM_LOCALID") or 0,
+            world_size=ntasks,
+            master_addr=addr,
+            master_port=port,
+            source="slurm",
+        )
+    return None
+
+
+def one_process_per_machine() -> Optional[str]:
+    """None when this process may act for its whole machine (a DistDGL launcher), else what
+    says it is one of several ranks: torchrun's variables, or more Slurm tasks than nodes."""
+    if _int_env("RANK") is not None and _int_env("WORLD_SIZE") is not None:
+        return "RANK/WORLD_SIZE are set (torchrun starts one process per rank)"
+    ntasks = _int_env("SLURM_NTASKS")
+    nodes = _int_env("SLURM_NNODES") or _int_env("SLURM_JOB_NUM_NODES")
+    if ntasks is not None and nodes is not None and ntasks > nodes:
+        return f"Slurm started {ntasks} tasks on {nodes} node(s)"
+    return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now, below the kernel's ephemeral range.
+
+    The port is handed to a server that binds it later (a torchrun agent, a store). Ports
+    in the ephemeral range are also given to outgoing connections as their source port,
+    and a client that retries connecting to such a port before its server listens can even
+    be connected to itself; either makes the server's bind fail. Below the range neither
+    happens.
+    """
+    start = _ephemeral_start()
+    pick = random.SystemRandom()  # not the seeded global generators
+    for _ in range(64):
+        port = pick.randrange(max(1024, start - 12000), start)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a crowded range: any free port
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default

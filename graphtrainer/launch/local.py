@@ -1,0 +1,235 @@
+"""Start this machine's ranks as local processes (fork, spawn or forkserver) and bring back
+rank 0's result; :mod:`graphtrainer.launch.supervisor` watches them meanwhile."""
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import gc
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+# Registers torch's shared-memory reductions for tensors sent to spawned children.
+import torch.multiprocessing  # noqa: F401
+
+from .. import heartbeat
+from ..checkpoint.file import remove_partials_on_signals
+from ..comm import RankInfo
+from ..state import TrainerConfig
+from . import forkserver
+from .base import Launcher, RankTarget
+from .fork_safety import start_method, thread_count
+from .lean import import_rank_modules, limit_malloc_caches
+from .pickling import start_process
+from .placement import Placement
+from .preflight import prepare_graphs
+from .supervisor import FailureChannel, Watch, WatchedService, end_all
+from .threads import available_cores, set_threads
+
+#: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
+#: "forkserver" (forked from a clean server process, see :mod:`graphtrainer.launch.forkserver`).
+LAUNCH_METHODS = ("fork", "spawn", "forkserver")
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent exits, so no rank is orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _child_entry(
+    rank: int,
+    world_size: int,
+    listener: socket.socket,
+    conn: Any,
+    target: Callable[..., Any],
+    args: Sequence[Any],
+    threads: int,
+    fresh_thread: bool,
+    board: Any,
+    stack_dir: str,
+    placement: Optional[Placement] = None,
+) -> None:
+    _die_with_parent()
+    limit_malloc_caches()
+    heartbeat.attach(board, rank)
+    # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
+    stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the launching process set for itself
+    remove_partials_on_signals()
+    if placement is None or placement.master_addr is None:
+        port = listener.getsockname()[1]
+        listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
+        listener.close()
+        if sys.platform.startswith("linux") and any(name == "lo" for _, name in socket.if_nameindex()):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets: loopback too
+        info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
+                        master_port=port, source="launcher", listen_fd=listen_fd)
+    else:
+        assert placement.master_addr is not None
+        if placement.socket_ifname:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", placement.socket_ifname)
+        info = RankInfo(rank=placement.first_rank + rank, local_rank=rank, world_size=placement.world_size,
+                        master_addr=placement.master_addr, master_port=placement.master_port,
+                        source="launcher")
+    outcome: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            set_threads(threads)
+            result = target(info, *args)
+            _send(conn, ("ok", rank, result if rank == 0 else None, time.monotonic()))
+        except BaseException as err:  # noqa: BLE001 - everything is reported to the parent
+            outcome["failed"] = True
+            try:
+                _send(conn, ("error", rank, (type(err).__name__, str(err), traceback.format_exc()),
+                             time.monotonic()))
+            except Exception:  # noqa: BLE001 - the pipe itself may be gone
+                pass
+
+    if fresh_thread:
+        # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
+        # parent's OpenMP thread pool hangs at its first parallel region (a
+        # 2-rank fork after OpenMP use in the parent sat idle forever).
+        worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
+        worker.start()
+        worker.join()
+    else:
+        run()
+    conn.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if outcome.get("failed"):
+        os._exit(1)
+
+
+def _send(conn: Any, message: tuple) -> None:
+    # Plain pickle, not multiprocessing's: that one passes tensors as shared-memory file
+    # descriptors, which vanish when this process exits right after sending.
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+#: Why a forked rank could not train, by the probe's exit code.
+def launch(
+    target: Callable[..., Any],
+    args: Sequence[Any],
+    world_size: int,
+    method: str,
+    threads_per_proc: int,
+    hang_timeout: Optional[float] = None,
+    placement: Optional[Placement] = None,
+    services: Sequence[WatchedService] = (),
+    job: Optional[FailureChannel] = None,
+) -> Any:
+    """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
+
+    Raises :class:`RankFailedError` for the first rank that fails, or for the ranks that
+    made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.
+    With ``placement`` the processes are this machine's share of a larger job (and the
+    result is that of its first rank); a failed ``services`` process ends the run too, and
+    ``job`` carries failures between machines (closed here).
+    """
+    if method not in LAUNCH_METHODS:
+        raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")
+    if method == "forkserver":
+        ctx = forkserver.context()
+        forkserver.start_server()  # no-op when prepare_graphs already started it
+    else:
+        ctx = mp.get_context(method)
+    # Only a fork inherits the parent's OpenMP state, only a parent with threads besides
+    # its main one can have an OpenMP pool whose state would hang the rank, and a rank
+    # limited to one thread never enters that pool. Otherwise ranks stay in their main
+    # thread: DGL picks each thread's random stream by the order in which threads first
+    # used its generator in the process, and a forked main thread keeps the parent's
+    # (first) one, while a fresh thread's would depend on what the parent did before fit.
+    fresh_thread = method == "fork" and threads_per_proc > 1 and thread_count() != 1
+    procs: List[mp.process.BaseProcess] = []
+    conns: Dict[int, Any] = {}
+    succeeded = False
+    # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
+    listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
+    board = heartbeat.new_board(ctx, world_size)
+    stack_dir = tempfile.mkdtemp(prefix="graphtrainer-stacks-")
+    if method == "fork":
+        import_rank_modules()  # once here, shared by every rank, instead of once per rank
+        gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
+    try:
+        for rank in range(world_size):
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_child_entry,
+                args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread,
+                      board, stack_dir, placement),
+                name=f"graphtrainer-rank{rank}",
+                daemon=False,
+            )
+            try:
+                start_process(proc, method, args)
+            except BaseException:
+                recv.close()
+                raise
+            finally:
+                send.close()
+            procs.append(proc)
+            conns[rank] = recv
+        listener.close()
+        if method == "fork":
+            gc.unfreeze()
+        watch = Watch(procs, conns, method, board, hang_timeout, stack_dir, placement, services, job)
+        result = watch.run()
+        succeeded = True
+        return result
+    finally:
+        listener.close()
+        gc.unfreeze()
+        if job is not None:
+            job.close()  # (the watch closes it too; closing twice is harmless)
+        try:
+            # After success the ranks are only tearing down: give them time to exit.
+            end_all(procs, wait_s=30.0 if succeeded else 0.0)
+        finally:
+            if method == "forkserver":
+                forkserver.stop_server()  # no server outlives the launch
+        for conn in conns.values():
+            conn.close()
+        for proc in procs:
+            proc.close()  # its sentinel pipe, now rather than at garbage collection
+        shutil.rmtree(stack_dir, ignore_errors=True)
+
+
+class LocalLauncher(Launcher):
+    """This machine's ranks as new local processes (fork, spawn or forkserver): the start
+    method is chosen (and refused where ranks could not start) when the launcher is made;
+    :meth:`run` prepares the task's graphs for it, then starts and watches the ranks."""
+
+    def __init__(self, config: TrainerConfig, task: Any):
+        self.config, self.task = config, task
+        self.method = start_method(config.launcher, bool(config.device_ids), task)
+
+    def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
+        return self.start(target, args)
+
+    def start(self, target: RankTarget, args: Sequence[Any], placement: Optional[Placement] = None,
+              services: Sequence[WatchedService] = (), job: Optional[FailureChannel] = None) -> Any:
+        """:func:`launch` with the trainer's options; ``placement``, ``services`` and ``job``
+        for a machine's share of a job over several machines."""
+        config = self.config
+        prepare_graphs(self.task, self.method)
+        threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
+        return launch(target, args, config.num_procs, self.method, threads, config.hang_timeout,
+                      placement=placement, services=services, job=job)

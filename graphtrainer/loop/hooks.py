@@ -1,0 +1,77 @@
+"""What both loops of a rank use: hook dispatch, the model, and the result handed back."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterable, Iterator, List, Optional
+
+from torch import nn
+
+from .. import heartbeat
+from ..state import RunResult, callback_states
+from .context import RankContext
+
+
+def call_hook(ctx: RankContext, hook: str, *args: Any, callbacks: Optional[Iterable[Any]] = None,
+              task_too: bool = True) -> None:
+    """``hook`` of ``callbacks`` (all active ones by default), in order, then the task's.
+    Callbacks get ``(ctx, task, *args)``: the context is their ``trainer``."""
+    heartbeat.beat(hook)
+    with ctx.section(f"hook {hook}"):
+        for cb in ctx.active_callbacks if callbacks is None else callbacks:
+            getattr(cb, hook)(ctx, ctx.task, *args)
+        if task_too:
+            getattr(ctx.task, hook)(*args)
+
+
+def call_after_reduction(ctx: RankContext, hook: str) -> None:
+    """``hook`` of the callbacks that act on the epoch's reduced metrics
+    (:attr:`Callback.after_reduction`), after the task's; the task's is not called."""
+    call_hook(ctx, hook, callbacks=[cb for cb in ctx.active_callbacks if cb.after_reduction], task_too=False)
+
+
+def before_reduction(callbacks: List[Any]) -> List[Any]:
+    return [cb for cb in callbacks if not cb.after_reduction]
+
+
+def build_model(ctx: RankContext) -> nn.Module:
+    """The task's plain model on this rank's device (built here unless assigned in ``__init__``)."""
+    task = ctx.task
+    module = task.module
+    if module is None:
+        heartbeat.beat("configure_model")
+        module = task.configure_model()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{type(task).__name__}.configure_model() returned "
+                            f"{type(module).__name__}: return a torch.nn.Module")
+    elif ctx.state.launched:
+        # Parameters that travelled to a spawned rank live in shared memory, so every
+        # rank's optimizer would step the same storage (one SGD step moved a weight by twice
+        # the update): own a copy.
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            tensor.data = tensor.data.clone()
+    module.to(ctx.state.device)
+    task.model = module
+    return module
+
+
+@contextlib.contextmanager
+def model_as(task: Any, model: nn.Module) -> Iterator[None]:
+    """``task.model`` is ``model`` inside the block: the DDP wrapper during ``fit``, the
+    plain model while evaluating (DDP's forward may broadcast buffers, which ranks with
+    uneven batch counts would hang on)."""
+    before = task.model
+    task.model = model
+    try:
+        yield
+    finally:
+        task.model = before
+
+
+def result(ctx: RankContext, with_weights: bool = False, **fields: Any) -> RunResult:
+    """What this rank hands back (the caller keeps rank 0's)."""
+    state = ctx.state
+    weights = None
+    if with_weights and state.launched:
+        weights = {k: v.detach().cpu() for k, v in ctx.task.module.state_dict().items()}
+    return RunResult(state=state.for_caller(), callback_states=callback_states(ctx.callbacks),
+                     state_dict=weights, **fields)
