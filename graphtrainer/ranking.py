@@ -165,3 +165,22 @@ class LinkScores:
         top = torch.topk(neg.reshape(-1).double(), min(k, neg.numel())).values
         pooled = gdist.all_gather_tensor(top)
         return float(torch.topk(pooled, k).values[-1]) if pooled.numel() >= k else None
+
+
+# Plain metrics for a task's own epoch-end code (gathered predictions, or one batch).
+
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """ROC-AUC of binary ``labels`` given positive-class ``scores`` (scikit-learn)."""
+    from sklearn.metrics import roc_auc_score
+
+    labels = labels.detach().cpu().numpy()
+    if len(set(labels.tolist())) < 2:
+        return float("nan")
+    return float(roc_auc_score(labels, scores.detach().float().cpu().numpy()))
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Fraction of rows whose arg-max equals the label, as a 0-d tensor (no host sync)."""
+    if labels.numel() == 0:
+        return torch.zeros((), device=logits.device)
+    return (logits.argmax(dim=-1) == labels).float().mean()
