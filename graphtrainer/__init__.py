@@ -8,7 +8,7 @@ from ._compat import install as _install_compat
 
 _install_compat()  # before any import of dgl: lets DGL 2.1 load on a torch it was not built for
 
-from .loop.seeding import install_dgl_stream_claim  # noqa: E402
+from ._compat.dgl_2_1_streams import install_dgl_stream_claim  # noqa: E402
 
 install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
 

@@ -1,5 +1,9 @@
 """Reference GNNs: GraphSAGE for block (minibatch) training as in DGL's examples, a link
-predictor (SAGE encoder + edge scorer) and a graph classifier with a readout."""
+predictor (SAGE encoder + edge scorer) and a graph classifier with a readout.
+
+Their layers are :mod:`graphtrainer.nn`'s, so each model takes DGL's graphs and blocks or
+graphtrainer's torch-only blocks (a GPU rank with DGL's CPU-only wheel gets the latter), with
+the parameter names and results of the ``dgl.nn`` layers they replace."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
@@ -18,7 +22,7 @@ class SAGE(nn.Module):
     def __init__(self, in_feats: int, hidden: int, out_feats: int, num_layers: int = 2,
                  dropout: float = 0.5, aggregator: str = "mean"):
         super().__init__()
-        from dgl.nn import SAGEConv
+        from .nn import SAGEConv
 
         if num_layers < 1:
             raise ValueError("num_layers must be at least 1")
@@ -81,7 +85,7 @@ class HeteroSAGE(nn.Module):
                  hidden: int, out_feats: int, num_layers: int = 2, dropout: float = 0.5, embed_dim: int = 64,
                  aggregate: str = "sum", sparse_embeddings: Optional[Dict[str, Any]] = None):
         super().__init__()
-        from dgl.nn import HeteroGraphConv, SAGEConv
+        from .nn import HeteroGraphConv, SAGEConv
 
         if num_layers < 1:
             raise ValueError("num_layers must be at least 1")
@@ -160,9 +164,9 @@ class LinkPredictor(nn.Module):
         return tuple(self.score(g, h) for g in pair_graphs)
 
     def score(self, pair_graph: Any, h: torch.Tensor) -> torch.Tensor:
-        src, dst = pair_graph.edges()
-        prod = h[src] * h[dst]
-        return prod.sum(-1) if self.mlp is None else self.mlp(prod).squeeze(-1)
+        from .nn import score_edges
+
+        return score_edges(pair_graph, h, self.mlp)
 
 
 class GraphClassifier(nn.Module):
@@ -173,7 +177,7 @@ class GraphClassifier(nn.Module):
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  readout: str = "mean"):
         super().__init__()
-        from dgl.nn import GraphConv
+        from .nn import GraphConv
 
         if readout not in ("mean", "sum", "max"):
             raise ValueError(f"readout={readout!r}: choose 'mean', 'sum' or 'max'")
@@ -186,12 +190,9 @@ class GraphClassifier(nn.Module):
         self.classify = nn.Linear(hidden, num_classes)
 
     def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor:
-        import dgl
+        from .nn import readout
 
         h = x
         for conv in self.convs:
             h = torch.relu(conv(graph, h))
-        with graph.local_scope():
-            graph.ndata["h"] = h
-            pooled = {"mean": dgl.mean_nodes, "sum": dgl.sum_nodes, "max": dgl.max_nodes}[self.readout](graph, "h")
-        return self.classify(pooled)
+        return self.classify(readout(graph, h, self.readout))

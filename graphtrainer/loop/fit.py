@@ -20,11 +20,13 @@ from .. import comm as gdist
 from .. import heartbeat
 from ..checkpoint.content import _to_cpu, load_checkpoint, restore_training_state
 from ..state import RunResult, RunState
-from .batches import batch_limit, check_loaders, count_batches, exact_len, for_evaluation, set_epoch, with_last
+from .batches import (batch_limit, batch_transfer, check_loaders, count_batches, exact_len, for_evaluation,
+                      set_epoch, with_last)
 from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
 from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
+from ..launch.lean import trim_after_epoch
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
 from .profiler import table as profile_table
@@ -75,6 +77,7 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
             while state.current_epoch < config.max_epochs and not state.should_stop:
                 _train_epoch(fit)
                 _end_epoch(fit)
+                trim_after_epoch(config.allocator)  # once per epoch: no page faults per batch
             with ctx.section("fit end"):
                 call_hook(ctx, "on_fit_end")
                 call_hook(ctx, "teardown", "fit")
@@ -181,9 +184,11 @@ def _train_batches(fit: _Fit) -> None:
     limit = batch_limit(fit.train_loader, config.limit_train_batches)
     acc = config.accumulate_grad_batches
     micro = 0
-    for batch_idx, batch, is_last in with_last(fit.train_loader, limit, "the training loader", section):
+    transfer = batch_transfer(task, state.device, config)
+    for batch_idx, batch, is_last in with_last(transfer.batches(fit.train_loader), limit, "the training loader",
+                                               section):
         with section("to device"):
-            batch = task.transfer_batch_to_device(batch, state.device)
+            batch = transfer.to_device(batch)
         log.begin_step("training_step", batch)
         log.metrics.start_step()
         micro += 1
