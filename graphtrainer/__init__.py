@@ -19,6 +19,18 @@ from .errors import RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
-__all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
+__all__ = ["GraphTask", "Trainer", "GraphTaskCLI", "Callback", "ModelCheckpoint", "EarlyStopping",
            "LearningRateMonitor", "ModelSummary", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
            "__version__"]
+
+
+def __getattr__(name: str):
+    # The command line sits above the engine and needs the optional jsonargparse ([cli] extra):
+    # loaded on first use only, so `import graphtrainer` (and the engine) never imports it.
+    if name == "GraphTaskCLI":
+        import importlib
+
+        cli = importlib.import_module("graphtrainer.cli")
+        cli.require_jsonargparse()  # ImportError naming the [cli] extra when it is missing
+        return cli.GraphTaskCLI
+    raise AttributeError(f"module 'graphtrainer' has no attribute {name!r}")

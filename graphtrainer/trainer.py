@@ -26,9 +26,11 @@ from .launch.environment import ExistingRanks, detect_external_launch
 from .launch.lean import allocator_option
 from .launch.local import LocalLauncher
 from .loop.ddp import check_ddp_kwargs
+from .loop.loggers import check_logger
 from .loop.context import RankContext
 from .loop.runtime import run_rank
 from .state import RunResult, RunState, RunView, TrainerConfig
+from .nn.sparse_embedding import check_sparse_embeddings
 from .task import GraphTask, check_task
 
 LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
@@ -67,7 +69,9 @@ class Trainer(RunView):
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
-        logger: True for a CSV logger, False for none, or a logger object.
+        logger: True for a CSV logger, False for none, or a logger object (any Lightning-style
+            logger: ``log_metrics(metrics, step)``, see :mod:`graphtrainer.loggers`) or a
+            list of them, each beside the CSV logger.
         gradient_clip_val: clip the gradients to this value: their global norm
             (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
         accumulate_grad_batches: step the optimizer every this many batches; the
@@ -110,7 +114,11 @@ class Trainer(RunView):
         find_unused_parameters: let DDP find, after each forward, the parameters that got
             no gradient (needed when not every parameter takes part in every loss, e.g. a
             heterograph model whose relations a batch may lack; without it DDP stops with
-            an error that names this option). It walks the autograd graph every step.
+            an error that names this option). It walks the autograd graph every step. DDP
+            then prints "did not find any unused parameters" once per rank as soon as one
+            step used them all, even when other steps need the option (see
+            :mod:`graphtrainer.ddp`); ``ddp_kwargs={"static_graph": True}`` avoids both the
+            walk and the warning where every step uses the same parameters.
         ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
             the module and devices itself.
@@ -220,6 +228,7 @@ class Trainer(RunView):
             options.batch_count(name, value)
         if min_epochs < 0:
             raise ValueError(f"min_epochs={min_epochs}: must be >= 0")
+        check_logger(logger)
         dev_batches = options.fast_dev_run(fast_dev_run)
         if dev_batches:  # a smoke run: n batches of everything, one epoch, nothing written
             max_epochs, max_steps, logger = 1, dev_batches, False
@@ -320,6 +329,7 @@ class Trainer(RunView):
         """Run ``stage`` through the launcher that fits this process (see :meth:`_launcher`);
         bring rank 0's result into this process."""
         check_task(task, stage)
+        check_sparse_embeddings(task)
         launcher = self._launcher(task)
         ctx = self._context(task)
         ctx.run_dir_from_rank0 = launcher.run_dir_from_rank0
