@@ -8,7 +8,7 @@ from ._compat import install as _install_compat
 
 _install_compat()  # before any import of dgl: lets DGL 2.1 load on a torch it was not built for
 
-from .loop.seeding import install_dgl_stream_claim  # noqa: E402
+from ._compat.dgl_2_1_streams import install_dgl_stream_claim  # noqa: E402
 
 install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
 
@@ -19,7 +19,19 @@ from .errors import PREEMPTED_EXIT_CODE, Preempted, RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
-__all__ = ["GraphTask", "Trainer", "Callback", "ModelCheckpoint", "EarlyStopping",
+__all__ = ["GraphTask", "Trainer", "GraphTaskCLI", "Callback", "ModelCheckpoint", "EarlyStopping",
            "LearningRateMonitor", "ModelSummary", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
            "Preempted", "PREEMPTED_EXIT_CODE",
            "__version__"]
+
+
+def __getattr__(name: str):
+    # The command line sits above the engine and needs the optional jsonargparse ([cli] extra):
+    # loaded on first use only, so `import graphtrainer` (and the engine) never imports it.
+    if name == "GraphTaskCLI":
+        import importlib
+
+        cli = importlib.import_module("graphtrainer.cli")
+        cli.require_jsonargparse()  # ImportError naming the [cli] extra when it is missing
+        return cli.GraphTaskCLI
+    raise AttributeError(f"module 'graphtrainer' has no attribute {name!r}")

@@ -13,15 +13,13 @@ file back as ``--config`` repeats the run.
 """
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
-import re
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from .callbacks.base import Callback
+from .cli_errors import check_untyped, explain_parse_error, import_class, one_line
 from .task import GraphTask
 from .trainer import Trainer
 
@@ -69,8 +67,12 @@ class GraphTaskCLI:
     :attr:`config` (the parsed namespace), :attr:`trainer`, :attr:`task`, and with
     ``run=True`` :attr:`subcommand` and :attr:`result` (what the entry point returned).
 
-    An unknown key (in a file or on the command line) exits with status 2 and a message
-    naming the valid keys there.
+    Every refused config exits with status 2 and one ``error:`` line naming the key's full
+    path (``trainer.callbacks[0].init_args.monitr``): an unknown key (with the valid keys
+    there), a value of the wrong type, a class that cannot be imported, a constructor that
+    refuses its arguments (``trainer.callbacks[0] (graphtrainer.EarlyStopping): mode=...``).
+    A task argument without an annotation takes the type of its default: ``hidden=16``
+    refuses ``6.5`` at parse time, before any rank starts.
     """
 
     def __init__(self, task_class: Optional[Type[GraphTask]] = None, *, subclass_mode: bool = False,
@@ -107,13 +109,11 @@ class GraphTaskCLI:
         #: The parser of the command that runs (its ``dump`` writes a config).
         self.command_parser = parser = self._subparsers[self.subcommand] if run else self.parser
         text = parser.dump(cfg)
-        # instantiate() replaced instantiate_classes() in jsonargparse 4.49.
-        init = getattr(parser, "instantiate", None) or parser.instantiate_classes
-        init = init(cfg)
-        #: The task, built from ``task:``.
-        self.task: GraphTask = self._make_task(cfg.task)
+        task_class, task_args = self._task_spec(cfg.task)
         #: The trainer, built from ``trainer:``.
-        self.trainer: Trainer = init.trainer
+        self.trainer: Trainer = self._make_trainer(parser, cfg)
+        #: The task, built from ``task:``.
+        self.task: GraphTask = self._make_task(task_class, task_args)
         if save_config:
             self.trainer.callbacks.append(SaveConfig(text))
         if run:
@@ -160,69 +160,85 @@ class GraphTaskCLI:
         try:
             return self.parser.parse_args(args)
         except Exception as err:  # jsonargparse raises argparse.ArgumentError (exit_on_error=False)
-            print(f"error: {explain_parse_error(err, self._all_parsers())}", file=sys.stderr, flush=True)
-            raise SystemExit(2) from err
+            _refuse(explain_parse_error(err, self._all_parsers(), lambda key: self._last_index(args, key)), err)
+
+    def _last_index(self, args: List[str], key: str) -> Optional[int]:
+        """The index a ``--<key>.<init arg>`` flag applies to: the last item of the list
+        ``key`` holds where that flag stands (re-parsed from the arguments before it)."""
+        flag = f"--{key}."
+        at = next((i for i, a in enumerate(args) if a.startswith(flag) and a != f"--{key}+="), None)
+        if at is None:
+            return None
+        try:
+            cfg = self.parser.parse_args(args[:at])
+        except Exception:  # the arguments before it do not parse alone: say no index
+            return None
+        cfg = cfg[cfg.subcommand] if "subcommand" in cfg else cfg
+        items = cfg.get(key)
+        return len(items) - 1 if isinstance(items, list) and items else None
+
+    def _make_trainer(self, parser: Any, cfg: Any) -> Trainer:
+        """The trainer and its callbacks; a constructor's refusal is one ``error:`` line
+        naming the callback (``trainer.callbacks[i]``) or the trainer."""
+        # instantiate() replaced instantiate_classes() in jsonargparse 4.49.
+        init = getattr(parser, "instantiate", None) or parser.instantiate_classes
+        try:
+            return init(cfg).trainer
+        except Exception as err:
+            cause = _root_cause(err)
+            if not isinstance(cause, (ValueError, TypeError)):
+                raise
+            _refuse(f"{self._failing_part(cfg)}: {one_line(str(cause))}", err)
+
+    @staticmethod
+    def _failing_part(cfg: Any) -> str:
+        """``trainer.callbacks[i] (class)`` for the first callback whose constructor refuses
+        its arguments, else ``trainer``; only called once construction failed."""
+        for i, spec in enumerate(cfg.trainer.get("callbacks") or []):
+            try:
+                import_class(spec.class_path)(**_plain(spec.get("init_args") or {}))
+            except Exception:  # this one refuses: name it
+                return f"trainer.callbacks[{i}] ({spec.class_path})"
+        return "trainer"
+
+    def _task_spec(self, cfg: Any) -> Tuple[Type[GraphTask], Dict[str, Any]]:
+        """The task class and its arguments, checked before anything is built: an argument
+        without an annotation must have its default's type."""
+        if self.subclass_mode:
+            cls, values, where = import_class(cfg.class_path), _plain(cfg.init_args or {}), "task.init_args"
+            if not (inspect.isclass(cls) and issubclass(cls, GraphTask)):
+                _refuse(f"task.class_path {cfg.class_path!r} is not a GraphTask subclass")
+        else:
+            cls, values, where = self.task_class, _plain(cfg), "task"
+        problem = check_untyped(cls, values, where)
+        if problem:
+            _refuse(problem)
+        return cls, values
 
     def _all_parsers(self) -> List[Any]:
         return list(getattr(self, "_subparsers", {}).values()) or [self.parser]
 
-    def _make_task(self, cfg: Any) -> GraphTask:
-        if not self.subclass_mode:
-            return self.task_class(**_plain(cfg))
-        cls = import_class(cfg.class_path)
-        if not (inspect.isclass(cls) and issubclass(cls, GraphTask)):
-            raise TypeError(f"task.class_path {cfg.class_path!r} is not a GraphTask subclass")
-        return cls(**_plain(cfg.init_args or {}))
+    def _make_task(self, cls: Type[GraphTask], values: Dict[str, Any]) -> GraphTask:
+        try:
+            return cls(**values)
+        except (ValueError, TypeError) as err:  # the task refused its arguments: one line naming it
+            _refuse(f"task ({cls.__module__}.{cls.__qualname__}): {one_line(str(err))}", err)
 
 
 def _plain(namespace: Any) -> Dict[str, Any]:
     return namespace.as_dict() if hasattr(namespace, "as_dict") else dict(namespace)
 
 
-def import_class(path: str) -> Any:
-    """The object ``"package.module.Name"`` names."""
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+def _refuse(message: str, cause: Optional[BaseException] = None) -> None:
+    """The one ``error:`` line and status 2 of every refused config."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from cause
 
 
-_UNKNOWN_OPTION = re.compile(r"does not accept option '([\w.]+)'")
-_UNKNOWN_INIT_ARG = re.compile(r"Problem with given class_path '([\w.]+)':\s+Option '([\w.]+)' is not accepted")
-_UNKNOWN_TOP = re.compile(r"unrecognized arguments: (\S+)")
-
-
-def explain_parse_error(err: BaseException, parsers: Sequence[Any]) -> str:
-    """jsonargparse's message, plus the valid keys where it rejected an unknown one."""
-    message = str(err).strip()
-    match = _UNKNOWN_INIT_ARG.search(message)
-    if match:
-        class_path, key = match.groups()
-        try:
-            params = inspect.signature(import_class(class_path).__init__).parameters
-            valid = [p for p in params if p != "self" and params[p].kind not in (
-                inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-        except Exception:  # the class cannot be imported: jsonargparse's message says so
-            return message
-        return _unknown(f"task.init_args.{key}", key, valid, f"{class_path}.__init__ accepts")
-    match = _UNKNOWN_OPTION.search(message) or _UNKNOWN_TOP.search(message)
-    if match:
-        parts = match.group(1).lstrip("-").split("=", 1)[0].split(".")
-        dests = {a.dest for p in parsers for a in p._actions if a.dest not in ("help", "==SUPPRESS==")}
-        for i, part in enumerate(parts):  # the first part that is not a key where it stands
-            prefix = ".".join(parts[:i]) + "." if i else ""
-            valid = sorted({d[len(prefix):].split(".")[0] for d in dests if d.startswith(prefix)})
-            if part not in valid:
-                if not valid:
-                    break
-                group = prefix.rstrip(".")
-                return _unknown(".".join(parts[:i + 1]), part, valid,
-                                f"{group} accepts" if group else "valid top-level keys:")
-    return message
-
-
-def _unknown(key: str, leaf: str, valid: Sequence[str], intro: str) -> str:
-    close = difflib.get_close_matches(leaf, valid, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown key {key!r}{hint}; {intro} {', '.join(valid)}"
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
 
 
 def main(args: Optional[Sequence[str]] = None) -> Any:

@@ -1,8 +1,12 @@
 """Reference GNNs: GraphSAGE for block (minibatch) training as in DGL's examples, a link
-predictor (SAGE encoder + edge scorer) and a graph classifier with a readout."""
+predictor (SAGE encoder + edge scorer) and a graph classifier with a readout.
+
+Their layers are :mod:`graphtrainer.nn`'s, so each model takes DGL's graphs and blocks or
+graphtrainer's torch-only blocks (a GPU rank with DGL's CPU-only wheel gets the latter), with
+the parameter names and results of the ``dgl.nn`` layers they replace."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -18,7 +22,7 @@ class SAGE(nn.Module):
     def __init__(self, in_feats: int, hidden: int, out_feats: int, num_layers: int = 2,
                  dropout: float = 0.5, aggregator: str = "mean"):
         super().__init__()
-        from dgl.nn import SAGEConv
+        from .nn import SAGEConv
 
         if num_layers < 1:
             raise ValueError("num_layers must be at least 1")
@@ -43,13 +47,33 @@ class SAGE(nn.Module):
         return h
 
 
+def _check_sparse(sparse: Dict[str, Any], num_nodes: Dict[str, int], in_feats: Dict[str, int]) -> None:
+    """HeteroSAGE's ``sparse_embeddings``: featureless types only, enough rows for each."""
+    for nt, emb in sparse.items():
+        if nt not in num_nodes or nt in in_feats:
+            raise ValueError(f"sparse_embeddings[{nt!r}]: give featureless node types of num_nodes only")
+        if getattr(emb, "num_rows", 0) < num_nodes[nt]:
+            raise ValueError(f"sparse_embeddings[{nt!r}] has {getattr(emb, 'num_rows', 0)} rows for "
+                             f"{num_nodes[nt]} nodes: build it with SparseEmbedding({num_nodes[nt]}, dim)")
+
+
 class HeteroSAGE(nn.Module):
     """GraphSAGE on a heterograph (an R-GCN with ``SAGEConv`` per relation): each layer is
     a ``HeteroGraphConv`` with one mean-aggregating ``SAGEConv`` per relation, summed over
     the relations that reach a node type (``aggregate``: "sum", "mean", "max", ...).
 
-    ``in_feats``: ``{ntype: feature size}`` of the types that have features; the other
-    types of ``num_nodes`` (``{ntype: count}``) get a learned embedding of ``embed_dim``.
+    Args:
+        canonical_etypes: the graph's ``(src type, relation, dst type)`` triples.
+        num_nodes: ``{ntype: count}`` of every node type.
+        in_feats: ``{ntype: feature size}`` of the types that have features; every other type
+            gets a learned embedding of ``embed_dim`` (a dense ``nn.Embedding`` per rank).
+        hidden, out_feats, num_layers, dropout: as in :class:`SAGE`.
+        embed_dim: the dense embeddings' size.
+        aggregate: how relations into one type combine ("sum", "mean", "max", ...).
+        sparse_embeddings: ``{ntype: SparseEmbedding}`` for featureless types to embed with a
+            table shared by all ranks and updated sparsely instead
+            (:mod:`graphtrainer.nn.sparse_embedding`; made in the task's ``__init__``).
+
     ``forward(blocks, x)``: ``x`` holds the features of ``blocks[0]``'s source nodes per
     type (embedded types may be left out: they are looked up); the result is
     ``{ntype: [seeds, out_feats]}``. Relations whose weights a batch does not use exist
@@ -59,18 +83,21 @@ class HeteroSAGE(nn.Module):
 
     def __init__(self, canonical_etypes: Sequence[Any], num_nodes: Dict[str, int], in_feats: Dict[str, int],
                  hidden: int, out_feats: int, num_layers: int = 2, dropout: float = 0.5, embed_dim: int = 64,
-                 aggregate: str = "sum"):
+                 aggregate: str = "sum", sparse_embeddings: Optional[Dict[str, Any]] = None):
         super().__init__()
-        from dgl.nn import HeteroGraphConv, SAGEConv
+        from .nn import HeteroGraphConv, SAGEConv
 
         if num_layers < 1:
             raise ValueError("num_layers must be at least 1")
         unknown = sorted(set(in_feats) - set(num_nodes))
         if unknown:
             raise ValueError(f"in_feats names node types {unknown} that are not in num_nodes {sorted(num_nodes)}")
+        sparse = dict(sparse_embeddings or {})
+        _check_sparse(sparse, num_nodes, in_feats)
+        self.sparse_embed = nn.ModuleDict(sparse)
         self.embed = nn.ModuleDict({nt: nn.Embedding(n, embed_dim) for nt, n in num_nodes.items()
-                                    if nt not in in_feats})
-        dims = {nt: in_feats.get(nt, embed_dim) for nt in num_nodes}
+                                    if nt not in in_feats and nt not in sparse})
+        dims = {nt: in_feats.get(nt, sparse[nt].dim if nt in sparse else embed_dim) for nt in num_nodes}
         sizes = [hidden] * (num_layers - 1) + [out_feats]
         layers = []
         for out in sizes:
@@ -85,7 +112,7 @@ class HeteroSAGE(nn.Module):
         """Every type's input features over the whole graph (embeddings for featureless types),
         for :func:`graphtrainer.data.inference.layerwise`."""
         x = {nt: graph.nodes[nt].data[feat_key] for nt in graph.ntypes if nt not in self.embed}
-        x.update({nt: emb.weight.detach() for nt, emb in self.embed.items()})
+        x.update({nt: emb.weight.detach() for nt, emb in [*self.embed.items(), *self.sparse_embed.items()]})
         return x
 
     def forward(self, blocks: Sequence[Any], x: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -94,7 +121,7 @@ class HeteroSAGE(nn.Module):
                              "use as many fanouts as layers")
         h = dict(x)
         ids = blocks[0].srcdata["_ID"]
-        for nt, emb in self.embed.items():
+        for nt, emb in [*self.embed.items(), *self.sparse_embed.items()]:
             if nt not in h:
                 h[nt] = emb(ids[nt] if isinstance(ids, dict) else ids)
         for i, block in enumerate(blocks):
@@ -137,9 +164,9 @@ class LinkPredictor(nn.Module):
         return tuple(self.score(g, h) for g in pair_graphs)
 
     def score(self, pair_graph: Any, h: torch.Tensor) -> torch.Tensor:
-        src, dst = pair_graph.edges()
-        prod = h[src] * h[dst]
-        return prod.sum(-1) if self.mlp is None else self.mlp(prod).squeeze(-1)
+        from .nn import score_edges
+
+        return score_edges(pair_graph, h, self.mlp)
 
 
 class GraphClassifier(nn.Module):
@@ -150,7 +177,7 @@ class GraphClassifier(nn.Module):
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2,
                  readout: str = "mean"):
         super().__init__()
-        from dgl.nn import GraphConv
+        from .nn import GraphConv
 
         if readout not in ("mean", "sum", "max"):
             raise ValueError(f"readout={readout!r}: choose 'mean', 'sum' or 'max'")
@@ -163,12 +190,9 @@ class GraphClassifier(nn.Module):
         self.classify = nn.Linear(hidden, num_classes)
 
     def forward(self, graph: Any, x: torch.Tensor) -> torch.Tensor:
-        import dgl
+        from .nn import readout
 
         h = x
         for conv in self.convs:
             h = torch.relu(conv(graph, h))
-        with graph.local_scope():
-            graph.ndata["h"] = h
-            pooled = {"mean": dgl.mean_nodes, "sum": dgl.sum_nodes, "max": dgl.max_nodes}[self.readout](graph, "h")
-        return self.classify(pooled)
+        return self.classify(readout(graph, h, self.readout))

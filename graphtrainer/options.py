@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Sequence, Union
+
+import torch
+
+from .launch.environment import detect_external_launch
 
 #: ``Trainer(precision=...)`` values and what they mean.
 PRECISIONS = {
@@ -14,6 +18,13 @@ PRECISIONS = {
 }
 GRADIENT_CLIP_ALGORITHMS = ("norm", "value")
 PROFILERS = (None, "simple", "pytorch")
+
+
+def block_type(value: str) -> str:
+    """``Trainer(block_type=...)``: "auto", "torch" or "dgl"."""
+    from .nn.transfer import check_block_type
+
+    return check_block_type(value)
 
 
 def precision(value: Union[str, int], uses_gpu: bool) -> str:
@@ -88,3 +99,28 @@ def batch_count(name: str, value: Union[None, int, float]) -> Union[None, int, f
             isinstance(value, float) and value > 1.0):
         raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
     return value
+
+
+def gpus(gpus: Union[None, int, Sequence[int]], num_procs: Optional[int]) -> List[int]:
+    """Device indices from ``gpus=`` (a count or a list), checked against the devices here
+    (under torchrun or Slurm, per rank against its local rank's device instead)."""
+    if gpus is None or gpus == 0:
+        return []
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, list, tuple)):
+        raise ValueError(f"gpus={gpus!r}: give a number of GPUs or a list of device indices")
+    ids = list(range(gpus)) if isinstance(gpus, int) else [int(g) for g in gpus]
+    if any(i < 0 for i in ids):
+        raise ValueError(f"gpus={gpus!r}: device indices must be >= 0")
+    if num_procs is not None and num_procs != len(ids):
+        raise ValueError(f"gpus={gpus!r} and num_procs={num_procs} disagree: with GPUs there is one rank "
+                         "per listed device; drop num_procs")
+    if detect_external_launch() is not None:
+        return ids  # checked per rank against the local rank's device
+    available = torch.cuda.device_count()  # NVML-based: unlike is_available(), safe before a fork
+    if available == 0:
+        raise ValueError(f"gpus={gpus!r} but no CUDA device is available: train on CPU processes "
+                         f"with Trainer(num_procs={len(ids)}) instead")
+    if max(ids) >= available:
+        raise ValueError(f"gpus={gpus!r} asks for device {max(ids)} but only {available} CUDA "
+                         "device(s) are visible")
+    return ids

@@ -12,11 +12,55 @@ import datetime
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 
 BatchLimit = Union[None, int, float]
+
+
+class RunLogger(Protocol):
+    """What a run's logger does (``graphtrainer.loop.loggers.Logger`` and any user logger):
+    every method is called on every rank; only rank 0's instance writes."""
+
+    def log_hyperparams(self, params: Dict[str, Any]) -> None: ...
+
+    def log_metrics(self, metrics: Dict[str, float], step: int) -> None: ...
+
+    def finalize(self, status: str) -> None: ...
+
+
+class SectionTimer(Protocol):
+    """A rank's profiler as the state holds it (``graphtrainer.loop.profiler.Profiler``)."""
+
+    enabled: bool
+
+    def section(self, name: str) -> Any: ...
+
+
+class RankPrecision(Protocol):
+    """A rank's precision as the state holds it (``graphtrainer.loop.precision.Precision``)."""
+
+    name: str
+
+    def state_dict(self) -> Optional[Dict[str, Any]]: ...
+
+    def load_state_dict(self, state: Optional[Dict[str, Any]]) -> None: ...
+
+
+class ScheduledLR(Protocol):
+    """A scheduler with how it steps (``graphtrainer.loop.optim.SchedulerConfig``)."""
+
+    scheduler: Any
+    interval: str
+    frequency: int
+    monitor: Optional[str]
+
+
+class DistGraphOptionsLike(Protocol):
+    """A DistDGL run's options (``graphtrainer.distdgl.cluster.DistGraphOptions``)."""
+
+    part_config: str
 
 
 @dataclass(frozen=True)
@@ -42,7 +86,8 @@ class TrainerConfig:
     hang_timeout: Optional[float]
     timeout: Optional[datetime.timedelta]
     detect_anomaly: bool
-    logger: Any
+    #: ``True`` (CSV), ``False``, or extra loggers besides the CSV one.
+    logger: Union[bool, RunLogger, Sequence[RunLogger]]
     precision: str = "32"
     gradient_clip_algorithm: str = "norm"
     limit_predict_batches: BatchLimit = None
@@ -54,7 +99,13 @@ class TrainerConfig:
     profiler: Optional[str] = None
     ddp_kwargs: Dict[str, Any] = field(default_factory=dict)
     #: A DistDGL run (``distributed_graph=``): the partition, ip_config, servers per machine.
-    distgraph: Optional[Any] = None
+    distgraph: Optional["DistGraphOptionsLike"] = None
+    #: How batches holding DGL graphs reach the device: "auto", "torch" or "dgl".
+    block_type: str = "auto"
+    #: Copy the next batch (torch blocks, default transfer, GPU) while the current one runs.
+    prefetch_batches: bool = True
+    #: Each rank's allocator setting (:data:`graphtrainer.launch.lean.ALLOCATORS`).
+    allocator: str = "default"
 
 
 @dataclass
@@ -90,16 +141,16 @@ class RunState:
     #: The last training loss (detached).
     last_loss: Optional[torch.Tensor] = None
     optimizers: List[torch.optim.Optimizer] = field(default_factory=list)
-    lr_schedulers: List[Any] = field(default_factory=list)
+    lr_schedulers: List[ScheduledLR] = field(default_factory=list)
     #: The run's folder (``fit`` only) and its logger (rank 0 only).
     log_dir: Optional[Path] = None
-    logger: Any = None
+    logger: Optional[RunLogger] = None
     #: The task being run on this rank (what ``trainer.save_checkpoint`` saves).
-    task: Any = None
+    task: Any = None  # a GraphTask (task.py imports this module, so it is not named here)
     #: This rank's :class:`~graphtrainer.loop.precision.Precision` and
     #: :class:`~graphtrainer.loop.profiler.Profiler` during a run.
-    precision: Any = None
-    profiler: Any = None
+    precision: Optional[RankPrecision] = None
+    profiler: Optional[SectionTimer] = None
     #: With ``profiler="simple"``: seconds per stage and hook of the last ``fit``, per rank.
     profile: Optional[List[Dict[str, float]]] = None
 
@@ -194,11 +245,11 @@ class RunView:
         return self.state.optimizers
 
     @property
-    def lr_schedulers(self) -> List[Any]:
+    def lr_schedulers(self) -> List[ScheduledLR]:
         return self.state.lr_schedulers
 
     @property
-    def logger(self) -> Any:
+    def logger(self) -> Optional[RunLogger]:
         """This rank's logger during a ``fit`` (None off rank 0 or with ``logger=False``)."""
         return self.state.logger
 

@@ -14,6 +14,7 @@ from .data.node_loader import NodeLoader, default_sampler
 from .distdgl.graph import is_dist_graph
 from .distdgl.loader import DistEdgeLoader, DistNodeLoader
 from .loop.context import StepLog
+from .loop.optim import OptimizersSpec
 from .state import RunView
 
 
@@ -103,7 +104,7 @@ class GraphTask:
             "or assign self.model in __init__"
         )
 
-    def configure_optimizers(self) -> Any:
+    def configure_optimizers(self) -> OptimizersSpec:
         """An optimizer; or ``(optimizers, schedulers)``; or a dict with ``optimizer`` and
         ``lr_scheduler`` (a scheduler, or a dict with ``scheduler``, ``interval`` "epoch" or
         "step", ``frequency`` and, for ReduceLROnPlateau, ``monitor``)."""
@@ -228,7 +229,7 @@ class GraphTask:
 
     def node_dataloader(self, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
-                        **dataloader_kwargs: Any) -> Any:
+                        **dataloader_kwargs: Any) -> Union[NodeLoader, DistNodeLoader]:
         """A :class:`~graphtrainer.data.node_loader.NodeLoader` over this rank's share of ``ids``.
 
         ``sampler`` is a DGL block sampler, or a list of fanouts for a ``NeighborSampler``
@@ -272,7 +273,7 @@ class GraphTask:
     def edge_dataloader(self, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
-                        **dataloader_kwargs: Any) -> Any:
+                        **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader]:
         """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
 
@@ -310,7 +311,7 @@ class GraphTask:
                           **dataloader_kwargs)
 
     def graph_dataloader(self, dataset: Any, batch_size: int, indices: Any = None, *, shuffle: bool = True,
-                         drop_last: bool = False, seed: Optional[int] = None) -> Any:
+                         drop_last: bool = False, seed: Optional[int] = None) -> GraphLoader:
         """A :class:`~graphtrainer.data.graph_loader.GraphLoader`: ``(dgl.batch(graphs), labels)``
         batches over this rank's share of the graphs ``indices`` (default: all) of
         ``dataset``, split like :meth:`node_dataloader`'s ids.
@@ -325,6 +326,10 @@ class GraphTask:
         if seed is None:
             seed = self.trainer.seed if self.trainer is not None else 0
         return GraphLoader(dataset, batch_size, indices, shuffle=shuffle, drop_last=drop_last, seed=seed)
+
+
+# The trainer pins, copies and prefetches torch blocks itself only for this default hook.
+GraphTask.transfer_batch_to_device.graphtrainer_default = True  # type: ignore[attr-defined]
 
 
 _REQUIRED = {

@@ -24,11 +24,14 @@ from .distdgl.cluster import check_options
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
 from .launch.base import InProcess, Launcher
 from .launch.environment import ExistingRanks, detect_external_launch
+from .launch.lean import allocator_option
 from .launch.local import LocalLauncher
 from .loop.ddp import check_ddp_kwargs
+from .loop.loggers import check_logger
 from .loop.context import RankContext
 from .loop.runtime import run_rank
 from .state import RunResult, RunState, RunView, TrainerConfig
+from .nn.sparse_embedding import check_sparse_embeddings
 from .task import GraphTask, check_task
 
 LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
@@ -67,7 +70,9 @@ class Trainer(RunView):
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
-        logger: True for a CSV logger, False for none, or a logger object.
+        logger: True for a CSV logger, False for none, or a logger object (any Lightning-style
+            logger: ``log_metrics(metrics, step)``, see :mod:`graphtrainer.loggers`) or a
+            list of them, each beside the CSV logger.
         gradient_clip_val: clip the gradients to this value: their global norm
             (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
         accumulate_grad_batches: step the optimizer every this many batches; the
@@ -110,7 +115,11 @@ class Trainer(RunView):
         find_unused_parameters: let DDP find, after each forward, the parameters that got
             no gradient (needed when not every parameter takes part in every loss, e.g. a
             heterograph model whose relations a batch may lack; without it DDP stops with
-            an error that names this option). It walks the autograd graph every step.
+            an error that names this option). It walks the autograd graph every step. DDP
+            then prints "did not find any unused parameters" once per rank as soon as one
+            step used them all, even when other steps need the option (see
+            :mod:`graphtrainer.ddp`); ``ddp_kwargs={"static_graph": True}`` avoids both the
+            walk and the warning where every step uses the same parameters.
         ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
             the module and devices itself.
@@ -127,6 +136,24 @@ class Trainer(RunView):
         machine_rank: which line of ``ip_config`` this machine is; by default
             ``$GRAPHTRAINER_MACHINE_RANK``, else Slurm's ``$SLURM_NODEID``, else the line
             holding one of this machine's addresses.
+        block_type: how batches holding DGL graphs (blocks, pair graphs, batched graphs)
+            reach the rank's device. ``"auto"`` (default): as DGL graphs where DGL can move
+            them there (CPU ranks; GPU ranks with DGL's CUDA build), else as torch-only
+            blocks (:class:`graphtrainer.nn.TorchBlock`: a GPU rank with DGL's CPU-only
+            PyPI wheel), which ``graphtrainer.nn`` layers and ``graphtrainer.models`` take;
+            ``"torch"``: always torch blocks (also on CPU ranks, for tests and measurement);
+            ``"dgl"``: always DGL graphs (refused on a GPU DGL cannot reach).
+        prefetch_batches: with torch blocks on a GPU and the default
+            ``transfer_batch_to_device``, pin each batch and copy it on a side CUDA stream
+            one batch ahead, so the copy overlaps the step before it.
+        allocator: how each rank's glibc allocator is set (see :mod:`graphtrainer.launch.lean`).
+            ``"default"``: glibc's own thresholds, the heap trimmed once at a launched rank's
+            start and once per training epoch; costs no throughput. ``"lean"``: large
+            tensors mapped and unmapped at every free (fixed 1 MB mmap threshold): about half
+            a rank's private memory (USS) for 1.37x the epoch time at 2 fork ranks and 0.60x
+            the seeds/s of DistDGL trainers (1M nodes, ``benchmarks/README.md``).
+            ``"glibc"``: untouched. ``GRAPHTRAINER_MALLOC_TUNING=0``/``1``, if set, is read
+            as ``"glibc"``/``"lean"`` (with a warning).
     """
 
     def __init__(
@@ -169,7 +196,13 @@ class Trainer(RunView):
         ip_config: Union[None, str, os.PathLike] = None,
         num_servers: int = 1,
         machine_rank: Optional[int] = None,
+        block_type: str = "auto",
+        prefetch_batches: bool = True,
+        allocator: str = "default",
     ):
+        """See the class docstring for the options. Long because it takes every option (40
+        keyword arguments, as in Lightning) and checks each in a line or two before freezing
+        them in one :class:`~graphtrainer.state.TrainerConfig`."""
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
         if max_epochs < 1 and max_steps <= 0:
@@ -189,13 +222,14 @@ class Trainer(RunView):
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
                 raise ValueError(f"timeout={timeout!r}: give seconds > 0 or a datetime.timedelta")
             timeout = datetime.timedelta(seconds=seconds)
-        device_ids = self._parse_gpus(gpus, num_procs)
+        device_ids = options.gpus(gpus, num_procs)
         for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
                             ("limit_test_batches", limit_test_batches),
                             ("limit_predict_batches", limit_predict_batches), ("overfit_batches", overfit_batches)):
             options.batch_count(name, value)
         if min_epochs < 0:
             raise ValueError(f"min_epochs={min_epochs}: must be >= 0")
+        check_logger(logger)
         dev_batches = options.fast_dev_run(fast_dev_run)
         if dev_batches:  # a smoke run: n batches of everything, one epoch, nothing written
             max_epochs, max_steps, logger = 1, dev_batches, False
@@ -221,7 +255,9 @@ class Trainer(RunView):
             profiler=options.choice("profiler", profiler, options.PROFILERS),
             ddp_kwargs=check_ddp_kwargs(find_unused_parameters, ddp_kwargs),
             distgraph=None if distributed_graph is None else check_options(distributed_graph, ip_config, num_servers,
-                                                                           machine_rank))
+                                                                           machine_rank),
+            block_type=options.block_type(block_type), prefetch_batches=bool(prefetch_batches),
+            allocator=allocator_option(allocator))
         self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
@@ -295,6 +331,7 @@ class Trainer(RunView):
         """Run ``stage`` through the launcher that fits this process (see :meth:`_launcher`);
         bring rank 0's result into this process."""
         check_task(task, stage)
+        check_sparse_embeddings(task)
         launcher = self._launcher(task)
         ctx = self._context(task)
         ctx.run_dir_from_rank0 = launcher.run_dir_from_rank0
@@ -353,29 +390,6 @@ class Trainer(RunView):
             if task.module is None:
                 task.model = task.configure_model()
             task.module.load_state_dict(result.state_dict)
-
-    @staticmethod
-    def _parse_gpus(gpus: Union[None, int, Sequence[int]], num_procs: Optional[int]) -> List[int]:
-        if gpus is None or gpus == 0:
-            return []
-        if isinstance(gpus, bool) or not isinstance(gpus, (int, list, tuple)):
-            raise ValueError(f"gpus={gpus!r}: give a number of GPUs or a list of device indices")
-        ids = list(range(gpus)) if isinstance(gpus, int) else [int(g) for g in gpus]
-        if any(i < 0 for i in ids):
-            raise ValueError(f"gpus={gpus!r}: device indices must be >= 0")
-        if num_procs is not None and num_procs != len(ids):
-            raise ValueError(f"gpus={gpus!r} and num_procs={num_procs} disagree: with GPUs there is one rank "
-                             "per listed device; drop num_procs")
-        if detect_external_launch() is not None:
-            return ids  # checked per rank against the local rank's device
-        available = torch.cuda.device_count()  # NVML-based: unlike is_available(), safe before a fork
-        if available == 0:
-            raise ValueError(f"gpus={gpus!r} but no CUDA device is available: train on CPU processes "
-                             f"with Trainer(num_procs={len(ids)}) instead")
-        if max(ids) >= available:
-            raise ValueError(f"gpus={gpus!r} asks for device {max(ids)} but only {available} CUDA "
-                             "device(s) are visible")
-        return ids
 
     def _resolve_ckpt(self, ckpt_path: Optional[str], fresh_if_none: bool = False) -> Optional[str]:
         """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0.

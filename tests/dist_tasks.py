@@ -92,7 +92,7 @@ def kill_graph_servers(out: str) -> None:
     import psutil
 
     driver = psutil.Process(os.getppid())
-    servers = [p for p in driver.children() if "graph_servers" in " ".join(p.cmdline())]
+    servers = [p for p in driver.children() if "graphtrainer.distdgl.servers" in " ".join(p.cmdline())]
     Path(out, "killed_at").write_text(repr(time.time()))
     for proc in servers:
         os.kill(proc.pid, signal.SIGKILL)

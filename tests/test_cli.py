@@ -5,6 +5,7 @@ message without jsonargparse."""
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,84 @@ def test_without_jsonargparse_the_message_says_how_to_install(monkeypatch, capsy
         _run()
     assert info.value.code == 2
     assert "pip install 'graphtrainer[cli]'" in capsys.readouterr().err
+
+
+def _refusal(tmp_path: Path, capsys: Any, config: Dict[str, Any], *flags: str) -> str:
+    """The one ``error:`` line GraphTaskCLI prints for ``config`` and ``flags`` (status 2)."""
+    with pytest.raises(SystemExit) as info:
+        GraphTaskCLI(args=["fit", "--config", str(_write(tmp_path / "run.yaml", config)), *flags])
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
+    return lines[0]
+
+
+def _with_callbacks(root: Path, *callbacks: Dict[str, Any]) -> Dict[str, Any]:
+    config = _config(root)
+    config["trainer"]["callbacks"] = list(callbacks)
+    return config
+
+
+_STOP = {"class_path": "graphtrainer.EarlyStopping", "init_args": {"monitor": "val_loss"}}
+_CKPT = {"class_path": "graphtrainer.ModelCheckpoint", "init_args": {"monitor": "val_loss"}}
+
+
+@pytest.mark.parametrize("callbacks, flags, expected", [
+    ([{"class_path": "graphtrainer.EarlyStopping", "init_args": {"monitr": "val_loss"}}], [],
+     "error: unknown key 'trainer.callbacks[0].init_args.monitr' (did you mean 'monitor'?); "
+     "graphtrainer.EarlyStopping.__init__ accepts monitor, mode,"),
+    ([_STOP], ["--trainer.callbacks.patiance", "3"],
+     "error: unknown key 'trainer.callbacks[0].init_args.patiance' (did you mean 'patience'?)"),
+    ([_STOP, _CKPT], ["--trainer.callbacks.save_lst", "true"],  # a flag applies to the list's last item
+     "error: unknown key 'trainer.callbacks[1].init_args.save_lst' (did you mean 'save_last'?)"),
+    ([_CKPT, {"class_path": "graphtrainer.EarlyStopping", "init_args": {"patience": "abc"}}], [],
+     "error: trainer.callbacks[1].init_args.patience: expected int, got 'abc'"),
+    ([{"class_path": "graphtrainer.EarlyStoping"}], [],
+     "error: trainer.callbacks[0].class_path: cannot import 'graphtrainer.EarlyStoping'"),
+    ([_CKPT, {"class_path": "graphtrainer.EarlyStopping", "init_args": {"monitor": "val_loss", "mode": "maximum"}}],
+     [], "error: trainer.callbacks[1] (graphtrainer.EarlyStopping): mode='maximum': use 'min' or 'max'"),
+    ([], ["--trainer.max_epochs", "two"], "error: trainer.max_epochs: expected int, got 'two'"),
+    ([], ["--task.init_args.hidden", "6.5"], "error: task.init_args.hidden: expected int, got '6.5'"),
+])
+def test_nested_refusals_name_the_real_path_in_one_line(tmp_path, capsys, callbacks, flags, expected):
+    line = _refusal(tmp_path, capsys, _with_callbacks(tmp_path / "runs", *callbacks), *flags)
+    assert line.startswith(expected), line
+
+
+def test_untyped_task_argument_takes_its_defaults_type(tmp_path, capsys):
+    config = _config(tmp_path / "runs")
+    config["task"]["class_path"] = "cli_tasks.UntypedTask"
+    line = _refusal(tmp_path, capsys, config, "--task.init_args.hidden", "6.5")
+    assert line.startswith("error: task.init_args.hidden: expected int (the type of its default 16;"), line
+    line = _refusal(tmp_path, capsys, config, "--task.init_args.hidden", "[8]")
+    assert "task.init_args.hidden: expected int" in line and "got [8]" in line
+    # Values of the default's type pass: an int for a float default, digits for a str default.
+    config["trainer"]["max_epochs"] = 1
+    cli = GraphTaskCLI(args=["fit", "--config", str(_write(tmp_path / "ok.yaml", config)),
+                             "--task.init_args.hidden", "6", "--task.init_args.name", "7", "--task.init_args.lr", "1"])
+    assert cli.task.hidden == 6 and cli.task.name == "7" and cli.task.lr == 1
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch and dgl
+@pytest.mark.timeout(200)
+def test_module_refusal_is_one_error_line_and_status_2(tmp_path):
+    # What a user running python -m graphtrainer sees: no jsonargparse traceback.
+    config = _with_callbacks(tmp_path / "runs", {"class_path": "graphtrainer.EarlyStopping",
+                                                 "init_args": {"monitor": "val_loss", "mode": "maximum"}})
+    env = tutorial_env(PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")  # tasks.RegressionTask
+    out = subprocess.run([sys.executable, "-m", "graphtrainer", "fit", "--config", str(_write(tmp_path / "run.yaml", config))],
+                         capture_output=True, text=True, timeout=150, cwd=ROOT, env=env)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: trainer.callbacks[0] (graphtrainer.EarlyStopping): "
+                                  "mode='maximum': use 'min' or 'max'"), out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_graphtaskcli_is_exported_from_the_package(monkeypatch):
+    import graphtrainer
+
+    assert graphtrainer.GraphTaskCLI is GraphTaskCLI and "GraphTaskCLI" in graphtrainer.__all__
+    monkeypatch.setitem(sys.modules, "jsonargparse", None)  # as if the [cli] extra were missing
+    with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[cli\]'"):
+        exec("from graphtrainer import GraphTaskCLI", {})

@@ -174,7 +174,7 @@ def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
                 break
         assert "TRAINING" in line, "".join(lines)
         family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-        assert any("graph_servers" in " ".join(psutil.Process(p).cmdline()) for p in family[1:])
+        assert any("graphtrainer.distdgl.servers" in " ".join(psutil.Process(p).cmdline()) for p in family[1:])
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:

@@ -113,7 +113,8 @@ def test_ranking_metrics_by_hand():
     m = ranking_metrics(pos, neg, hits=(1, 3))
     assert m["mrr"] == pytest.approx((1 / 1 + 1 / 2.5) / 2)  # ranks 1 and 1 + 1 + 0.5 (a tie)
     assert m["auc"] == pytest.approx((3 + 1.5) / 8)  # 3 beats 0, 2, 1; 1 beats 0 and ties 1
-    assert m["hits@1"] == 0.0 and m["hits@3"] == 0.5  # thresholds 5 and 1
+    assert m["pooled_hits@1"] == 0.0 and m["pooled_hits@3"] == 0.5  # thresholds 5 and 1
+    assert m["per_edge_hits@1"] == 0.5 and m["per_edge_hits@3"] == 1.0  # ranks 1 and 2.5
     scores = LinkScores(2)
     with pytest.raises(ValueError, match="need 4 negative scores"):
         scores.add(pos, torch.zeros(3))
@@ -192,7 +193,7 @@ def test_evaluation_sees_each_edge_once_metrics_and_predict_are_exact(root_dir, 
     pairs = sorted(tuple(p) for s in seen for p in s)
     assert pairs == sorted(zip(val[0].tolist(), val[1].tolist()))  # each pair once over both ranks
     assert metrics["test_edges"] == 37
-    for name in ("test_auc", "test_ap", "test_mrr", "test_hits@20"):
+    for name in ("test_auc", "test_ap", "test_mrr", "test_pooled_hits@20"):
         assert metrics[name] == pytest.approx(results[1][0][name], abs=1e-9), name
     assert 0.0 < metrics["test_auc"] < 1.0
     # predict: one row per pair, in the order the pairs were given, same scores as 1 rank.

@@ -144,7 +144,7 @@ class JoinProbe(RegressionTask):
     def on_fit_end(self) -> None:
         self.log("joined_steps", sum(self.joined), reduce_fx="sum")
         self.log("steps", len(self.joined), reduce_fx="sum")
-        self.trainer.callback_metrics.update(self._metrics.reduce())
+        self.trainer.callback_metrics.update(self.step_log.metrics.reduce())
         self.trainer.history.append(dict(self.trainer.callback_metrics))
 
 

@@ -22,7 +22,7 @@ import torch
 
 from graphtrainer import CheckpointError, EarlyStopping, ModelCheckpoint, Preempted, RankFailedError, Trainer
 from graphtrainer.checkpoint import file as checkpoint_file
-from graphtrainer.loop import seeding
+from graphtrainer._compat import dgl_2_1_streams as seeding
 from graphtrainer.checkpoint.content import read_checkpoint
 from graphtrainer.data.node_loader import default_sampler
 

@@ -2,6 +2,7 @@
 contracts in setup.cfg)."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -28,3 +29,46 @@ def test_import_contracts_are_kept():
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout and "Layers import downwards only KEPT" in proc.stdout
+
+
+# ---- sizes: small single-purpose modules, short functions ----------------------------------------
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+#: A longer function says why in its docstring, in a sentence starting with these words.
+EXEMPTION = "Long because"
+
+
+def _modules() -> list:
+    return sorted((ROOT / "graphtrainer").rglob("*.py"))
+
+
+def long_functions(path: Path) -> list:
+    """``(name, lines)`` of the functions in ``path`` over the limit whose docstring does not
+    say why."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES and EXEMPTION not in (ast.get_docstring(node) or ""):
+                found.append((node.name, lines))
+    return found
+
+
+def test_no_module_over_400_lines():
+    big = {str(p.relative_to(ROOT)): n for p in _modules()
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by job): {big}"
+
+
+def test_no_function_over_60_lines_unless_its_docstring_says_why():
+    offenders = {f"{p.relative_to(ROOT)}:{name}": n for p in _modules() for name, n in long_functions(p)}
+    assert not offenders, (f"functions over {MAX_FUNCTION_LINES} lines without '{EXEMPTION} ...' in their "
+                           f"docstring: {offenders}")
+
+
+def test_the_size_check_sees_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    path = tmp_path / "m.py"
+    path.write_text(f"def f():\n{body}\n\n\ndef g():\n    \"\"\"{EXEMPTION} it must.\"\"\"\n{body}\n")
+    assert long_functions(path) == [("f", MAX_FUNCTION_LINES + 1)]

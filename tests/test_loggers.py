@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+import graphtrainer.launch.local as local_launch
 import graphtrainer.trainer as trainer_module
 from graphtrainer import LearningRateMonitor, ModelCheckpoint, RankFailedError, Trainer
 from graphtrainer.loop.loggers import TensorBoardLogger
@@ -149,8 +150,8 @@ def test_unwritable_root_dir_fails_before_launch(tmp_path, monkeypatch, num_proc
     blocker.write_text("not a directory")
     root = blocker / "runs"  # its parent is a regular file: no one, not even root, can create it
     launched, ran = [], []
-    real_launch, real_run_rank = trainer_module.launch, trainer_module.run_rank
-    monkeypatch.setattr(trainer_module, "launch", lambda *a, **k: launched.append(1) or real_launch(*a, **k))
+    real_launch, real_run_rank = local_launch.launch, trainer_module.run_rank
+    monkeypatch.setattr(local_launch, "launch", lambda *a, **k: launched.append(1) or real_launch(*a, **k))
     monkeypatch.setattr(trainer_module, "run_rank", lambda *a, **k: ran.append(1) or real_run_rank(*a, **k))
     trainer = Trainer(num_procs=num_procs, launcher="fork", max_epochs=1, progress_bar=False,
                       default_root_dir=root)

@@ -26,15 +26,15 @@ test (``tests/test_tutorial_07.py``); ``--task.dataset citeseer`` runs CiteSeer:
     name     type        params
     encoder  SAGE       399,872
     LinkPredictor: 399,872 trainable of 399,872 parameters (1.5 MB in float32)
-    epoch   0  train_loss 1.3960  val_auc 0.6276  val_mrr 0.3340  val_hits@20 0.0190
-    epoch   1  train_loss 1.3715  val_auc 0.7957  val_mrr 0.4970  val_hits@20 0.0494
-    epoch   2  train_loss 1.3123  val_auc 0.8011  val_mrr 0.4647  val_hits@20 0.0570
+    epoch   0  train_loss 1.3960  val_auc 0.6276  val_mrr 0.3340  val_pooled_hits@20 0.0190
+    epoch   1  train_loss 1.3715  val_auc 0.7957  val_mrr 0.4970  val_pooled_hits@20 0.0494
+    epoch   2  train_loss 1.3123  val_auc 0.8011  val_mrr 0.4647  val_pooled_hits@20 0.0570
     ...
-    epoch  18  train_loss 0.9514  val_auc 0.9202  val_mrr 0.6771  val_hits@20 0.0951
-    epoch  19  train_loss 0.9394  val_auc 0.9224  val_mrr 0.6926  val_hits@20 0.0989
+    epoch  18  train_loss 0.9514  val_auc 0.9202  val_mrr 0.6771  val_pooled_hits@20 0.0951
+    epoch  19  train_loss 0.9394  val_auc 0.9224  val_mrr 0.6926  val_pooled_hits@20 0.0989
     fit: 20 epochs in 16.0 s; best val_auc 0.9224 (epoch=19-val_auc=0.9224.ckpt)
     [graphtrainer] ckpt_path='best': using runs/tutorial07/version_0/checkpoints/epoch=19-val_auc=0.9224.ckpt
-    test (best checkpoint, 2 ranks, exact over 527 edges): roc_auc 0.9097  ap 0.4003  mrr 0.6905  hits@20 0.0569
+    test (best checkpoint, 2 ranks, exact over 527 edges): roc_auc 0.9097  ap 0.4003  mrr 0.6905  pooled_hits@20 0.0569
     [graphtrainer] ckpt_path='best': using runs/tutorial07/version_0/checkpoints/epoch=19-val_auc=0.9224.ckpt
     predict: 527 rows x 21 scores; roc_auc recomputed here 0.9097, mrr 0.6905
     RESULT {"tutorial": "07_link_prediction", "dataset": "cora", "num_procs": 2, "epochs": 20, "train_edges": 4488, ...}
@@ -44,10 +44,10 @@ test (``tests/test_tutorial_07.py``); ``--task.dataset citeseer`` runs CiteSeer:
 
     citeseer: 3327 nodes, 9228 directed edges; LinkSplit(3327 nodes; undirected edges train/val/test 3870/227/455)
     ...
-    epoch  19  train_loss 0.9230  val_auc 0.9178  val_mrr 0.6730  val_hits@20 0.1586
+    epoch  19  train_loss 0.9230  val_auc 0.9178  val_mrr 0.6730  val_pooled_hits@20 0.1586
     fit: 20 epochs in 27.3 s; best val_auc 0.9178 (epoch=19-val_auc=0.9178.ckpt)
     [graphtrainer] ckpt_path='best': using runs/tutorial07/version_0/checkpoints/epoch=19-val_auc=0.9178.ckpt
-    test (best checkpoint, 2 ranks, exact over 455 edges): roc_auc 0.9015  ap 0.4108  mrr 0.6639  hits@20 0.0769
+    test (best checkpoint, 2 ranks, exact over 455 edges): roc_auc 0.9015  ap 0.4108  mrr 0.6639  pooled_hits@20 0.0769
     [graphtrainer] ckpt_path='best': using runs/tutorial07/version_0/checkpoints/epoch=19-val_auc=0.9178.ckpt
     predict: 455 rows x 21 scores; roc_auc recomputed here 0.9015, mrr 0.6639
 
@@ -213,7 +213,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     test = trainer.test(task, ckpt_path="best")
     print(f"test (best checkpoint, {trainer.num_procs} ranks, exact over {int(test['test_edges'])} edges): "
           f"roc_auc {test['test_auc']:.4f}  ap {test['test_ap']:.4f}  mrr {test['test_mrr']:.4f}  "
-          f"hits@20 {test['test_hits@20']:.4f}", flush=True)
+          f"pooled_hits@20 {test['test_pooled_hits@20']:.4f}", flush=True)
 
     # predict: one row per test pair, in the order of split.test; the metrics recomputed
     # from those rows in this process equal the ranks' exact ones.
@@ -228,7 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "val_edges": int(trainer.history[-1]["val_edges"]), "test_edges": int(test["test_edges"]),
         "final_train_loss": trainer.history[-1]["train_loss"], "best_val_auc": ckpt.best_model_score,
         "test_auc": test["test_auc"], "test_ap": test["test_ap"], "test_mrr": test["test_mrr"],
-        "test_hits@20": test["test_hits@20"], "predict_rows": int(rows.shape[0]),
+        "test_pooled_hits@20": test["test_pooled_hits@20"], "predict_rows": int(rows.shape[0]),
         "predict_auc": again["auc"], "predict_mrr": again["mrr"], "checkpoint": ckpt.best_model_path,
         "fit_seconds": round(fit_s, 1), "seconds": round(time.time() - started, 1),
     }

@@ -109,6 +109,9 @@ class ModelCheckpoint(Callback):
             save_checkpoint(trainer, task, decision["save"])
         if self.save_last:
             save_checkpoint(trainer, task, decision["last"])
+        saved = decision["save"] or self.save_last
+        if saved and trainer.rank == 0 and callable(getattr(trainer.logger, "after_save_checkpoint", None)):
+            trainer.logger.after_save_checkpoint(self)
         if trainer.rank == 0:
             for path in decision["delete"]:
                 try:

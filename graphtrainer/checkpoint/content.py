@@ -18,6 +18,7 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``world_size``         ranks that wrote it
 ``precision``          the Trainer's precision; ``grad_scaler``: the float16 scaler's state
 ``rng_states``         per rank: python, numpy and torch generator states
+``loggers``            (optional) rank 0's loggers' ``state_dict()`` (an external run's id)
 ``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
                        fit (:mod:`graphtrainer.preemption`): batches of ``epoch`` trained;
                        resuming skips them and restores ``rng_states``, so the resumed run
@@ -101,6 +102,8 @@ def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]
         "rng_states": rngs,
         **(extra or {}),
     }
+    if callable(getattr(trainer.logger, "state_dict", None)):  # a resumed fit continues the same run
+        ckpt["loggers"] = trainer.logger.state_dict()
     for cb in trainer.callbacks:
         cb.on_save_checkpoint(trainer, task, ckpt)
     task.on_save_checkpoint(ckpt)
@@ -186,6 +189,8 @@ def restore_training_state(trainer: RunView, task: Any, ckpt: Dict[str, Any]) ->
     for cb in trainer.callbacks:
         if cb.state_key in states:
             cb.load_state_dict(states[cb.state_key])
+    if ckpt.get("loggers") and callable(getattr(trainer.logger, "load_state_dict", None)):
+        trainer.logger.load_state_dict(ckpt["loggers"])  # rank 0 only holds a logger
     saved_world = ckpt.get("world_size", trainer.world_size)
     rngs = ckpt.get("rng_states") or []
     if saved_world == trainer.world_size and len(rngs) == trainer.world_size:

@@ -110,7 +110,7 @@ class _PairSampler:
         self.output_device = getattr(sampler, "output_device", None)
 
     def sample(self, g: Any, positions: torch.Tensor) -> Tuple[Any, ...]:
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         n = g.num_nodes()
         src, dst = self.src[positions], self.dst[positions]
@@ -124,6 +124,20 @@ class _PairSampler:
         pair, neg = dgl.compact_graphs([pair, neg])
         input_nodes, _, blocks = self.sampler.sample(g, pair.ndata[dgl.NID])
         return input_nodes, pair, neg, blocks
+
+
+def _check_exclude(exclude: Optional[str], hetero: bool, reverse_eids: Any, reverse_etypes: Any) -> None:
+    """A ``ValueError`` naming the fix when ``exclude`` does not fit the graph or lacks its ids."""
+    if exclude not in EXCLUDE_MODES:
+        raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
+    if exclude == "reverse_id" and reverse_eids is None:
+        raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
+    if exclude == "reverse_types" and (not hetero or reverse_etypes is None):
+        raise ValueError('exclude="reverse_types" is for heterographs and needs reverse_etypes= '
+                         '({etype: its reverse etype}, e.g. {"has": "in", "in": "has"})')
+    if hetero and exclude == "reverse_id":
+        raise ValueError('exclude="reverse_id" takes a homogeneous graph; on a heterograph use '
+                         'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
 
 
 class EdgeLoader(ShardedLoader):
@@ -155,24 +169,15 @@ class EdgeLoader(ShardedLoader):
                  reverse_eids: Any = None, shuffle: bool = True, drop_last: bool = False,
                  even: Optional[str] = None, seed: int = 0, reverse_etypes: Optional[Dict[Any, Any]] = None,
                  **dataloader_kwargs: Any):
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         if isinstance(sampler, (list, tuple)):
             sampler = default_sampler(graph, sampler, label_key="")
         if not callable(getattr(sampler, "sample", None)):
             raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) "
                              f"or a list of fanouts, got {type(sampler).__name__}")
-        if exclude not in EXCLUDE_MODES:
-            raise ValueError(f"exclude={exclude!r}: choose one of {EXCLUDE_MODES}")
-        if exclude == "reverse_id" and reverse_eids is None:
-            raise ValueError('exclude="reverse_id" needs reverse_eids= (the id of each edge\'s reverse)')
         hetero = isinstance(edges, dict) or len(graph.canonical_etypes) > 1
-        if exclude == "reverse_types" and (not hetero or reverse_etypes is None):
-            raise ValueError('exclude="reverse_types" is for heterographs and needs reverse_etypes= '
-                             '({etype: its reverse etype}, e.g. {"has": "in", "in": "has"})')
-        if hetero and exclude == "reverse_id":
-            raise ValueError('exclude="reverse_id" takes a homogeneous graph; on a heterograph use '
-                             'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
+        _check_exclude(exclude, hetero, reverse_eids, reverse_etypes)
         n = graph.num_nodes()
         self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
         if hetero:

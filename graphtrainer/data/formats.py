@@ -46,7 +46,7 @@ def check_formats(formats: Union[str, Sequence[str], None], where: str = "graph_
 
 def sampler_formats(sampler: Any) -> Set[str]:
     """The formats a DGL block sampler (or graphtrainer's wrappers of one) reads."""
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     if sampler is None:
         return set()

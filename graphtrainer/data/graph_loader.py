@@ -40,7 +40,7 @@ class PackedGraphs:
     """
 
     def __init__(self, dataset: Any):
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         try:
             n = len(dataset)
@@ -87,7 +87,7 @@ class PackedGraphs:
 
     def batch(self, indices: torch.Tensor) -> Tuple[Any, torch.Tensor]:
         """``(batched graph, labels)`` of graphs ``indices``, in that order."""
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         indices = torch.as_tensor(indices, dtype=torch.int64)
         nn_, ne = self.num_nodes[indices], self.num_edges[indices]

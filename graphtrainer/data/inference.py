@@ -37,6 +37,8 @@ from torch import nn
 
 from .. import comm as gdist
 from .. import heartbeat
+from ..nn.convert import to_torch_graph
+from ..nn.transfer import dgl_runs_on
 
 Features = Union[torch.Tensor, Dict[str, torch.Tensor]]
 
@@ -77,7 +79,7 @@ def layerwise(model: nn.Module, graph: Any, features: Optional[Features] = None,
     same tensor on every rank (shared memory between launched ranks). The model is put in
     eval mode for the call and its mode restored after.
     """
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     layer_fn, num_layers = check_layerwise_model(model)
     if int(batch_size) < 1:
@@ -160,7 +162,7 @@ def _apply(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
     """Layer ``layer`` for ``seeds`` from their full in-neighbourhood."""
     hetero = len(graph.ntypes) > 1
     _, _, blocks = sampler.sample_blocks(graph, seeds if hetero else seeds["_N"])
-    block = blocks[0].to(device)
+    block = _to_device(blocks[0], device)
     if hetero:
         src = {nt: ids for nt, ids in block.srcdata["_ID"].items()} if isinstance(block.srcdata["_ID"], dict) \
             else {block.srctypes[0]: block.srcdata["_ID"]}
@@ -174,6 +176,12 @@ def _apply(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
             return {nt: y}
         return {"_N": y}
     return y
+
+
+def _to_device(block: Any, device: torch.device) -> Any:
+    """The block on ``device``: DGL's own where DGL runs there, else a torch-only block (a GPU
+    with DGL's CPU-only wheel; graphtrainer.nn layers take either)."""
+    return block.to(device) if dgl_runs_on(device) else to_torch_graph(block).to(device)
 
 
 def _probe(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, torch.Tensor], sampler: Any,

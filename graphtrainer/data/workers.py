@@ -108,7 +108,7 @@ class _SeededSampler:
         self.output_device = getattr(inner, "output_device", None)
 
     def sample(self, g: Any, item: Tuple[int, int, Any]) -> Any:
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         epoch, index, seeds = item
         if self.on_epoch is not None:
@@ -162,7 +162,7 @@ class BatchSampling:
             return iter(self._loader)
 
     def _build(self, n: int, num_batches: int, seed: int, rank: int) -> Any:
-        import dgl
+        import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
         kwargs = dict(self.kwargs)
         workers = kwargs.get("num_workers", 0)

@@ -21,6 +21,8 @@ def synthetic(num_nodes: int, avg_degree: float, feat_dim: int, num_classes: int
     """A reproducible, learnable random graph with a skewed degree distribution.
 
     Same arguments (``seed`` included) → identical edges, features, labels and masks.
+    Long because it is one recipe drawing from one generator in a fixed order: split, the
+    draws would still have to stay in this order for the same seed to give the same graph.
 
     - Nodes: ``num_nodes``. Labels: balanced, ``randperm(N) % num_classes`` (int64).
     - Edges: exactly ``E = round(num_nodes * avg_degree)``. ``ceil(E / 2)`` endpoint

@@ -78,7 +78,7 @@ class PartitionedGraph:
 def connect(cluster: Cluster, local_rank: int) -> None:
     """Join the graph servers (DGL's ``initialize``). Before ``torch.distributed``'s
     process group, as DGL requires; blocks until every server has all its clients."""
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     global _cluster, _local_rank
     logging.getLogger("dgl-distributed-socket").setLevel(logging.ERROR)  # a line per address-less interface
@@ -92,7 +92,7 @@ def connect(cluster: Cluster, local_rank: int) -> None:
 
 def open_graph(cluster: Cluster) -> Any:
     """This rank's ``DistGraph`` of the partitioned graph."""
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     with _quiet():
         return dgl.distributed.DistGraph(cluster.options.graph_name, part_config=cluster.options.part_config)
@@ -101,7 +101,7 @@ def open_graph(cluster: Cluster) -> Any:
 def disconnect() -> None:
     """Leave the servers; the clients' rank 0 asks them to shut down. Must be called on all
     ranks (DGL's client barrier), and only after a successful run."""
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     global _cluster
     with _quiet():

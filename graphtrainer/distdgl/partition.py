@@ -116,6 +116,9 @@ def partition_graph(graph: dgl.DGLGraph, name: str, parts: int, out: PathLike, *
     that is a file, one that already holds a ``<name>.json`` (unless ``overwrite``) or
     another partition's ``part<i>/``; and, after DGL failed while splitting (before it
     writes), when a part would own no node or no edge.
+
+    Long because every refusal comes before DGL runs and each is a line or two; the work
+    itself is the DGL call and the files written beside it.
     """
     start = time.perf_counter()
     out = pathlib.Path(out)

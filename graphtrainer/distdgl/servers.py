@@ -218,7 +218,7 @@ def _remove_left_segments(before: Set[str], graph_name: str) -> None:
 def main() -> None:
     """A server process: serve this machine's partition until the ranks shut it down."""
     _die_with_parent()  # never outlive the launching process, even if it is killed
-    import dgl
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])  # DGL_ROLE=server: serves, then exits
 

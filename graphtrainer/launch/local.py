@@ -27,7 +27,7 @@ from ..state import TrainerConfig
 from . import forkserver, leftovers, rank_stderr
 from .base import Launcher, RankTarget
 from .fork_safety import start_method, thread_count
-from .lean import import_rank_modules, limit_malloc_caches
+from .lean import import_rank_modules
 from .pickling import start_process
 from .placement import Placement
 from .preflight import prepare_graphs
@@ -68,7 +68,6 @@ def _child_entry(
         rank_stderr.redirect_to(stderr_conn)  # through the launcher, which keeps its last lines
     _die_with_parent()
     forkserver.bind_to_launcher()  # a rank of launcher="forkserver" ends with the launching process
-    limit_malloc_caches()
     heartbeat.attach(board, rank)
     # The launcher sends SIGUSR2 to a rank it finds stuck and reads the stack from here
     # (SIGUSR1 is Slurm's early warning: see graphtrainer.loop.preemption).
@@ -79,21 +78,7 @@ def _child_entry(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     remove_partials_on_signals()
-    if placement is None or placement.master_addr is None:
-        port = listener.getsockname()[1]
-        listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
-        listener.close()
-        if sys.platform.startswith("linux") and any(name == "lo" for _, name in socket.if_nameindex()):
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets: loopback too
-        info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
-                        master_port=port, source="launcher", listen_fd=listen_fd)
-    else:
-        assert placement.master_addr is not None
-        if placement.socket_ifname:
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", placement.socket_ifname)
-        info = RankInfo(rank=placement.first_rank + rank, local_rank=rank, world_size=placement.world_size,
-                        master_addr=placement.master_addr, master_port=placement.master_port,
-                        source="launcher")
+    info = _rank_info(rank, world_size, listener, placement)
     outcome: Dict[str, Any] = {}
 
     def run() -> None:
@@ -125,6 +110,28 @@ def _child_entry(
         os._exit(1)
 
 
+def _rank_info(rank: int, world_size: int, listener: socket.socket, placement: Optional[Placement]) -> RankInfo:
+    """Where this launched rank sits: on this machine alone, rendezvous on the listener the
+    parent bound (rank 0's store takes it over); in a job over several machines, at the
+    placement's global rank and rendezvous."""
+    if placement is None or placement.master_addr is None:
+        port = listener.getsockname()[1]
+        listen_fd = listener.detach() if rank == 0 else None  # rank 0's store owns it from now on
+        listener.close()
+        if sys.platform.startswith("linux") and any(name == "lo" for _, name in socket.if_nameindex()):
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets: loopback too
+        info = RankInfo(rank=rank, local_rank=rank, world_size=world_size, master_addr="127.0.0.1",
+                        master_port=port, source="launcher", listen_fd=listen_fd)
+    else:
+        assert placement.master_addr is not None
+        if placement.socket_ifname:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", placement.socket_ifname)
+        info = RankInfo(rank=placement.first_rank + rank, local_rank=rank, world_size=placement.world_size,
+                        master_addr=placement.master_addr, master_port=placement.master_port,
+                        source="launcher")
+    return info
+
+
 def _send(conn: Any, message: tuple) -> None:
     # Plain pickle, not multiprocessing's: that one passes tensors as shared-memory file
     # descriptors, which vanish when this process exits right after sending.
@@ -145,6 +152,9 @@ def launch(
     job: Optional[FailureChannel] = None,
 ) -> Any:
     """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
+
+    Long because starting, watching and always reaping the ranks share one ``try``/
+    ``finally`` that ends every child, whatever happened.
 
     Raises :class:`RankFailedError` for the first rank that fails, or for the ranks that
     made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.

@@ -7,13 +7,15 @@ import math
 import sys
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Tuple
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from .. import heartbeat
 from ..data.formats import warn_unbuilt_formats
 from ..data.sharded_loader import ShardedLoader
 from ..data.validation import check_loader
-from ..state import BatchLimit, RunState
+from ..nn.transfer import BatchTransfer
+from ..state import BatchLimit, RunState, TrainerConfig
 
 
 def check_loaders(state: RunState, training: Any = None, evaluation: Any = None) -> None:
@@ -79,6 +81,16 @@ def require_training_loader(loader: Any, task_name: str) -> None:
         raise TypeError(f"{task_name}.train_dataloader() returned None, but fit needs the batches to train on: "
                         "return an iterable of batches from it (graphtrainer's node loader, a DGL DataLoader, a "
                         "list); only val_dataloader() may return None (no validation)")
+
+
+def batch_transfer(task: Any, device: torch.device, config: TrainerConfig) -> BatchTransfer:
+    """How this stage's batches reach ``device`` (``config.block_type``): iterate
+    ``.batches(loader)``, then ``.to_device(item)`` per batch. Only graphtrainer's own
+    ``transfer_batch_to_device`` is replaced by pinning, copying and prefetching; a task's
+    override gets the (converted) batch and moves it itself."""
+    default = getattr(type(task).transfer_batch_to_device, "graphtrainer_default", False)
+    return BatchTransfer(device, config.block_type, task.transfer_batch_to_device, hook_is_default=default,
+                         prefetch=config.prefetch_batches)
 
 
 def set_epoch(loader: Any, epoch: int) -> None:

@@ -10,7 +10,7 @@ from .. import comm as gdist
 from .. import heartbeat
 from ..checkpoint.content import load_checkpoint
 from ..state import RunResult
-from .batches import batch_limit, check_loaders, for_evaluation, with_last
+from .batches import batch_limit, batch_transfer, check_loaders, for_evaluation, with_last
 from .context import RankContext
 from .hooks import build_model, call_hook, model_as, result
 from .precision import Precision
@@ -36,8 +36,9 @@ def eval_epoch(ctx: RankContext, stage: Stage, loader: Any) -> Tuple[Dict[str, f
             call_hook(ctx, f"on_{stage.hook}_epoch_start")
             with torch.no_grad():
                 limit = batch_limit(loader, stage.limit(ctx.config))
-                for batch_idx, batch, _ in with_last(loader, limit, f"the {stage.hook} loader"):
-                    batch = task.transfer_batch_to_device(batch, state.device)
+                transfer = batch_transfer(task, state.device, ctx.config)
+                for batch_idx, batch, _ in with_last(transfer.batches(loader), limit, f"the {stage.hook} loader"):
+                    batch = transfer.to_device(batch)
                     log.begin_step(f"{stage.hook}_step", batch)
                     heartbeat.beat(f"{stage.hook}_step", batch_idx)
                     with precision.autocast():

@@ -20,12 +20,13 @@ from .. import heartbeat
 from ..checkpoint.content import _to_cpu, load_checkpoint, restore_training_state
 from ..state import RunResult, RunState
 from . import preemption
-from .batches import (batch_limit, check_loaders, count_batches, exact_len, for_evaluation, require_training_loader,
-                      set_epoch, with_last)
+from .batches import (batch_limit, batch_transfer, check_loaders, count_batches, exact_len, for_evaluation,
+                      require_training_loader, set_epoch, with_last)
 from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
 from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
+from ..launch.lean import trim_after_epoch
 from .nonfinite import NonFiniteLosses
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
@@ -86,6 +87,7 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
                 if fit.stopped_after is not None:
                     preemption.stop_run(ctx, fit.stopped_after)  # raises Preempted
                 _end_epoch(fit)
+                trim_after_epoch(config.allocator)  # once per epoch: no page faults per batch
                 if fit.stop_after_epoch or (fit.joining and preemption.agreed_stop(False)):
                     preemption.stop_run(ctx, 0)  # (an epoch in Join stops at its end)
             with ctx.section("fit end"):
@@ -196,11 +198,13 @@ def _train_batches(fit: _Fit) -> None:
     limit = batch_limit(fit.train_loader, config.limit_train_batches)
     acc = config.accumulate_grad_batches
     micro = 0
-    for batch_idx, batch, is_last in with_last(fit.train_loader, limit, "the training loader", section):
+    transfer = batch_transfer(task, state.device, config)
+    for batch_idx, batch, is_last in with_last(transfer.batches(fit.train_loader), limit, "the training loader",
+                                               section):
         if fit.resume is not None and fit.resume.skips(batch_idx, state.rank):
             continue
         with section("to device"):
-            batch = task.transfer_batch_to_device(batch, state.device)
+            batch = transfer.to_device(batch)
         log.begin_step("training_step", batch)
         log.metrics.start_step()
         micro += 1

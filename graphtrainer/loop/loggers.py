@@ -1,6 +1,13 @@
-"""Run loggers: ``hparams.yaml`` and ``metrics.csv`` always, TensorBoard when installed.
+"""Run loggers: ``hparams.yaml`` and ``metrics.csv`` always, plus any logger object given.
 
-Only rank 0 writes; other ranks get a logger that does nothing.
+``Trainer(logger=obj)`` (or a list) takes any Lightning-style logger: an object with
+``log_metrics(metrics, step)``; these methods are called when present: ``log_hyperparams(params)``
+(at the start of ``fit``), ``after_save_checkpoint(checkpoint_callback)`` (after
+:class:`~graphtrainer.ModelCheckpoint` wrote a file), ``save()`` (after each epoch's row),
+``finalize(status)`` (``"success"`` or ``"failed"``), and ``state_dict()``/``load_state_dict()``
+(kept in the checkpoint, so a resumed fit continues the same external run). An
+``experiment`` attribute is not needed. Only rank 0 holds a logger; other ranks get none.
+:class:`~graphtrainer.mlflow_logger.MLflowLogger` is one such object.
 """
 from __future__ import annotations
 
@@ -90,20 +97,51 @@ class TensorBoardLogger(Logger):
 
 
 class _Many(Logger):
-    def __init__(self, loggers: List[Logger]):
+    """The CSV logger and the user's: each call goes to every logger that has the method."""
+
+    def __init__(self, loggers: List[Any]):
         self.loggers = loggers
 
-    def log_hyperparams(self, params: Dict[str, Any]) -> None:
+    def _each(self, method: str, *args: Any) -> None:
         for lg in self.loggers:
-            lg.log_hyperparams(params)
+            call = getattr(lg, method, None)
+            if callable(call):
+                call(*args)
+
+    def log_hyperparams(self, params: Dict[str, Any]) -> None:
+        self._each("log_hyperparams", params)
 
     def log_metrics(self, metrics: Dict[str, float], step: int) -> None:
-        for lg in self.loggers:
-            lg.log_metrics(metrics, step)
+        self._each("log_metrics", metrics, step)
+        if "epoch" in metrics:  # an epoch row: a Lightning logger's save() point
+            self._each("save")
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        self._each("after_save_checkpoint", checkpoint_callback)
 
     def finalize(self, status: str) -> None:
-        for lg in self.loggers:
-            lg.finalize(status)
+        self._each("finalize", status)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """``{position: state}`` of the loggers that keep one (for the checkpoint)."""
+        return {str(i): lg.state_dict() for i, lg in enumerate(self.loggers) if callable(getattr(lg, "state_dict", None))}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        for i, lg in enumerate(self.loggers):
+            if str(i) in state and callable(getattr(lg, "load_state_dict", None)):
+                lg.load_state_dict(state[str(i)])
+
+
+def check_logger(option: Any) -> None:
+    """Refuse, before any rank starts, a ``logger`` that is not True/False/None, a logger
+    object with ``log_metrics(metrics, step)``, or a list of them."""
+    extra = option if isinstance(option, (list, tuple)) else [option]
+    for lg in extra:
+        if lg is True or lg is False or lg is None:
+            continue
+        if not callable(getattr(lg, "log_metrics", None)):
+            raise TypeError(f"logger={lg!r}: give True (CSV), False (none) or a logger object with "
+                            "log_metrics(metrics, step), e.g. graphtrainer.mlflow_logger.MLflowLogger(...)")
 
 
 def make_logger(option: Any, log_dir: Path, rank: int) -> Optional[Logger]:
@@ -118,4 +156,4 @@ def make_logger(option: Any, log_dir: Path, rank: int) -> Optional[Logger]:
         elif isinstance(lg, CSVLogger):
             continue
         loggers.append(lg)
-    return loggers[0] if len(loggers) == 1 else _Many(loggers)
+    return _Many(loggers)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .. import comm as gdist
+from ..nn.blocks import is_torch_graph
 
 
 #: How ``self.log`` values of one phase combine: exact weighted mean, or total.
@@ -331,5 +332,7 @@ def infer_batch_size(batch: object) -> Optional[int]:
 
 
 def _is_graph(obj: object) -> bool:
+    if is_torch_graph(obj):
+        return True
     dgl = sys.modules.get("dgl")
     return dgl is not None and isinstance(obj, dgl.DGLGraph)

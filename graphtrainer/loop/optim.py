@@ -2,14 +2,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+#: A learning-rate scheduler as ``configure_optimizers`` may give it: the scheduler, or
+#: ``{"scheduler", "interval", "frequency", "monitor"}``.
+SchedulerSpec = Union[LRScheduler, ReduceLROnPlateau, Dict[str, Any]]
+#: ``{"optimizer": ..., "lr_scheduler": ..., "monitor": ...}``.
+OptimizerDict = Dict[str, Any]
+#: What ``GraphTask.configure_optimizers`` returns (see :func:`parse_optimizers`).
+OptimizersSpec = Union[Optimizer, Sequence[Optimizer], Tuple[Sequence[Optimizer], Sequence[SchedulerSpec]],
+                       OptimizerDict, Sequence[OptimizerDict]]
 
 
 @dataclass
 class SchedulerConfig:
-    scheduler: Any
+    scheduler: Union[LRScheduler, ReduceLROnPlateau]
     interval: str = "epoch"  # "epoch" or "step"
     frequency: int = 1
     monitor: Optional[str] = None
@@ -19,7 +30,7 @@ class SchedulerConfig:
         return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-def parse_optimizers(value: Any) -> Tuple[List[torch.optim.Optimizer], List[SchedulerConfig]]:
+def parse_optimizers(value: OptimizersSpec) -> Tuple[List[torch.optim.Optimizer], List[SchedulerConfig]]:
     """Accepts an optimizer; a list of them; ``(optimizers, schedulers)``; or a dict
     ``{"optimizer": ..., "lr_scheduler": scheduler | {"scheduler", "interval", "frequency", "monitor"}}``
     (or a list of such dicts)."""

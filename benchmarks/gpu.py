@@ -1,0 +1,273 @@
+"""GNN message passing in plain torch (graphtrainer.nn on torch-only blocks) against dgl.nn on
+DGL blocks, and, where CUDA exists, what a GPU rank gives.
+
+    python benchmarks/gpu.py --out benchmarks/results/gpu            # CPU part (+ GPU part on a GPU)
+    python benchmarks/gpu.py --tiny                                  # seconds (smoke test)
+
+CPU part: the example's GraphSAGE task (2 CPU ranks, same sampler and model seeds) once per
+arm and seed, arms interleaved per seed:
+
+- ``dgl.nn``: ``dgl.nn.SAGEConv`` layers on DGL blocks (``Trainer(block_type="dgl")``),
+- ``graphtrainer.nn``: graphtrainer's layers on the same DGL blocks,
+- ``torch blocks``: graphtrainer's layers on torch-only blocks (``Trainer(block_type="torch")``:
+  every batch converted, as a GPU rank without DGL's CUDA build does).
+
+Epoch time is rank 0's median training epoch after a warm-up epoch; test accuracy comes from a
+full-neighbour evaluation of the trained model in this process. Ratios are against ``dgl.nn``.
+
+GPU part (only with CUDA): seeds/s of 1 GPU rank (torch blocks) against 2 CPU ranks on the
+same task and graph; and, in one process, the share of a training step spent blocked on the
+host-to-device copy with prefetching on and off.
+
+Writes ``gpu.json``, ``gpu.md`` and ``gpu.png`` to ``--out``; the files name the device.
+"""
+from __future__ import annotations
+
+import tempfile
+import time
+from typing import Any, Dict, List
+
+import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import handwritten
+import report
+import sysinfo
+import workload
+from overhead import EpochTimer, cap_train
+
+
+class CostTimer(EpochTimer):
+    """EpochTimer plus rank 0's CPU seconds per epoch (all its threads): on a machine other
+    jobs load, wall time measures the scheduler as much as the code; CPU time does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpu: List[float] = []
+        self._c0 = 0.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {**super().state_dict(), "cpu": list(self.cpu)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.cpu = list(state["cpu"])
+
+    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+        super().on_train_epoch_start(trainer, task)
+        self._c0 = time.process_time()
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        super().on_train_epoch_end(trainer, task)
+        self.cpu.append(time.process_time() - self._c0)
+
+ARMS = ("dgl.nn", "graphtrainer.nn", "torch blocks")
+BLOCK_TYPE = {"dgl.nn": "dgl", "graphtrainer.nn": "dgl", "torch blocks": "torch"}
+
+
+def parse_args(argv: Any = None) -> Any:
+    p = report.base_parser("gpu", __doc__.split("\n")[0])
+    p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("50kx10"))
+    p.add_argument("--feat-dim", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--max-train-nodes", type=int, default=8_000)
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--epochs", type=int, default=5, help="per run; the first is warm-up (default %(default)s)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--gpu-steps", type=int, default=40, help="steps per H2D-wait measurement (GPU part)")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.size, args.max_train_nodes, args.epochs, args.seeds = workload.parse_size("3kx5"), 600, 2, [0]
+        args.batch_size, args.hidden, args.gpu_steps = 128, 16, 5
+    return args
+
+
+class DglSAGE:
+    """graphtrainer.models.SAGE with dgl.nn's SAGEConv layers, holding the same initial weights
+    as graphtrainer's SAGE for one seed (the parameter names are the same)."""
+
+    @staticmethod
+    def build(in_feats: int, hidden: int, out: int, num_layers: int, dropout: float) -> Any:
+        import dgl.nn
+        from torch import nn
+
+        from graphtrainer.models import SAGE
+
+        model = SAGE(in_feats, hidden, out, num_layers=num_layers, dropout=dropout)
+        sizes = [in_feats] + [hidden] * (num_layers - 1) + [out]
+        layers = nn.ModuleList(dgl.nn.SAGEConv(sizes[i], sizes[i + 1], "mean") for i in range(num_layers))
+        layers.load_state_dict(model.layers.state_dict())
+        model.layers = layers
+        return model
+
+
+class ArmTask(workload.BenchTask):
+    """The benchmark task with the model of one arm, built from the run's seed."""
+
+    def __init__(self, graph: Any, arm: str, seed: int, **kwargs: Any):
+        super().__init__(graph, **kwargs)
+        self.arm, self.model_seed = arm, seed
+
+    def configure_model(self) -> Any:
+        import torch
+
+        torch.manual_seed(self.model_seed)  # the same initial weights in every arm for one seed
+        if self.arm == "dgl.nn":
+            return DglSAGE.build(self.in_feats, self.hidden, self.num_classes, len(self.fanouts), self.dropout)
+        return super().configure_model()
+
+
+def run_arm(graph: Any, arm: str, seed: int, args: Any, **trainer_kwargs: Any) -> Dict[str, Any]:
+    from graphtrainer import Trainer
+
+    timer = CostTimer()
+    task = ArmTask(graph, arm, seed, fanouts=[10, 10], hidden=args.hidden, batch_size=args.batch_size, lr=3e-3,
+                   dropout=0.5)
+    # One thread per rank: 2 ranks fill the 2 cores, and DGL's sampling is repeatable with one thread.
+    kwargs: Dict[str, Any] = dict(num_procs=2, block_type=BLOCK_TYPE[arm], threads_per_proc=1)
+    kwargs.update(trainer_kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    with tempfile.TemporaryDirectory() as tmp:
+        Trainer(max_epochs=args.epochs, progress_bar=False, logger=False, enable_model_summary=False,
+                default_root_dir=tmp, callbacks=[timer], seed=seed, **kwargs).fit(task)
+    wall = timer.times[1:] if len(timer.times) > 1 else timer.times
+    cpu = timer.cpu[1:] if len(timer.cpu) > 1 else timer.cpu
+    task.module.to("cpu")
+    return {"epoch_s": report.median(wall), "epoch_min_s": min(wall), "epoch_cpu_s": report.median(cpu),
+            "epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu,
+            **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
+
+
+def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
+    runs: Dict[str, List[Dict[str, Any]]] = {a: [] for a in args.arms}
+    for k, seed in enumerate(args.seeds):
+        order = args.arms if k % 2 == 0 else args.arms[::-1]
+        for arm in order:
+            runs[arm].append(run_arm(graph, arm, seed, args))
+            r = runs[arm][-1]
+            print(f"[gpu] seed {seed} {arm}: epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, "
+                  f"test_acc {r['test_acc']:.4f}", flush=True)
+    out: Dict[str, Any] = {}
+    base = args.arms[0]
+    for arm in args.arms:
+        accs = [r["test_acc"] for r in runs[arm]]
+        # Per-seed ratios (same seed, adjacent runs) are less exposed to the machine's load drifting.
+        ratios = {key: [r[key] / b[key] for r, b in zip(runs[arm], runs[base])]
+                  for key in ("epoch_s", "epoch_min_s", "epoch_cpu_s")}
+        out[arm] = {key: report.median([r[key] for r in runs[arm]])
+                    for key in ("epoch_s", "epoch_min_s", "epoch_cpu_s")}
+        out[arm].update({"test_acc_mean": sum(accs) / len(accs), "test_acc": accs, "runs": runs[arm],
+                         "time_ratio": report.median(ratios["epoch_s"]), "time_ratios": ratios["epoch_s"],
+                         "min_time_ratio": report.median(ratios["epoch_min_s"]),
+                         "cpu_ratio": report.median(ratios["epoch_cpu_s"]), "cpu_ratios": ratios["epoch_cpu_s"]})
+    return out
+
+
+def h2d_wait_share(graph: Any, args: Any, prefetch: bool) -> Dict[str, float]:
+    """One process, one GPU: the example's model over the sampled batches; the share of the
+    step spent blocked on the batch's copy (the transfer times its own waiting)."""
+    import dgl
+    import torch
+    import torch.nn.functional as F
+
+    from graphtrainer.models import SAGE
+    from graphtrainer.nn.transfer import BatchTransfer
+    from graphtrainer.task import move_to_device
+
+    device = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    model = SAGE(graph.ndata["feat"].shape[1], args.hidden, int(graph.ndata["label"].max()) + 1).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sampler = dgl.dataloading.NeighborSampler([10, 10], prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    ids = workload.split_ids(graph, "train")
+    loader = dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=args.batch_size, shuffle=True)
+    transfer = BatchTransfer(device, "torch", move_to_device, prefetch=prefetch, measure_wait=True)
+    steps, started = 0, None
+    for item in transfer.batches(loader):
+        if steps == 2:  # warm-up: CUDA context, allocator, kernels
+            torch.cuda.synchronize()
+            transfer.wait_seconds, started = 0.0, time.perf_counter()
+        _, _, blocks = transfer.to_device(item)
+        loss = F.cross_entropy(model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+        if steps >= args.gpu_steps + 2:
+            break
+    torch.cuda.synchronize()
+    total = time.perf_counter() - started
+    return {"steps": steps - 2, "step_s": total / (steps - 2), "wait_share": transfer.wait_seconds / total}
+
+
+def gpu_part(graph: Any, args: Any, n_train: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    # The CPU ranks run as a CPU user would (DGL blocks); the GPU rank as "auto" picks (torch blocks).
+    # Threads as the trainer chooses them (cores // ranks): the GPU machine has more cores than 2.
+    out["2 CPU ranks"] = run_arm(graph, "graphtrainer.nn", 0, args, threads_per_proc=None)
+    out["1 GPU rank"] = run_arm(graph, "torch blocks", 0, args, gpus=1, num_procs=None, block_type="auto",
+                                threads_per_proc=None)
+    for r in (out["1 GPU rank"], out["2 CPU ranks"]):
+        r["seeds_per_s"] = n_train / r["epoch_s"]
+    for prefetch in (True, False):
+        out[f"prefetch {'on' if prefetch else 'off'}"] = h2d_wait_share(graph, args, prefetch)
+    return out
+
+
+def render(cpu: Dict[str, Any], gpu: Dict[str, Any], args: Any, device: str) -> str:
+    rows = [[arm, f"{m['epoch_s']:.3f}", report.fmt_ratio(m["time_ratio"]), report.fmt_ratio(m["min_time_ratio"]),
+             f"{m['epoch_cpu_s']:.3f}", report.fmt_ratio(m["cpu_ratio"]),
+             ", ".join(f"{a:.4f}" for a in m["test_acc"]), f"{m['test_acc_mean']:.4f}"] for arm, m in cpu.items()]
+    text = (f"Device: {device}\n\nCPU ranks (2 x 1 thread), {workload.size_label(args.size)}, seeds {args.seeds}, "
+            f"{args.epochs - 1} timed epochs per run: rank 0's training epoch, wall time (median; and the fastest "
+            "epoch) and CPU time (median), each as the median over seeds of arm / dgl.nn (target for torch "
+            "blocks <= 1.10x); test accuracy from a full-neighbour evaluation\n\n"
+            + report.markdown_table(["arm", "epoch wall (s)", "wall vs dgl.nn", "fastest epoch vs dgl.nn",
+                                     "epoch CPU (s)", "CPU vs dgl.nn", "test acc per seed", "mean test acc"], rows))
+    if gpu:
+        g1, c2 = gpu["1 GPU rank"], gpu["2 CPU ranks"]
+        text += ("\n\nGPU: 1 GPU rank vs 2 CPU ranks (epoch time; seeds/s ratio = inverse) and H2D wait share\n\n"
+                 + report.markdown_table(["setting", "epoch (s)", "test acc"],
+                                         [["1 GPU rank", f"{g1['epoch_s']:.3f}", f"{g1['test_acc']:.4f}"],
+                                          ["2 CPU ranks", f"{c2['epoch_s']:.3f}", f"{c2['test_acc']:.4f}"]])
+                 + f"\n\nseeds/s: 1 GPU rank {g1['seeds_per_s']:,.0f}, 2 CPU ranks {c2['seeds_per_s']:,.0f}; "
+                 f"ratio {g1['seeds_per_s'] / c2['seeds_per_s']:.2f}x\n\n"
+                 + report.markdown_table(["prefetch", "step (ms)", "share of step blocked on H2D (target < 10%)"],
+                                         [[k, f"{v['step_s'] * 1e3:.2f}", f"{100 * v['wait_share']:.1f}%"]
+                                          for k, v in gpu.items() if k.startswith("prefetch")]))
+    else:
+        text += "\n\nGPU part: not run (no CUDA device here)."
+    return text
+
+
+def main(argv: Any = None) -> Dict[str, Any]:
+    import torch
+
+    args = parse_args(argv)
+    started, machine = time.perf_counter(), sysinfo.machine_info()
+    graph = workload.build_graph({"dataset": "synthetic", **args.size, "feat_dim": args.feat_dim})
+    n_train = cap_train(graph, args.max_train_nodes)
+    cuda = torch.cuda.is_available()
+    cpu = cpu_part(graph, args)  # before anything here touches CUDA, so the ranks fork as usual
+    gpu = gpu_part(graph, args, n_train) if cuda else {}
+    device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({machine.get('cpu_model')})"
+    markdown = render(cpu, gpu, args, device)
+    print(markdown, flush=True)
+
+    def plot(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        names = list(cpu)
+        ax.bar([i - 0.2 for i in range(len(names))], [m["epoch_s"] for m in cpu.values()], 0.4, label="wall")
+        ax.bar([i + 0.2 for i in range(len(names))], [m["epoch_cpu_s"] for m in cpu.values()], 0.4, label="CPU")
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel("rank 0 epoch (s, median)")
+        ax.legend()
+
+    payload = {"benchmark": "gpu", "device": device, "cuda": cuda, "train_nodes": n_train,
+               "args": {k: str(v) for k, v in vars(args).items()}, "machine": machine,
+               "versions": sysinfo.versions(), "cpu": cpu, "gpu": gpu, "wall_s": time.perf_counter() - started}
+    report.write_outputs(args.out, "gpu", payload, markdown, plot, figsize=(7, 4))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

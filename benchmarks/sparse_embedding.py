@@ -1,0 +1,145 @@
+"""Dense per-rank ``nn.Embedding`` against one shared :class:`SparseEmbedding` for a 5M-row
+featureless node type: memory per rank and time per training step, 2 ranks (fork, gloo).
+
+    PYTHONPATH=. DGLBACKEND=pytorch python benchmarks/sparse_embedding.py --out benchmarks/results/sparse_embedding
+
+The graph is :func:`graphtrainer.hetero_data.synthetic_hetero` (papers with features and
+labels; ``word`` has no features: 5M rows). HeteroSAGE trains on paper seeds; ``word`` rows
+come either from a dense ``nn.Embedding`` in every rank (a DDP parameter: copied per rank and
+all-reduced whole every step, trained with SGD) or from one shared table updated by
+``SparseAdagrad``. Each rank records its USS/PSS (psutil) after its last step and the wall
+time of each step; the first ``--warmup`` steps are left out of the step time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import psutil
+import torch
+import torch.nn.functional as F
+
+from graphtrainer import Callback, GraphTask, Trainer
+from graphtrainer.datasets import synthetic_hetero
+from graphtrainer.models import HeteroSAGE
+from graphtrainer.nn.sparse_embedding import SparseAdagrad, SparseEmbedding
+
+
+class Probe(Callback):
+    """Each rank: step wall times and, after the last step, its memory (to ``out``)."""
+
+    def __init__(self, out: str):
+        self.out, self.times, self._t = out, [], 0.0
+
+    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()  # from the last step's end: sampling, forward, backward, step
+        self.times.append(now - self._t)
+        self._t = now
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        mem = psutil.Process().memory_full_info()
+        with open(os.path.join(self.out, f"rank{trainer.rank}.json"), "w") as fh:
+            json.dump({"uss_mb": mem.uss / 2**20, "pss_mb": mem.pss / 2**20, "rss_mb": mem.rss / 2**20,
+                       "step_s": self.times}, fh)
+
+
+class WordTask(GraphTask):
+    """Paper classification; ``word`` rows from a dense or a sparse shared embedding."""
+
+    def __init__(self, graph: Any, mode: str, dim: int, batch_size: int):
+        super().__init__()
+        self.graph, self.mode, self.dim, self.batch_size = graph, mode, dim, batch_size
+        self.ids = {"paper": torch.arange(graph.num_nodes("paper"))}
+        self.emb = SparseEmbedding(graph.num_nodes("word"), dim, ntype="word", init_std=0.1) if mode == "sparse" else None
+
+    def configure_model(self) -> Any:
+        g = self.graph
+        return HeteroSAGE(g.canonical_etypes, {nt: g.num_nodes(nt) for nt in g.ntypes},
+                          {"paper": g.nodes["paper"].data["feat"].shape[1]}, 32, 8, dropout=0.0,
+                          embed_dim=self.dim, sparse_embeddings={"word": self.emb} if self.emb is not None else None)
+
+    def configure_optimizers(self) -> Any:
+        dense = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        return [dense, SparseAdagrad([self.emb], lr=0.1)] if self.emb is not None else dense
+
+    def train_dataloader(self) -> Any:
+        return self.node_dataloader(self.ids, [5, 5], self.batch_size)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        _, out_nodes, blocks = batch
+        out = self.model(blocks, {"paper": blocks[0].srcdata["feat"]["paper"]})
+        loss = F.cross_entropy(out["paper"], blocks[-1].dstdata["label"]["paper"])
+        self.log("train_loss", loss)
+        return loss
+
+
+def run(graph: Any, mode: str, args: argparse.Namespace, out: Path) -> Dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    task = WordTask(graph, mode, args.dim, args.batch_size)
+    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=1, limit_train_batches=args.steps, logger=False,
+                      progress_bar=False, find_unused_parameters=True,
+                      default_root_dir=str(out / "runs"), callbacks=[Probe(str(out))])
+    start = time.perf_counter()
+    trainer.fit(task)
+    wall = time.perf_counter() - start
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    steps = [t for r in ranks for t in r["step_s"][args.warmup:]]
+    return {"mode": mode, "fit_wall_s": wall, "median_step_s": statistics.median(steps),
+            "steps_per_rank": len(ranks[0]["step_s"]),
+            "uss_mb": [r["uss_mb"] for r in ranks], "pss_mb": [r["pss_mb"] for r in ranks],
+            "rss_mb": [r["rss_mb"] for r in ranks],
+            "parent_rss_mb": psutil.Process().memory_info().rss / 2**20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--papers", type=int, default=1_000_000)
+    parser.add_argument("--words", type=int, default=5_000_000)
+    parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--out", default="bench_out/sparse_embedding")
+    args = parser.parse_args()
+    out = Path(args.out)
+    t = time.perf_counter()
+    graph = synthetic_hetero(args.papers, args.words, avg_degree=5, words_per_paper=5, feat_dim=32, seed=0)
+    build_s = time.perf_counter() - t
+    results: List[Dict[str, Any]] = [run(graph, mode, args, out / mode) for mode in ("dense", "sparse")]
+    dense, sparse = results
+    summary = {
+        "config": vars(args), "graph_build_s": build_s, "results": results,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
+        "ratios_sparse_over_dense": {
+            "median_step_s": sparse["median_step_s"] / dense["median_step_s"],
+            "uss_mb_rank0": sparse["uss_mb"][0] / dense["uss_mb"][0],
+            "pss_mb_total": sum(sparse["pss_mb"]) / sum(dense["pss_mb"]),
+        },
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sparse_embedding.json").write_text(json.dumps(summary, indent=2))
+    lines = [f"# Sparse shared vs dense per-rank embedding: {args.words:,} featureless rows x {args.dim}, "
+             f"{args.papers:,} papers, 2 ranks (fork, gloo), batch {args.batch_size}, {args.steps} steps", "",
+             "| embedding | median step (s) | USS rank 0 / 1 (MB) | PSS rank 0 / 1 (MB) | fit wall (s) |",
+             "|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['mode']} | {r['median_step_s']:.3f} | {r['uss_mb'][0]:.0f} / {r['uss_mb'][1]:.0f} | "
+                     f"{r['pss_mb'][0]:.0f} / {r['pss_mb'][1]:.0f} | {r['fit_wall_s']:.1f} |")
+    ratio = summary["ratios_sparse_over_dense"]
+    lines += ["", f"sparse / dense: step time {ratio['median_step_s']:.3f}x, rank-0 USS {ratio['uss_mb_rank0']:.3f}x, "
+              f"total PSS {ratio['pss_mb_total']:.3f}x"]
+    (out / "sparse_embedding.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""Torch-only graphs: a sampled block, a pair graph or a batched graph held as plain torch
+tensors, so message passing can run on any device torch supports (DGL's PyPI wheel is
+CPU-only: its graphs cannot move to a GPU).
+
+:class:`TorchBlock` keeps the structure in CSC form (``indptr`` over destination nodes,
+``indices`` into source nodes, ``edge_ids``: the graph's own id of each CSC position) and
+the node/edge data in dicts. Edge data (``edata``) stays in edge-id order, as in DGL, so an
+``edge_weight`` computed per edge id means the same thing on either graph.
+
+The methods a task usually calls on DGL's graphs exist with DGL's names and meanings
+(``num_src_nodes()``, ``num_dst_nodes()``, ``num_edges()``, ``edges()``, ``in_degrees()``,
+``srcdata``/``dstdata``/``ndata``/``edata``, ``batch_size``, ``batch_num_nodes()``); anything
+else of DGL's API raises an error that names the fixes (see :func:`dgl_only`).
+
+:class:`TorchHeteroBlock` holds one :class:`TorchBlock` per relation plus node counts per type.
+Converting from DGL lives in :mod:`graphtrainer.nn.convert`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Optional, Tuple, Union
+
+import torch
+
+Device = Union[str, torch.device]
+
+FIXES = ("use graphtrainer.nn layers (SAGEConv, GraphConv, GATConv, HeteroGraphConv, readouts), which "
+         "take DGL's graphs and torch blocks alike; or install DGL's CUDA build (DGL's own wheel index) "
+         "so blocks stay DGL graphs on the GPU; or, on CPU ranks, Trainer(block_type='dgl')")
+
+
+def dgl_only(obj: Any, name: str) -> AttributeError:
+    """The error for DGL API a torch-only graph does not have (a ``dgl.nn`` layer or DGL
+    function fed a torch block)."""
+    return AttributeError(
+        f"{type(obj).__name__} has no {name!r}: this is a torch-only graph (graphtrainer converts DGL's "
+        "blocks, pair graphs and batched graphs into torch tensors when DGL cannot run on the rank's device, "
+        f"or when Trainer(block_type='torch')), and DGL code such as a dgl.nn layer cannot run on it. Fix: {FIXES}.")
+
+
+def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
+    return {k: (_move(v, fn) if isinstance(v, dict) else fn(v)) for k, v in data.items()}
+
+
+@dataclass
+class TorchBlock:
+    """One relation's structure and data as torch tensors.
+
+    ``is_block``: True for a sampled block (source and destination nodes are separate
+    sets; the first ``num_dst`` source nodes are the destination nodes, as in DGL);
+    False for a graph whose source and destination nodes are the same (a pair graph or a
+    batched graph), where ``srcdata``, ``dstdata`` and ``ndata`` are one dict.
+    ``batch_num_nodes_``: nodes per graph of a batched graph (the readouts' segments).
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    edge_ids: torch.Tensor
+    num_src: int
+    num_dst: int
+    srcdata: Dict[str, Any] = field(default_factory=dict)
+    dstdata: Dict[str, Any] = field(default_factory=dict)
+    edata: Dict[str, Any] = field(default_factory=dict)
+    is_block: bool = True
+    batch_num_nodes_: Optional[torch.Tensor] = None
+    _dst_index: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.indptr.dim() != 1 or self.indptr.numel() != self.num_dst + 1:
+            raise ValueError(f"TorchBlock: indptr needs num_dst + 1 = {self.num_dst + 1} entries, "
+                             f"got shape {tuple(self.indptr.shape)}")
+        if self.indices.shape != self.edge_ids.shape:
+            raise ValueError("TorchBlock: indices and edge_ids must have one entry per edge "
+                             f"(got {tuple(self.indices.shape)} and {tuple(self.edge_ids.shape)})")
+        if not self.is_block:
+            if self.num_src != self.num_dst:
+                raise ValueError("TorchBlock: a graph (is_block=False) has as many source as destination nodes")
+            self.dstdata = self.srcdata  # one node set: one dict, as DGL's ndata
+
+    # ---- DGL's names ---------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_dst_index",):
+            raise AttributeError(name)
+        raise dgl_only(self, name)
+
+    @property
+    def ndata(self) -> Dict[str, Any]:
+        if self.is_block:
+            raise dgl_only(self, "ndata (a block has srcdata and dstdata)")
+        return self.srcdata
+
+    @property
+    def device(self) -> torch.device:
+        return self.indptr.device
+
+    @property
+    def idtype(self) -> torch.dtype:
+        return self.indices.dtype
+
+    @property
+    def batch_size(self) -> int:
+        return 1 if self.batch_num_nodes_ is None else int(self.batch_num_nodes_.numel())
+
+    def batch_num_nodes(self, ntype: Optional[str] = None) -> torch.Tensor:
+        if self.batch_num_nodes_ is None:
+            return torch.tensor([self.num_dst], device=self.device)
+        return self.batch_num_nodes_
+
+    def num_src_nodes(self, ntype: Optional[str] = None) -> int:
+        return self.num_src
+
+    def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
+        return self.num_dst
+
+    def num_nodes(self, ntype: Optional[str] = None) -> int:
+        return self.num_dst if not self.is_block else self.num_src + self.num_dst
+
+    number_of_dst_nodes = num_dst_nodes
+    number_of_src_nodes = num_src_nodes
+
+    def num_edges(self, etype: Any = None) -> int:
+        return int(self.indices.numel())
+
+    def in_degrees(self) -> torch.Tensor:
+        return self.indptr[1:] - self.indptr[:-1]
+
+    def out_degrees(self) -> torch.Tensor:
+        return torch.bincount(self.indices, minlength=self.num_src)
+
+    def dst_index(self) -> torch.Tensor:
+        """The destination node of each CSC position (int64, computed once)."""
+        if self._dst_index is None:
+            self._dst_index = torch.repeat_interleave(
+                torch.arange(self.num_dst, device=self.device), self.in_degrees().long(),
+                output_size=self.indices.numel())
+        return self._dst_index
+
+    def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` of every edge in edge-id order, as DGL's ``edges()``."""
+        if form != "uv":
+            raise ValueError(f"TorchBlock.edges supports form='uv' only, got {form!r}")
+        src = torch.empty_like(self.indices)
+        dst = torch.empty_like(self.indices)
+        src[self.edge_ids.long()] = self.indices
+        dst[self.edge_ids.long()] = self.dst_index().to(dst.dtype)
+        return src, dst
+
+    # ---- moving ----------------------------------------------------------------------------
+    def _map(self, fn: Any) -> "TorchBlock":
+        src = _move(self.srcdata, fn)
+        return replace(self, indptr=fn(self.indptr), indices=fn(self.indices), edge_ids=fn(self.edge_ids),
+                       srcdata=src, dstdata=src if not self.is_block else _move(self.dstdata, fn),
+                       edata=_move(self.edata, fn),
+                       batch_num_nodes_=None if self.batch_num_nodes_ is None else fn(self.batch_num_nodes_),
+                       _dst_index=None if self._dst_index is None else fn(self._dst_index))
+
+    def to(self, device: Device, non_blocking: bool = False) -> "TorchBlock":
+        """A copy on ``device`` (``non_blocking`` as ``Tensor.to``: asynchronous from pinned memory)."""
+        device = torch.device(device)
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "TorchBlock":
+        """A copy whose tensors are in page-locked memory (needs CUDA), so ``to(cuda,
+        non_blocking=True)`` copies asynchronously."""
+        return self._map(lambda t: t if t.is_pinned() else t.pin_memory())
+
+    def tensors(self) -> Dict[str, torch.Tensor]:
+        """Every tensor held, by a descriptive name (for checks and tests)."""
+        out = {"indptr": self.indptr, "indices": self.indices, "edge_ids": self.edge_ids}
+        for prefix, data in (("srcdata", self.srcdata), ("dstdata", self.dstdata), ("edata", self.edata)):
+            out.update({f"{prefix}.{k}": v for k, v in data.items() if isinstance(v, torch.Tensor)})
+        if self.batch_num_nodes_ is not None:
+            out["batch_num_nodes"] = self.batch_num_nodes_
+        return out
+
+
+EType = Tuple[str, str, str]
+
+
+@dataclass
+class TorchHeteroBlock:
+    """A heterogeneous block or graph: one structure-only :class:`TorchBlock` per relation
+    (``relations``, keyed by canonical edge type), node counts per type, and data as DGL's
+    multi-type views give it: ``srcdata[key] == {ntype: tensor}``, ``edata[key] == {etype: tensor}``."""
+
+    relations: Dict[EType, TorchBlock]
+    num_src_per_type: Dict[str, int]
+    num_dst_per_type: Dict[str, int]
+    srcdata: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
+    dstdata: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
+    edata: Dict[str, Dict[EType, torch.Tensor]] = field(default_factory=dict)
+    is_block: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.is_block:
+            self.dstdata = self.srcdata
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise dgl_only(self, name)
+
+    @property
+    def canonical_etypes(self) -> list:
+        return list(self.relations)
+
+    @property
+    def etypes(self) -> list:
+        return [et[1] for et in self.relations]
+
+    @property
+    def srctypes(self) -> list:
+        return list(self.num_src_per_type)
+
+    @property
+    def dsttypes(self) -> list:
+        return list(self.num_dst_per_type)
+
+    @property
+    def ntypes(self) -> list:
+        return list(dict.fromkeys(self.srctypes + self.dsttypes))
+
+    @property
+    def ndata(self) -> Dict[str, Dict[str, torch.Tensor]]:
+        if self.is_block:
+            raise dgl_only(self, "ndata (a block has srcdata and dstdata)")
+        return self.srcdata
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.relations.values())).device if self.relations else torch.device("cpu")
+
+    def canonical(self, etype: Any) -> EType:
+        """The canonical edge type of ``etype`` (a triple or a relation name used once)."""
+        if isinstance(etype, tuple):
+            if etype not in self.relations:
+                raise KeyError(f"no relation {etype}; the graph has {self.canonical_etypes}")
+            return etype
+        found = [et for et in self.relations if et[1] == etype]
+        if len(found) != 1:
+            raise KeyError(f"relation name {etype!r} matches {len(found)} relations of {self.canonical_etypes}: "
+                           "pass the (src type, relation, dst type) triple")
+        return found[0]
+
+    def __getitem__(self, etype: Any) -> TorchBlock:
+        return self.relations[self.canonical(etype)]
+
+    def _only(self, etype: Any) -> EType:
+        if etype is None:
+            if len(self.relations) != 1:
+                raise ValueError(f"the graph has {len(self.relations)} relations: pass etype=")
+            return next(iter(self.relations))
+        return self.canonical(etype)
+
+    def num_src_nodes(self, ntype: Optional[str] = None) -> int:
+        return self.num_src_per_type[ntype] if ntype is not None else sum(self.num_src_per_type.values())
+
+    def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
+        return self.num_dst_per_type[ntype] if ntype is not None else sum(self.num_dst_per_type.values())
+
+    number_of_dst_nodes = num_dst_nodes
+    number_of_src_nodes = num_src_nodes
+
+    def num_nodes(self, ntype: Optional[str] = None) -> int:
+        if not self.is_block:
+            return self.num_dst_nodes(ntype)
+        return self.num_src_nodes(ntype) + self.num_dst_nodes(ntype)
+
+    def num_edges(self, etype: Any = None) -> int:
+        if etype is None:
+            return sum(r.num_edges() for r in self.relations.values())
+        return self[etype].num_edges()
+
+    def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self.relations[self._only(etype)].edges(form, order)
+
+    def in_degrees(self, etype: Any = None) -> torch.Tensor:
+        return self.relations[self._only(etype)].in_degrees()
+
+    def _map(self, fn: Any) -> "TorchHeteroBlock":
+        src = _move(self.srcdata, fn)
+        return replace(self, relations={et: r._map(fn) for et, r in self.relations.items()}, srcdata=src,
+                       dstdata=src if not self.is_block else _move(self.dstdata, fn),
+                       edata={k: {et: fn(v) for et, v in d.items()} for k, d in self.edata.items()})
+
+    def to(self, device: Device, non_blocking: bool = False) -> "TorchHeteroBlock":
+        device = torch.device(device)
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "TorchHeteroBlock":
+        return self._map(lambda t: t if t.is_pinned() else t.pin_memory())
+
+    def tensors(self) -> Dict[str, torch.Tensor]:
+        out: Dict[str, torch.Tensor] = {}
+        for et, rel in self.relations.items():
+            out.update({f"{et}.{k}": v for k, v in rel.tensors().items()})
+        for prefix, data in (("srcdata", self.srcdata), ("dstdata", self.dstdata)):
+            out.update({f"{prefix}.{k}.{nt}": v for k, d in data.items() for nt, v in d.items()})
+        out.update({f"edata.{k}.{et}": v for k, d in self.edata.items() for et, v in d.items()})
+        return out
+
+
+AnyTorchGraph = Union[TorchBlock, TorchHeteroBlock]
+
+
+def is_torch_graph(obj: Any) -> bool:
+    return isinstance(obj, (TorchBlock, TorchHeteroBlock))
