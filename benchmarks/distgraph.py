@@ -120,10 +120,11 @@ NAME = "distgraph"
 SCRIPT = os.path.abspath(__file__)
 ARMS = {"distdgl": "DistDGL, 1 partition (2 trainers + 1 graph server)",
         "fork": "in-memory graph, fork (2 trainers)",
-        "distdgl-glibc": "DistDGL, glibc malloc defaults (GRAPHTRAINER_MALLOC_TUNING=0)",
-        "fork-glibc": "fork, glibc malloc defaults (GRAPHTRAINER_MALLOC_TUNING=0)"}
-#: Arms whose ranks keep glibc's allocator defaults instead of graphtrainer's
-#: ``lean.limit_malloc_caches`` (1 MB fixed mmap threshold, 8 MB trim threshold, 2 arenas).
+        "distdgl-glibc": "DistDGL, allocator='glibc' (GRAPHTRAINER_MALLOC_TUNING=0)",
+        "fork-glibc": "fork, allocator='glibc' (GRAPHTRAINER_MALLOC_TUNING=0)"}
+#: Arms whose ranks leave glibc's allocator alone (``allocator="glibc"``: no per-epoch trim)
+#: instead of graphtrainer's default (glibc's thresholds, heap trimmed once per epoch). Until
+#: issue 24 the default was today's ``allocator="lean"`` (1 MB fixed mmap threshold).
 GLIBC_SUFFIX = "-glibc"
 
 

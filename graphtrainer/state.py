@@ -104,6 +104,8 @@ class TrainerConfig:
     block_type: str = "auto"
     #: Copy the next batch (torch blocks, default transfer, GPU) while the current one runs.
     prefetch_batches: bool = True
+    #: Each rank's allocator setting (:data:`graphtrainer.launch.lean.ALLOCATORS`).
+    allocator: str = "default"
 
 
 @dataclass

@@ -112,6 +112,25 @@ def test_overhead_tiny(tmp_path):
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_tutorial_vs_task_tiny(tmp_path):
+    proc = run_bench("tutorial_vs_task.py", "--tiny", "--out", str(tmp_path))
+    data = outputs(tmp_path, "tutorial_vs_task", proc)
+    rows = {r["world"]: r for r in data["results"]}
+    assert set(rows) == {1, 2}
+    for world, row in rows.items():
+        for arm in ("tutorial", "graphtrainer"):
+            (run,) = data["runs"]["20kx5"][arm][str(world)]
+            # 2 epochs timed; the mean leaves out the first.
+            assert len(run["epoch_s"]) == 2 and all(positive(t) for t in run["epoch_s"])
+            assert run["mean_epoch_s"] == pytest.approx(run["epoch_s"][1])
+            assert positive(run["peak_total_pss_mb"])
+        # 4,096 training nodes in batches of 1,024, split between the ranks.
+        assert row["steps_per_epoch_rank0"] == 4 // world
+        assert row["epoch_ratio"] == pytest.approx(row["mean_epoch_s"]["graphtrainer"] / row["mean_epoch_s"]["tutorial"])
+        assert positive(row["pss_ratio"]) and row["epoch_target"] == (0.90 if world == 1 else 0.95)
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_scaling_tiny(tmp_path):
     proc = run_bench("scaling.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "scaling", proc)

@@ -127,7 +127,7 @@ What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
    two ``--fast`` runs already differed in the first epoch's loss.
 4. **GPUs need DGL's CUDA build.** The PyPI ``dgl`` wheel is CPU-only: blocks on a GPU
    raise ``DGLError: Device API cuda is not enabled``, and its GraphBolt library holds no
-   CUDA code (no GPU sampling or GPU feature fetching); see the README's "GPUs" section.
+   CUDA code (no GPU sampling or GPU feature fetching); see docs/gpus.md.
    On CPU ``copy_to(self.device)`` is a no-op, and the same task runs unchanged with
    ``Trainer(gpus=N)`` on the CUDA build. Its ranks are forked: if the parent has already
    used CUDA (``torch.cuda.is_available()`` counts unless

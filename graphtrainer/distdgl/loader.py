@@ -1,5 +1,5 @@
-"""Node and edge loaders on a DistDGL ``DistGraph``: DGL's ``DistNodeDataLoader`` and
-``DistEdgeDataLoader`` over this rank's share, with the guarantees of
+"""Node and edge loaders on a DistDGL ``DistGraph``: the block sampler on slices of this
+rank's share (nodes) and DGL's ``DistEdgeDataLoader`` over it (edges), with the guarantees of
 :class:`~graphtrainer.data.node_loader.NodeLoader` (and ``EdgeLoader``) where DistDGL allows them.
 
 Two ways to give the seed nodes:
@@ -18,13 +18,16 @@ Two ways to give the seed nodes:
 Features are never gathered whole: each batch reads the sampler's ``prefetch_node_feats``
 for its input nodes and ``prefetch_labels`` for its seeds from the ``DistGraph`` (local
 partition from shared memory, the rest over RPC), which DGL 2.1's
-``DistNodeDataLoader`` does not do by itself. Sampling of local seeds runs in the rank
+``DistNodeDataLoader`` does not do by itself; batch i+1's pull runs in a thread while
+batch i trains. Node batches skip DGL's ``DistNodeDataLoader``, whose ``DistDataLoader``
+turns every seed into a Python int and back (2.2 ms per 1,024-seed batch). Sampling of local seeds runs in the rank
 and is seeded per batch; the servers sample remote seeds with their own generators, so
 a run over several partitions is not bit-repeatable.
 """
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Optional, Tuple
 
 import torch
@@ -40,7 +43,7 @@ from .graph import is_dist_tensor, machine_share
 
 class _DistSampled(ShardedLoader):
     """What the DistDGL loaders share: the scope of the split (each machine's own items,
-    or all ranks), DGL's distributed loader over the share, features read per batch."""
+    or all ranks), batches sampled over the share, features read per batch one batch ahead."""
 
     scope = "world"
     #: Node loaders also read the sampler's ``prefetch_labels`` for their seeds.
@@ -58,30 +61,63 @@ class _DistSampled(ShardedLoader):
         share = self.local_ids()
         if share.numel() == 0:
             return iter(())
-        return self._batches(self._dgl_loader(share))
+        return self._with_features(self._sampled(share))
 
-    def _dgl_loader(self, share: torch.Tensor) -> Any:
+    def _sampled(self, share: torch.Tensor) -> Iterator[Any]:
+        """This rank's batches of ``share``, sampled (no features yet)."""
         raise NotImplementedError
 
-    def _batches(self, loader: Any) -> Iterator[Any]:
+    def _seed_batch(self, index: int) -> None:
         import dgl
 
+        dgl.seed(batch_seed(self.seed, gdist.get_rank(), self.epoch, index))  # the rank's own sampling repeats
+
+    def _with_features(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """Each batch with its features, the pull of batch i+1 running in a thread while
+        batch i is used. Sampling stays in this thread (seeded per batch) and never runs
+        while a pull does: DGL's RPC client is not made for two threads at once."""
         feats = list(getattr(self.sampler, "prefetch_node_feats", None) or [])
         labels = list(getattr(self.sampler, "prefetch_labels", None) or []) if self.seeds_are_nodes else []
-        rank = gdist.get_rank()
-        batches = iter(loader)
-        for index in itertools.count():
-            dgl.seed(batch_seed(self.seed, rank, self.epoch, index))  # the rank's own sampling repeats
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            input_nodes, blocks = batch[0], batch[-1]
-            for key in feats:
-                blocks[0].srcdata[key] = self.graph.ndata[key][input_nodes]
-            for key in labels:
-                blocks[-1].dstdata[key] = self.graph.ndata[key][batch[1]]
-            yield batch
+        if not feats and not labels:
+            yield from batches
+            return
+        pool = ThreadPoolExecutor(1, thread_name_prefix="graphtrainer-pull", initializer=_one_dgl_thread)
+        pending = None
+        try:
+            while True:
+                ready = _attach(*pending) if pending is not None else None  # waits for its pull
+                batch = next(batches, None)
+                pending = (batch, pool.submit(self._pull, batch, feats, labels)) if batch is not None else None
+                if ready is not None:
+                    yield ready
+                if pending is None:
+                    return
+        finally:
+            if pending is not None:
+                pending[1].cancel() or pending[1].exception()  # let a running pull finish before leaving
+            pool.shutdown(wait=True)
+
+    def _pull(self, batch: Any, feats: list, labels: list) -> Tuple[dict, dict]:
+        input_nodes, seeds = batch[0], batch[1]
+        return ({key: self.graph.ndata[key][input_nodes] for key in feats},
+                {key: self.graph.ndata[key][seeds] for key in labels})
+
+
+def _attach(batch: Any, pulled: Future) -> Any:
+    src, dst = pulled.result()
+    blocks = batch[-1]
+    for key, value in src.items():
+        blocks[0].srcdata[key] = value
+    for key, value in dst.items():
+        blocks[-1].dstdata[key] = value
+    return batch
+
+
+def _one_dgl_thread() -> None:
+    """The pull thread's own OpenMP team: one thread, beside the rank's training threads."""
+    import dgl
+
+    dgl.utils.set_num_threads(1)
 
 
 class DistNodeLoader(_DistSampled):
@@ -109,11 +145,12 @@ class DistNodeLoader(_DistSampled):
         """Seeds this rank's machine (mask) or the whole job (ids) covers."""
         return self.ids.numel()
 
-    def _dgl_loader(self, share: torch.Tensor) -> Any:
-        import dgl
-
-        return dgl.dataloading.DistNodeDataLoader(self.graph, share, self.sampler, batch_size=self.batch_size,
-                                                  shuffle=False, drop_last=self.drop_last)
+    def _sampled(self, share: torch.Tensor) -> Iterator[Any]:
+        # The sampler on slices of the share (what DGL's DistNodeDataLoader would run, minus
+        # its turning every seed into a Python int and back).
+        for index, seeds in enumerate(self.local_batches()):
+            self._seed_batch(index)
+            yield self.sampler.sample_blocks(self.graph, seeds)
 
 
 class DistEdgeLoader(_DistSampled):
@@ -170,6 +207,15 @@ class DistEdgeLoader(_DistSampled):
     @property
     def num_edges(self) -> int:
         return self.ids.numel()
+
+    def _sampled(self, share: torch.Tensor) -> Iterator[Any]:
+        batches = iter(self._dgl_loader(share))
+        for index in itertools.count():
+            self._seed_batch(index)
+            try:
+                yield next(batches)
+            except StopIteration:
+                return
 
     def _dgl_loader(self, share: torch.Tensor) -> Any:
         import dgl

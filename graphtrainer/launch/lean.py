@@ -1,28 +1,29 @@
-"""Keeping a launched rank's private memory to its batch's own data.
+"""Keeping a launched rank's private memory small without slowing its batches down.
 
 What a forked rank held privately (USS, ``/proc/<pid>/smaps`` by mapping; 1M nodes / 10M
 edges, batch 1024, fanouts 10,10, 2 ranks, at step 3): 188 MB, of which the main heap
-130 MB and anonymous mappings 56 MB (28 MB in address ranges inherited from the parent:
-pages of its Python objects and arenas the rank wrote to; 28 MB new: arenas, stacks).
-Two causes, two cuts:
+130 MB and anonymous mappings 56 MB. What is free to cut, always done:
 
 - **Imports.** After starting, a rank imported about 680 modules of its own
   (``torch._dynamo``, which the optimizer and DDP import lazily, with sympy, torch.onnx,
   ...): time, and objects held privately by every rank. :func:`import_rank_modules`
   imports them once before the ranks exist (in the launching process for fork, in the
-  server for forkserver), so they share those pages. Alone: 188 -> 128 MB.
-- **Allocator caches.** glibc keeps freed blocks of the per-batch tensors (sampled
-  blocks, gathered features, tens of MB each) for reuse, and once a large block has been
-  freed its dynamic mmap threshold rises, so later large tensors come from the heap and
-  their pages stay with the process. :func:`limit_malloc_caches` fixes the mmap
-  threshold (large tensors are mapped and unmapped, their pages given back at ``free``),
-  trims the heap top sooner and caps malloc arenas. Alone: 188 -> 154 MB.
+  server for forkserver), so they share those pages. Alone: 188 -> 128 MB. The launcher
+  also ``gc.freeze()``-s the parent's objects so collector passes in a rank do not copy
+  their pages.
+- **The heap the parent left.** A launched rank trims its inherited heap once at start,
+  and every rank trims its heap once at the end of each training epoch (``malloc_trim``:
+  what the epoch's batches left free goes back to the system, once, not at every free).
 
-Both: 89 MB per forked rank, 78 MB per rank forked from the fork server. What is left is
-the batch itself (blocks, features, activations: the anonymous mappings the rank makes),
-the allocator's small-block heap and the parent's pages the rank writes to (reference
-counts of the objects it uses; ``gc.freeze()`` keeps the collector off them). Set
-``GRAPHTRAINER_MALLOC_TUNING=0`` to leave glibc's defaults.
+What costs throughput is an option, ``Trainer(allocator=...)`` (see :data:`ALLOCATORS`):
+``"lean"`` fixes glibc's mmap threshold at 1 MB (every tensor of 1 MB or more is mapped
+and unmapped, so each batch faults its features, blocks and activations in afresh as
+zeroed pages). It roughly halves a rank's USS (DistDGL trainers 61-77 against 116-125 MB)
+and, measured on a quiet machine at 1M nodes, made 2 fork ranks take 1.37x the epoch time
+(2.17 against 1.58 s) and cut DistDGL and fork trainers' seeds/s to 0.60x
+(``benchmarks/README.md``).
+``GRAPHTRAINER_MALLOC_TUNING=0`` / ``=1`` still work: read as ``allocator="glibc"`` /
+``"lean"``, with a warning naming the option.
 """
 from __future__ import annotations
 
@@ -30,18 +31,29 @@ import ctypes
 import importlib
 import os
 import sys
+import warnings
+from typing import Any, Optional
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
-#: Allocations from this size on are mapped and unmapped (given back at free).
+#: ``allocator="lean"``: allocations from this size on are mapped and unmapped (given back at free).
 MMAP_THRESHOLD = 1 << 20
-#: Free memory at the heap's top beyond this is returned to the system.
+#: ``allocator="lean"``: free memory at the heap's top beyond this is returned to the system.
 TRIM_THRESHOLD = 8 << 20
-#: Malloc arenas per rank (glibc's default is 8 per core).
+#: ``allocator="lean"``: malloc arenas per rank (glibc's default is 8 per core).
 ARENA_MAX = 2
 
+#: ``Trainer(allocator=...)`` values. "default": glibc's own (dynamic) thresholds, the heap
+#: trimmed when a launched rank starts and at the end of every training epoch; no cost per
+#: batch. "lean": also the fixed 1 MB mmap threshold, 8 MB trim threshold and 2 arenas
+#: (about half the rank's private memory, for a quarter to two fifths of its throughput).
+#: "glibc": the allocator left entirely alone (no trims).
+ALLOCATORS = ("default", "lean", "glibc")
+
+_ENV = "GRAPHTRAINER_MALLOC_TUNING"
+_ENV_MEANING = {"0": "glibc", "1": "lean"}
 
 #: Modules every rank imports lazily on its first optimizer step or DDP wrap (torch._dynamo
 #: alone brings about 680 modules: sympy, torch.onnx, ...). Imported before ranks start
@@ -57,17 +69,64 @@ def import_rank_modules() -> None:
             importlib.import_module(name)
 
 
-def limit_malloc_caches() -> bool:
-    """Apply the settings above in this process (glibc only); True when applied."""
-    if os.environ.get("GRAPHTRAINER_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
-        return False
+def allocator_option(value: str) -> str:
+    """Check ``Trainer(allocator=...)``; ``GRAPHTRAINER_MALLOC_TUNING``, when set, overrides
+    it (the variable predates the option)."""
+    env = os.environ.get(_ENV)
+    if env is not None:
+        if env not in _ENV_MEANING:
+            raise ValueError(f"{_ENV}={env!r}: use 0 (allocator='glibc') or 1 (allocator='lean'), or unset it "
+                             "and pass Trainer(allocator=...)")
+        warnings.warn(f"{_ENV}={env} is read as Trainer(allocator={_ENV_MEANING[env]!r}); pass that option "
+                      f"instead (choices {ALLOCATORS})", stacklevel=3)
+        return _ENV_MEANING[env]
+    if value not in ALLOCATORS:
+        raise ValueError(f"allocator={value!r}: choose one of {ALLOCATORS} ('default' costs no throughput; "
+                         "'lean' halves a rank's private memory for a quarter or more of its speed)")
+    return value
+
+
+def _libc() -> Optional[Any]:
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - glibc only (musl has neither)
+        return libc
     except (OSError, AttributeError):
+        return None
+
+
+def apply_allocator(mode: str, launched: bool) -> bool:
+    """Set this rank's allocator for ``mode`` (one of :data:`ALLOCATORS`); ``launched``: a
+    process the trainer started, whose inherited free heap is trimmed. True when glibc
+    settings were changed (``"lean"`` on glibc)."""
+    libc = _libc()
+    if libc is None or mode == "glibc":
         return False
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    ok &= mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    ok &= mallopt(_M_ARENA_MAX, ARENA_MAX)
-    libc.malloc_trim(0)  # what the parent left free in the inherited heap
-    return bool(ok)
+    changed = False
+    if mode == "lean":
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        ok &= libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+        ok &= libc.mallopt(_M_ARENA_MAX, ARENA_MAX)
+        changed = bool(ok)
+    if launched:
+        libc.malloc_trim(0)  # what the parent left free in the inherited heap
+    return changed
+
+
+def trim_after_epoch(mode: str) -> bool:
+    """Give the heap's free pages back (once per training epoch; not for ``"glibc"``).
+    True when trimmed."""
+    libc = _libc()
+    if libc is None or mode == "glibc":
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+def limit_malloc_caches() -> bool:
+    """``allocator="lean"`` in this process (kept for callers of the earlier API); True when applied."""
+    if os.environ.get(_ENV, "1") == "0":
+        return False
+    return apply_allocator("lean", launched=True)

@@ -28,7 +28,7 @@ from ..state import TrainerConfig
 from . import forkserver
 from .base import Launcher, RankTarget
 from .fork_safety import start_method, thread_count
-from .lean import import_rank_modules, limit_malloc_caches
+from .lean import import_rank_modules
 from .pickling import start_process
 from .placement import Placement
 from .preflight import prepare_graphs
@@ -65,7 +65,6 @@ def _child_entry(
     placement: Optional[Placement] = None,
 ) -> None:
     _die_with_parent()
-    limit_malloc_caches()
     heartbeat.attach(board, rank)
     # The launcher sends SIGUSR1 to a rank it finds stuck and reads the stack from here.
     stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank

@@ -26,6 +26,7 @@ from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
 from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
+from ..launch.lean import trim_after_epoch
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
 from .profiler import table as profile_table
@@ -76,6 +77,7 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
             while state.current_epoch < config.max_epochs and not state.should_stop:
                 _train_epoch(fit)
                 _end_epoch(fit)
+                trim_after_epoch(config.allocator)  # once per epoch: no page faults per batch
             with ctx.section("fit end"):
                 call_hook(ctx, "on_fit_end")
                 call_hook(ctx, "teardown", "fit")

@@ -15,6 +15,7 @@ import torch
 from .. import comm as gdist
 from .._compat.dgl_2_1_streams import warn_if_dgl_stream_moved
 from ..checkpoint.run_files import prepare_run_dir
+from ..launch.lean import apply_allocator
 from ..launch.threads import set_threads
 from ..state import RunResult, TrainerConfig
 from .context import RankContext
@@ -55,6 +56,7 @@ def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Opti
     state = ctx.state
     state.rank, state.world_size, state.device = info.rank, info.world_size, device
     state.launched = info.source == "launcher"
+    apply_allocator(config.allocator, launched=state.launched)
     state.local_rank = info.local_rank
     state.precision = Precision(config.precision, device)
     state.profiler = Profiler(config.profiler == "simple" and stage == "fit")

@@ -1,0 +1,74 @@
+"""The job of ``dgl_tutorial.py`` as a GraphTask, run with every graphtrainer default:
+
+    python benchmarks/tutorial_task.py GRAPH.bin NPROCS EPOCHS OUT.json [ALLOCATOR]
+
+``Trainer(num_procs=NPROCS, max_epochs=EPOCHS)`` (1: in-process; more: forked ranks),
+progress bar, logger and model summary on, the example ``NodeClassification`` task with
+the tutorial's network (``tutorial_model.Model``, hidden 128), ``NeighborSampler([4, 4])``
+(graphtrainer's default sampler for fanouts ``[4, 4]``: features and labels prefetched),
+batch 1024, Adam with its default learning rate, the training step logging loss and
+accuracy. No validation, as in the tutorial's timed part. Rank 0 writes the start time of
+every epoch and the end of ``fit`` to OUT.json. ALLOCATOR (optional) sets
+``Trainer(allocator=...)``, for ablations.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from typing import Any, List
+
+import bench_env  # noqa: F401  (graphtrainer from this checkout)
+from graphtrainer import Trainer
+from graphtrainer.callbacks import Callback
+from graphtrainer.examples.node_classification import NodeClassification
+from tutorial_model import HIDDEN, Model
+
+
+class TutorialTask(NodeClassification):
+    """The tutorial's model, sampler, batch size and optimizer; training only."""
+
+    def __init__(self, graph: Any):
+        super().__init__(graph, fanouts=[4, 4], hidden=HIDDEN, batch_size=1024, lr=1e-3)
+
+    def configure_model(self) -> Any:
+        return Model(self.in_feats, self.hidden, self.num_classes)
+
+    def val_dataloader(self) -> Any:
+        return None
+
+
+class EpochStarts(Callback):
+    """Rank 0 writes when each training epoch started and when ``fit`` ended."""
+
+    def __init__(self, out: str):
+        self.out, self.starts, self.steps = out, [], 0  # type: str, List[float], int
+
+    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+        self.starts.append(time.perf_counter())
+        self.steps = 0
+
+    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.steps += 1
+
+    def on_fit_end(self, trainer: Any, task: Any) -> None:
+        if trainer.rank == 0:
+            with open(self.out, "w", encoding="utf-8") as fh:
+                json.dump({"epoch_starts": self.starts, "end": time.perf_counter(), "steps_per_epoch": self.steps}, fh)
+
+
+def main(argv: List[str]) -> None:
+    import dgl
+
+    graph_file, nprocs, epochs, out = argv[0], int(argv[1]), int(argv[2]), argv[3]
+    extra = {"allocator": argv[4]} if len(argv) > 4 else {}
+    (graph,), _ = dgl.load_graphs(graph_file)
+    with tempfile.TemporaryDirectory() as root:
+        trainer = Trainer(num_procs=nprocs, max_epochs=epochs, default_root_dir=root, callbacks=[EpochStarts(out)],
+                          **extra)
+        trainer.fit(TutorialTask(graph))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

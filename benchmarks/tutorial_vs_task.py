@@ -1,0 +1,253 @@
+"""DGL's multi-GPU tutorial script against the same job as a GraphTask with every
+graphtrainer default: epoch time and peak memory at 1, 2 and 4 ranks, interleaved.
+
+    python benchmarks/tutorial_vs_task.py --out benchmarks/results/tutorial_vs_task   # full run
+    python benchmarks/tutorial_vs_task.py --tiny                                       # seconds (smoke test)
+
+A (``dgl_tutorial.py``): the tutorial's script as written for its readers (graph loaded at
+the top of the script, so each spawned process holds its own copy; ``mp.spawn``; gloo;
+``DataLoader(use_ddp=True)``, ``NeighborSampler([4, 4])``, batch 1024, its 2-layer SAGE;
+threads per process ``cores // ranks``). B (``tutorial_task.py``): ``Trainer(num_procs=N)``
+with every default (1 rank: in-process; more: forked ranks) on the GraphTask port. Optional
+B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs;
+B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no per-epoch heap trim).
+
+Each run is a fresh process on the same graph file; runs are interleaved (for every round,
+every rank count, every arm in turn). Epoch time: rank 0's time from one training epoch's
+start to the next (the last: to the end of training), mean over epochs 2..E; a run's ratio
+is B / A of the runs next to each other. Peak total PSS: the largest sum of PSS over the
+run's process tree (sampled every 0.25 s from ``/proc/<pid>/smaps_rollup``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_env  # noqa: E402,F401
+import memory  # noqa: E402
+import report  # noqa: E402
+import sysinfo  # noqa: E402
+import workload  # noqa: E402
+
+NAME = "tutorial_vs_task"
+HERE = Path(__file__).resolve().parent
+#: Epoch time B / A at most (by rank count), peak total PSS B / A at most.
+EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}
+PSS_TARGET = 0.85
+ARMS = {"tutorial": ("DGL tutorial script", "dgl_tutorial.py", []),
+        "graphtrainer": ("graphtrainer defaults", "tutorial_task.py", []),
+        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["lean"]),
+        "graphtrainer_glibc": ("graphtrainer, allocator='glibc'", "tutorial_task.py", ["glibc"])}
+
+
+def parse_args(argv: Any = None) -> Any:
+    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
+    p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
+                   help="synthetic graph NODESxDEGREE (default 1Mx10: 1M nodes, 10M edges)")
+    p.add_argument("--feat-dim", type=int, default=100)
+    p.add_argument("--max-train-nodes", type=int, default=60_000,
+                   help="cap the training nodes, same seeded subset for both arms (default %(default)s: "
+                        "59 batches per epoch; Tolokers has 5,879)")
+    p.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved passes (default %(default)s)")
+    p.add_argument("--lean-arm", action="store_true", help="add graphtrainer with allocator='lean'")
+    p.add_argument("--glibc-arm", action="store_true",
+                   help="add graphtrainer with allocator='glibc' (no per-epoch heap trim)")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.size = workload.parse_size("20kx5")
+        if "--datasets" not in (argv if argv is not None else sys.argv):
+            args.datasets = ["synthetic"]
+        args.feat_dim, args.max_train_nodes, args.epochs, args.rounds = 16, 4096, 2, 1
+        if "--world-sizes" not in (argv if argv is not None else sys.argv):
+            args.world_sizes = [1, 2]
+    if args.epochs < 2 or args.rounds < 1 or min(args.world_sizes) < 1:
+        p.error("--epochs must be >= 2 (the first is warm-up), --rounds and --world-sizes >= 1")
+    return args
+
+
+def prepare_graph(spec: Dict[str, Any], cap: int, path: str) -> int:
+    """Build the graph, keep a seeded ``cap`` of its training nodes, save it to ``path``."""
+    import dgl
+    import torch
+
+    graph = workload.build_graph(spec)
+    ids = workload.split_ids(graph, "train")
+    if ids.numel() > cap:
+        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))[:cap]]
+        graph.ndata["train_mask"] = torch.zeros(graph.num_nodes(), dtype=torch.bool).index_fill_(0, keep, True)
+    for split in ("val", "test"):
+        graph.ndata[f"{split}_mask"] = graph.ndata[f"{split}_mask"].bool()
+    dgl.save_graphs(path, [graph])
+    return int(graph.ndata["train_mask"].sum())
+
+
+def run_arm(arm: str, graph_file: str, world: int, epochs: int, tmp: str) -> Dict[str, Any]:
+    """One run in a fresh process: epoch starts from its JSON, peak total PSS of its tree."""
+    _, script, extra = ARMS[arm]
+    out = os.path.join(tmp, f"{arm}-{world}.json")
+    log = open(os.path.join(tmp, f"{arm}-{world}.log"), "w+")  # noqa: SIM115 - read back on failure
+    cmd = [sys.executable, str(HERE / script), graph_file, str(world), str(epochs), out, *extra]
+    peak = {"total_pss_mb": 0.0}
+    with sysinfo.LoadMeter() as meter:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.25):
+                total = memory.tree_memory(proc.pid)["total_pss_mb"]
+                peak["total_pss_mb"] = max(peak["total_pss_mb"], total)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            code = proc.wait(timeout=900)
+        finally:
+            stop.set()
+            sampler.join()
+            if proc.poll() is None:  # failed or timed out: the tutorial's ranks do not die with it
+                _kill_tree(proc.pid)
+        wall = time.perf_counter() - t0
+    log.seek(0)
+    if code != 0 or not os.path.exists(out):
+        raise RuntimeError(f"{arm} with {world} rank(s) failed (exit {code}):\n{log.read()[-4000:]}")
+    data = json.loads(Path(out).read_text())
+    os.remove(out)
+    ends = data["epoch_starts"][1:] + [data["end"]]
+    epoch_s = [b - a for a, b in zip(data["epoch_starts"], ends)]
+    return {"epoch_s": epoch_s, "mean_epoch_s": statistics.fmean(epoch_s[1:]), "steps_per_epoch": data["steps_per_epoch"],
+            "peak_total_pss_mb": round(peak["total_pss_mb"], 1), "run_wall_s": round(wall, 1),
+            "other_cores": meter.other_cores}
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    root = psutil.Process(pid)
+    for proc in root.children(recursive=True) + [root]:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, Any]]]]) -> List[Dict[str, Any]]:
+    rows = []
+    for world in sorted(runs["tutorial"]):
+        a, b = runs["tutorial"][world], runs["graphtrainer"][world]
+        mean = {k: statistics.fmean(r["mean_epoch_s"] for r in v[world]) for k, v in runs.items()}
+        pss = {k: statistics.fmean(r["peak_total_pss_mb"] for r in v[world]) for k, v in runs.items()}
+        row = {"graph": label, "train_nodes": n_train, "world": world, "mean_epoch_s": mean, "peak_total_pss_mb": pss,
+               "epoch_ratio": mean["graphtrainer"] / mean["tutorial"],
+               "pair_ratios": [y["mean_epoch_s"] / x["mean_epoch_s"] for x, y in zip(a, b)],
+               "pss_ratio": pss["graphtrainer"] / pss["tutorial"],
+               "steps_per_epoch_rank0": b[0]["steps_per_epoch"],
+               "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world])}
+        for extra in ("lean", "glibc"):
+            if f"graphtrainer_{extra}" in runs:
+                row[f"{extra}_epoch_ratio"] = mean[f"graphtrainer_{extra}"] / mean["graphtrainer"]
+                row[f"{extra}_pss_ratio"] = pss[f"graphtrainer_{extra}"] / pss["graphtrainer"]
+        target = EPOCH_TARGETS.get(world, 0.95)
+        row["epoch_target"], row["met_epoch"] = target, row["epoch_ratio"] <= target
+        row["met_pss"] = row["pss_ratio"] <= PSS_TARGET
+        rows.append(row)
+    return rows
+
+
+def render(rows: List[Dict[str, Any]], args: Any) -> str:
+    extras = [e for e in ("lean", "glibc") if any(f"{e}_epoch_ratio" in r for r in rows)]
+    headers = ["graph", "ranks", "steps/epoch (rank 0)", "tutorial s/epoch", "graphtrainer s/epoch", "epoch ratio",
+               "per-round ratios", "target", "tutorial peak PSS MB", "graphtrainer peak PSS MB", "PSS ratio",
+               f"PSS <= {PSS_TARGET}x"] + [f"{e} / default: epoch, PSS" for e in extras] + ["other load (cores)"]
+    table = []
+    for r in rows:
+        met = "yes" if r["met_epoch"] else "**no**"
+        table.append([r["graph"], r["world"], r["steps_per_epoch_rank0"], round(r["mean_epoch_s"]["tutorial"], 3),
+                      round(r["mean_epoch_s"]["graphtrainer"], 3), f"{r['epoch_ratio']:.2f}x",
+                      " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
+                      f"<= {r['epoch_target']:.2f}x: {met}{sysinfo.noise_note(r['other_cores'])}",
+                      r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"],
+                      f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**"]
+                     + [f"{r[e + '_epoch_ratio']:.2f}x, {r[e + '_pss_ratio']:.2f}x" for e in extras]
+                     + [f"{r['other_cores']:.2f}"])
+    md = report.markdown_table(headers, table)
+    md += (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
+           f"interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
+    return md
+
+
+def draw_for(rows: List[Dict[str, Any]]) -> Any:
+    def draw(fig: Any) -> None:
+        graphs = sorted({r["graph"] for r in rows})
+        for i, g in enumerate(graphs):
+            sub = [r for r in rows if r["graph"] == g]
+            for j, (key, what) in enumerate((("epoch_ratio", "epoch time"), ("pss_ratio", "peak total PSS"))):
+                ax = fig.add_subplot(len(graphs), 2, 2 * i + j + 1)
+                ax.bar([str(r["world"]) for r in sub], [r[key] for r in sub])
+                ax.axhline(1.0, color="grey", lw=0.8)
+                ax.set_title(f"{g}: graphtrainer / tutorial, {what}", fontsize=9)
+                ax.set_xlabel("ranks")
+    return draw
+
+
+def main(argv: Any = None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    specs = [s for s in _specs(args)]
+    machine, t_start = sysinfo.machine_info(), time.time()
+    arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else []) \
+        + (["graphtrainer_glibc"] if args.glibc_arm else [])
+    rows: List[Dict[str, Any]] = []
+    raw: Dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:
+        for spec in specs:
+            path = os.path.join(tmp, f"{spec['label']}.bin")
+            n_train = prepare_graph(spec, args.max_train_nodes, path)
+            runs: Dict[str, Dict[int, List[Dict[str, Any]]]] = {k: {w: [] for w in args.world_sizes} for k in arms}
+            for rnd in range(args.rounds):
+                for world in args.world_sizes:
+                    for arm in arms:
+                        res = run_arm(arm, path, world, args.epochs, tmp)
+                        res["loadavg_1min"] = round(os.getloadavg()[0], 2)
+                        runs[arm][world].append(res)
+                        print(f"[{NAME}] {spec['label']} round {rnd + 1} x{world} {arm}: epochs "
+                              f"{[round(t, 3) for t in res['epoch_s']]} peak PSS {res['peak_total_pss_mb']:.0f} MB "
+                              f"(other load {res['other_cores']} cores)", flush=True)
+            rows += analyse(spec["label"], n_train, runs)
+            raw[spec["label"]] = runs
+            os.remove(path)
+    md = render(rows, args)
+    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+               "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+               "wall_s": round(time.time() - t_start, 1), "results": rows, "runs": raw}
+    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
+    print(md)
+    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
+    return payload
+
+
+def _specs(args: Any) -> List[Dict[str, Any]]:
+    specs = []
+    for ds in args.datasets:
+        if ds == "synthetic":
+            s = args.size
+            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
+                          "avg_degree": s["avg_degree"], "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0})
+        else:
+            specs.append({"dataset": "tolokers", "label": "tolokers"})
+    return specs
+
+
+if __name__ == "__main__":
+    main()
