@@ -48,7 +48,7 @@ remote feature fetches, and what a partitioned papers100M holds per machine.
    machines (``--paper``; :func:`paper_rows` lists every array and its bytes), against one
    machine holding the whole graph.
 
-No timing is asserted by the tests (``tests/test_benchmark_distgraph.py`` runs ``--quick``).
+No timing is asserted by the tests (``tests/integration/test_benchmark_distgraph.py`` runs ``--quick``).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
 ``RESULT`` JSON line is cut short here; the whole command took 10.6 s of wall time,
 interpreter start-up and imports included). ``--fast`` runs 8 epochs and is the CI
-smoke test (``tests/test_tutorial_01.py``):
+smoke test (``tests/tutorials/test_tutorial_01.py``):
 
     cora: 2708 nodes, 10556 edges, 1433 features, 7 classes; train/val/test 140/500/1000
     name     type              params

@@ -17,7 +17,7 @@ With OGB's ogbn-arxiv files on disk (see "ogbn-arxiv" below):
 
 Output of the first command, measured on this project's 2-core machine (2 CPU ranks;
 the ``RESULT`` JSON line is cut short; 21.6 s of wall time in all). ``--fast`` runs 3
-epochs and is the CI smoke test (``tests/test_tutorial_02.py``):
+epochs and is the CI smoke test (``tests/tutorials/test_tutorial_02.py``):
 
     tolokers: 11758 nodes, 1038000 edges, 10 features, 2 classes; train/val/test 5879/2939/2940; 2 CPU processes
     name   type            params

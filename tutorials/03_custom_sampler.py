@@ -17,7 +17,7 @@ Run it (2 CPU processes, a 100,000-node synthetic graph):
 
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
 ``RESULT`` JSON line is cut short; 13.6 s of wall time in all). ``--fast`` is the CI
-smoke test (``tests/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
+smoke test (``tests/tutorials/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
 
     synthetic graph: 100000 nodes, 1000000 edges, 64-dim features, 8 classes; train/val/test 10000/5000/85000; weighted sampler, fanouts [5, 5]
     graph formats before fit: {'created': ['coo'], 'not created': ['csr', 'csc']}

@@ -22,7 +22,7 @@ Full settings (2 CPU processes, 30 epochs, about 14 s here)::
 
     bash scripts/env.sh python tutorials/04_graphbolt_pipeline.py
 
-Smoke test (3 epochs; ``tests/test_tutorial_04.py`` runs it and reads ``summary.json``)::
+Smoke test (3 epochs; ``tests/tutorials/test_tutorial_04.py`` runs it and reads ``summary.json``)::
 
     bash scripts/env.sh python tutorials/04_graphbolt_pipeline.py --fast --out /tmp/t04
 

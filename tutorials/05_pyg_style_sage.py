@@ -15,7 +15,7 @@ Full settings (2 CPU processes, 4 epochs, about 2 minutes here)::
 
     bash scripts/env.sh python tutorials/05_pyg_style_sage.py
 
-Smoke test (a 20,000-node graph, batches of 256, 3 epochs; ``tests/test_tutorial_05.py`` runs it)::
+Smoke test (a 20,000-node graph, batches of 256, 3 epochs; ``tests/tutorials/test_tutorial_05.py`` runs it)::
 
     bash scripts/env.sh python tutorials/05_pyg_style_sage.py --fast --out /tmp/t05
 

@@ -88,7 +88,7 @@ Output of that command (30 epochs), measured on 2 CPU cores (torch 2.2.1, dgl 2.
     [demo] exit codes: node 0 0, node 1 0
     (wall time 0m20.044s)
 
-Smoke test (3 epochs; ``tests/test_tutorial_06.py`` starts the two torchrun nodes itself
+Smoke test (3 epochs; ``tests/tutorials/test_tutorial_06.py`` starts the two torchrun nodes itself
 with timeouts, and also runs the sbatch file under a stand-in ``srun``)::
 
     bash scripts/env.sh python tutorials/06_multinode.py --local-demo --fast --out /tmp/t06

@@ -20,7 +20,7 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
 ``RESULT`` JSON line is cut short here; the whole command took 20.4 s of wall time,
 interpreter start-up and imports included). ``--fast`` runs 4 epochs and is the CI smoke
-test (``tests/test_tutorial_07.py``); ``--task.dataset citeseer`` runs CiteSeer:
+test (``tests/tutorials/test_tutorial_07.py``); ``--task.dataset citeseer`` runs CiteSeer:
 
     cora: 2708 nodes, 10556 directed edges; LinkSplit(2708 nodes; undirected edges train/val/test 4488/263/527)
     name     type        params

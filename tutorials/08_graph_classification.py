@@ -15,7 +15,7 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
 ``RESULT`` JSON line is cut short here; the whole command took 12.0 s of wall time,
 interpreter start-up and imports included). ``--fast`` (400 graphs, 25 epochs) is the CI
-smoke test (``tests/test_tutorial_08.py``); ``--tu-folder DIR --tu-name NAME`` reads
+smoke test (``tests/tutorials/test_tutorial_08.py``); ``--tu-folder DIR --tu-name NAME`` reads
 ``DIR/NAME_A.txt``, ``NAME_graph_indicator.txt``, ``NAME_graph_labels.txt`` and, when
 present, ``NAME_node_attributes.txt``:
 

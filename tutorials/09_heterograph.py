@@ -18,7 +18,7 @@ Output of that command, measured on this project's 2-core machine (2 CPU ranks, 
 with other jobs; epochs cut, the model summary printed before each later run cut, DDP's
 own warnings left out, the RESULT line shortened, run folders shown as ``version_N``).
 ``--fast`` runs 8 epochs, 2 timing epochs per setting and 20 walk steps, and is the CI
-smoke test (``tests/test_tutorial_09.py``):
+smoke test (``tests/tutorials/test_tutorial_09.py``):
 
     cora_hetero: {'paper': 2708, 'word': 1433} nodes; {'cites': 10556, 'has': 49216, 'in': 49216} edges
     name     type              params

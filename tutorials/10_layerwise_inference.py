@@ -13,7 +13,7 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 
 Output of that command, measured on this project's 2-core machine (2 CPU ranks, shared
 with other jobs; per-epoch lines cut). ``--fast`` runs 3 epochs per dataset and is the
-CI smoke test (``tests/test_tutorial_10.py``):
+CI smoke test (``tests/tutorials/test_tutorial_10.py``):
 
     name     type              params
     layers   ModuleList       368,775
@@ -53,7 +53,7 @@ contiguous range of the nodes (ranges differ by at most one node), in batches, a
 into an output that every rank maps from one ``/dev/shm`` file, so no rows travel
 through collectives and every rank ends with the whole result (one barrier per layer).
 It equals a one-process full-graph forward within float rounding (checked below, and
-by ``tests/test_layerwise.py`` to 1e-5 with uneven ranges on 3 ranks). Peak memory:
+by ``tests/unit/data/test_layerwise.py`` to 1e-5 with uneven ranges on 3 ranks). Peak memory:
 ``2 × num_nodes × widest layer × 4`` bytes shared by all ranks, plus one batch per rank.
 On a heterograph the features and outputs are ``{ntype: tensor}`` (tutorial 9).
 """

@@ -265,7 +265,7 @@ at epoch 20, against 0.19 on one machine). Over several partitions the graph ser
 sample the remote neighbours with their own generators, so two runs differ slightly (the
 run before this one: best val_acc 0.7980, also at epoch 22, and the same test_acc).
 
-Smoke tests (``tests/test_tutorial_11.py``): ``--fast`` (2 epochs) checks both runs of
+Smoke tests (``tests/tutorials/test_tutorial_11.py``): ``--fast`` (2 epochs) checks both runs of
 step 2 (500 and 1,000 nodes scored, accuracy above chance) and that no process and no
 ``/dev/shm`` segment is left; ``--simulate 2 --fast`` and the sbatch file under a
 stand-in ``srun`` that runs each task on a simulated machine are skipped without root::
@@ -312,7 +312,7 @@ def shown(path: "str | os.PathLike[str]") -> str:
 def partition(parts: int, out: Path) -> Path:
     """``python -m graphtrainer.partition --dataset cora --parts K --out DIR``, in this process;
     prints its table and returns the partition config ``DIR/cora.json``."""
-    from graphtrainer.distdgl import partition as gpartition
+    from graphtrainer import partition as gpartition
 
     argv = ["--dataset", "cora", "--parts", str(parts), "--out", str(out), "--overwrite"]
     print(f"$ python -m graphtrainer.partition {' '.join(argv)}", flush=True)

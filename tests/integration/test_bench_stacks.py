@@ -14,7 +14,7 @@ from launch_env import env_without_launch
 
 pytestmark = pytest.mark.slow  # four tiny training runs in fresh interpreters
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(600)

@@ -23,7 +23,7 @@ from graphtrainer.distdgl.graph import PartitionedGraph
 from graphtrainer.examples.node_classification import NodeClassification
 from graphtrainer.distdgl.partition import load_orig_ids, partition_graph
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
 
 
@@ -150,7 +150,7 @@ def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
         import sys
-        sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]
+        sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests' / 'helpers')!r}]
         from dist_tasks import CORA
         from graphtrainer import Callback, Trainer
         from graphtrainer.examples.node_classification import NodeClassification

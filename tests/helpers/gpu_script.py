@@ -1,11 +1,11 @@
-"""GPU runs for tests/test_gpu.py, each in its own process so the test process never
+"""GPU runs for tests/integration/test_gpu.py, each in its own process so the test process never
 initialises CUDA (a later fork launch in the same pytest session would be refused).
 
 Plain torch only: it runs where DGL is not installed.
 
-    python tests/gpu_script.py --gpus 0,0 --launcher fork --out DIR     # 2 ranks share GPU 0 (gloo)
-    torchrun --standalone --nproc-per-node 1 tests/gpu_script.py --gpus 1 --out DIR   # nccl, 1 rank
-    python tests/gpu_script.py --gpus 1 --out DIR --checkpoint          # in-process, checkpoint on GPU
+    python tests/helpers/gpu_script.py --gpus 0,0 --launcher fork --out DIR     # 2 ranks share GPU 0 (gloo)
+    torchrun --standalone --nproc-per-node 1 tests/helpers/gpu_script.py --gpus 1 --out DIR   # nccl, 1 rank
+    python tests/helpers/gpu_script.py --gpus 1 --out DIR --checkpoint          # in-process, checkpoint on GPU
 
 Every rank writes ``rank<r>.json`` (devices it saw, backend, final parameters); with
 ``--checkpoint`` the run also saves a ``ModelCheckpoint`` and writes ``summary.json``.

@@ -1,6 +1,6 @@
 """Tasks and helpers of the DistDGL tests; also the script one simulated machine runs:
 
-    python tests/dist_tasks.py PART_CONFIG IP_CONFIG OUT_DIR EPOCHS MACHINE [FAIL]
+    python tests/helpers/dist_tasks.py PART_CONFIG IP_CONFIG OUT_DIR EPOCHS MACHINE [FAIL]
 
 (fits, tests the best checkpoint, writes the result or the error as JSON to
 OUT_DIR/machine<MACHINE>.json).
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
 from graphtrainer.distdgl.graph import PartitionedGraph  # noqa: E402

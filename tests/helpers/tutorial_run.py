@@ -11,7 +11,7 @@ from typing import Any, Dict
 
 from launch_env import env_without_launch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def script(name: str) -> Path:

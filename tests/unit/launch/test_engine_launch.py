@@ -23,7 +23,7 @@ from conftest import rank_children
 from launch_env import env_without_launch
 from tasks import RegressionTask, SageTask, make_graph
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[2] / "helpers"  # the shared task modules
 
 
 # ---- OpenMP ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from launch_env import env_without_launch
 # Left out of the quick run, pytest -m "not slow".
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tutorials" / "06_multinode.py"
 SBATCH = ROOT / "tutorials" / "06_multinode.sbatch"
 TIMEOUT = 150

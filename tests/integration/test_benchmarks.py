@@ -20,7 +20,7 @@ from launch_env import env_without_launch
 # Left out of the quick run, pytest -m "not slow".
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 TINY_TIMEOUT_S = 420
 

@@ -15,7 +15,7 @@ import dgl  # noqa: E402
 from graphtrainer._compat import dgl_2_1  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def test_placeholder_is_used_exactly_when_the_wheel_lacks_this_torch():

@@ -20,7 +20,7 @@ from graphtrainer.loop.profiler import STAGES
 from conftest import rank_children
 from tasks import IndexBatches, RegressionTask
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules
 
 
 def _trainer(root, procs=2, epochs=2, **kwargs):

@@ -29,7 +29,7 @@ from graphtrainer.data.node_loader import default_sampler
 from conftest import rank_children
 from tasks import FailingTask, RegressionTask, SageTask, make_graph
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules
 
 
 def _trainer(root, procs=2, epochs=3, **kwargs):

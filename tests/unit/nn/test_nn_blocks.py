@@ -1,6 +1,6 @@
 """Torch-only graphs built from DGL's (blocks, pair graphs, batched graphs, heterographs) and
 the batch transfer that converts, pins, copies and prefetches them (its CUDA stream logic
-checked here on CPU with a recorder standing in for CUDA's streams; tests/test_gpu.py runs
+checked here on CPU with a recorder standing in for CUDA's streams; tests/integration/test_gpu.py runs
 it on a GPU)."""
 from __future__ import annotations
 

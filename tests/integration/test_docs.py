@@ -21,7 +21,7 @@ from typing import List, NamedTuple
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```", re.M | re.S)
 MARKER = re.compile(r"<!-- (from|run): (\S+) -->\n$")
@@ -135,12 +135,12 @@ def test_architecture_names_every_module_and_only_modules_that_exist():
     modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py") if p.name != "__init__.py"}
     assert sorted(m for m in modules if f"`{m}`" not in text) == []
     named = set(re.findall(r"`([\w/]+\.py)`", text))
-    repo_files = {n for n in named if (ROOT / n).is_file()}  # e.g. tests/test_layers.py
+    repo_files = {n for n in named if (ROOT / n).is_file()}  # e.g. tests/unit/test_layers.py
     assert sorted(named - modules - repo_files - {"__init__.py"}) == []
 
 
 def test_files_the_guide_names_exist():
-    """Paths the guide names in code spans (``tests/test_faults.py``, ``graphtrainer/...``,
+    """Paths the guide names in code spans (``tests/integration/test_faults.py``, ``graphtrainer/...``,
     ``tutorials/...``, ``benchmarks/...``) still exist: files move when the code is reorganised."""
     missing = []
     for page in PAGES:

@@ -15,7 +15,7 @@ from graphtrainer import datasets
 from graphtrainer.distdgl.partition import load_orig_ids, partition_graph
 from graphtrainer.testing.simulated_machines import SimulatedMachines, can_simulate, wait_all
 
-SCRIPT = Path(__file__).resolve().parent / "dist_tasks.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "dist_tasks.py"
 POSSIBLE, WHY_NOT = can_simulate()
 
 

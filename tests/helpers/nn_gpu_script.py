@@ -1,7 +1,7 @@
-"""The torch-block path on a GPU, run in a child process by tests/test_gpu.py (so the test
+"""The torch-block path on a GPU, run in a child process by tests/integration/test_gpu.py (so the test
 process never initialises CUDA). Needs no DGL: torch blocks are built from tensors.
 
-    python tests/nn_gpu_script.py --out DIR [--device cuda] [--fit]
+    python tests/helpers/nn_gpu_script.py --out DIR [--device cuda] [--fit]
 
 Writes ``DIR/nn_gpu.json``: per layer the largest difference between its CPU and GPU
 outputs/gradients; what the prefetching transfer returned; with ``--fit``, a 1-GPU fit of a
@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graphtrainer.nn import GATConv, GraphConv, SAGEConv, TorchBlock, readout  # noqa: E402
 

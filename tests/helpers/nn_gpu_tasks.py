@@ -1,6 +1,6 @@
 """A plain-torch sampled node-classification task (no DGL): neighbour sampling with torch ops
 into graphtrainer.nn torch blocks, GraphSAGE from graphtrainer.models. Used by
-tests/nn_gpu_script.py to fit on a GPU where DGL is not installed."""
+tests/helpers/nn_gpu_script.py to fit on a GPU where DGL is not installed."""
 from __future__ import annotations
 
 import math

@@ -25,7 +25,7 @@ from graphtrainer.data.node_loader import NodeLoader
 from conftest import rank_children
 from tasks import FullSageTask, RegressionTask, full_sampler, make_graph
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules
 
 
 # ---- Trainer arguments ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from launch_env import env_without_launch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Each script builds a graph and runs 2-rank fits: about 10 s each.
 # Left out of the quick run, pytest -m "not slow".

@@ -13,7 +13,7 @@ import pytest
 
 from launch_env import env_without_launch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "distgraph.py"
 QUICK_TIMEOUT_S = 420
 

@@ -2,7 +2,7 @@
 under torchrun, several ranks sharing one GPU over gloo (fork and spawn), two GPUs over
 nccl, and checkpoints written on a GPU that load and resume on CPU.
 
-Every GPU run happens in a child process (tests/gpu_script.py), so this process never
+Every GPU run happens in a child process (tests/helpers/gpu_script.py), so this process never
 initialises CUDA. Skipped, saying why, where no CUDA device exists: the CPU suite covers
 the same engine over gloo.
 """
@@ -23,8 +23,8 @@ from graphtrainer.loop.runtime import device_and_backend
 
 from gpu_tasks import DeviceTask
 
-SCRIPT = Path(__file__).with_name("gpu_script.py")
-ROOT = SCRIPT.parent.parent
+SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "gpu_script.py"
+ROOT = SCRIPT.parents[2]
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA device here; the GPU path runs on a GPU machine")
 
@@ -182,7 +182,7 @@ def test_external_rank_without_a_gpu_says_how_to_fix(monkeypatch):
         device_and_backend(trainer.config, RankInfo(rank=3, local_rank=3, world_size=4, source="torchrun"))
 
 
-# ---- torch-only blocks and graphtrainer.nn on a GPU (tests/nn_gpu_script.py; no DGL needed) -----
+# ---- torch-only blocks and graphtrainer.nn on a GPU (tests/helpers/nn_gpu_script.py; no DGL needed) -----
 NN_SCRIPT = SCRIPT.with_name("nn_gpu_script.py")
 
 
