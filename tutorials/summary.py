@@ -1,5 +1,5 @@
 """How every tutorial script ends: a ``summary.json`` that its smoke test reads
-(``tests/test_tutorial_0N.py``) and, for tutorials 1-3, one ``RESULT`` line on stdout."""
+(``tests/tutorials/test_tutorial_0N.py``) and, for tutorials 1-3, one ``RESULT`` line on stdout."""
 from __future__ import annotations
 
 import json

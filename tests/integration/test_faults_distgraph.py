@@ -59,7 +59,7 @@ def test_a_cut_feature_file_is_refused_before_the_servers_load_it(tmp_path, cora
         meta_path.write_text(original_meta)
 
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 SHM = Path("/dev/shm")
 
 
@@ -68,7 +68,7 @@ def _segments() -> set:
 
 
 def _driver(cora_config, workdir, *extra):
-    env = env_without_launch(TMPDIR=str(workdir / "tmp"), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+    env = env_without_launch(TMPDIR=str(workdir / "tmp"), PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)]))
     return [sys.executable, str(TESTS / "fault_driver.py"), f"distgraph={cora_config}", str(workdir), *extra], env
 
 

@@ -23,7 +23,7 @@ from launch_env import env_without_launch
 from tasks import RegressionTask
 
 STOP_AT_STEP = 5
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 
 
 class _Batches(ShardedLoader):

@@ -12,7 +12,7 @@ import pytest
 
 from launch_env import env_without_launch
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 
 
 def _run(tmp_path, how):

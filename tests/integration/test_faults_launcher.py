@@ -23,7 +23,7 @@ from conftest import rank_children
 from launch_env import env_without_launch
 from tasks import FailingTask, RegressionTask
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 DRIVER = TESTS / "fault_driver.py"
 
 
@@ -32,7 +32,7 @@ def _start(launcher: str, workdir: Path, *extra: str, session: bool = False) -> 
     ``launcher="torchrun"``: torchrun's agent starts two drivers."""
     tmp = workdir / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = env_without_launch(TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+    env = env_without_launch(TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)]))
     agent = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     argv = (agent if launcher == "torchrun" else [sys.executable]) + [str(DRIVER), launcher, str(workdir), *extra]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -122,7 +122,7 @@ def test_next_run_removes_what_a_killed_run_left(tmp_path):
     again = subprocess.run([sys.executable, str(DRIVER), "fork", str(tmp_path), "1"], capture_output=True,
                            text=True, timeout=120,
                            env=dict(os.environ, TMPDIR=str(tmp_path / "tmp"),
-                                    PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)])))
+                                    PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)])))
     assert again.returncode == 0, again.stderr
     assert f"removed what a run that no longer runs left behind: {left[0]}" in again.stderr
     assert list((tmp_path / "tmp").iterdir()) == [live]
