@@ -124,3 +124,20 @@ def gpus(gpus: Union[None, int, Sequence[int]], num_procs: Optional[int]) -> Lis
         raise ValueError(f"gpus={gpus!r} asks for device {max(ids)} but only {available} CUDA "
                          "device(s) are visible")
     return ids
+
+
+def at_least_one(**counts: Optional[int]) -> None:
+    """Each count given must be at least 1 (None: not set)."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def timeout(value: Union[None, float, datetime.timedelta]) -> Optional[datetime.timedelta]:
+    """``Trainer(timeout=...)`` for the process group: seconds > 0 or a timedelta."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"timeout={value!r}: give seconds > 0 or a datetime.timedelta")
+    return datetime.timedelta(seconds=seconds)

@@ -18,8 +18,7 @@ from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint.content import save_checkpoint
-from .checkpoint.run_files import (find_checkpoint, missing_checkpoint, prepare_run_dir, remove_dead_partials,
-                                      remove_if_unused)
+from .checkpoint.run_files import prepare_run_dir, remove_dead_partials, remove_if_unused, resolve_named
 from .distdgl.cluster import check_options
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
 from .launch.base import InProcess, Launcher
@@ -200,28 +199,18 @@ class Trainer(RunView):
         prefetch_batches: bool = True,
         allocator: str = "default",
     ):
-        """See the class docstring for the options. Long because it takes every option (40
-        keyword arguments, as in Lightning) and checks each in a line or two before freezing
-        them in one :class:`~graphtrainer.state.TrainerConfig`."""
+        """The options are in the class docstring. Long because it takes every option, as
+        Lightning does, and checks each before freezing them in one ``TrainerConfig``."""
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
         if max_epochs < 1 and max_steps <= 0:
             raise ValueError("max_epochs must be at least 1 (or set max_steps)")
-        if check_val_every_n_epoch < 1:
-            raise ValueError("check_val_every_n_epoch must be at least 1")
-        if accumulate_grad_batches < 1:
-            raise ValueError("accumulate_grad_batches must be at least 1")
-        if num_procs is not None and num_procs < 1:
-            raise ValueError(f"num_procs must be at least 1, got {num_procs}")
-        if threads_per_proc is not None and threads_per_proc < 1:
-            raise ValueError(f"threads_per_proc must be at least 1, got {threads_per_proc}")
+        options.at_least_one(check_val_every_n_epoch=check_val_every_n_epoch,
+                             accumulate_grad_batches=accumulate_grad_batches, num_procs=num_procs,
+                             threads_per_proc=threads_per_proc)
         if hang_timeout is not None and not hang_timeout > 0:
             raise ValueError(f"hang_timeout={hang_timeout!r}: give seconds > 0, or None to turn the check off")
-        if timeout is not None:
-            seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-                raise ValueError(f"timeout={timeout!r}: give seconds > 0 or a datetime.timedelta")
-            timeout = datetime.timedelta(seconds=seconds)
+        timeout = options.timeout(timeout)
         device_ids = options.gpus(gpus, num_procs)
         for name, value in (("limit_train_batches", limit_train_batches), ("limit_val_batches", limit_val_batches),
                             ("limit_test_batches", limit_test_batches),
@@ -397,14 +386,7 @@ class Trainer(RunView):
         command line serves the first start and every restart after a preemption."""
         if ckpt_path not in ("best", "last"):
             return ckpt_path
-        ckpts = [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
-        if not ckpts:
-            raise ValueError(f"ckpt_path={ckpt_path!r} needs a ModelCheckpoint callback in this trainer "
-                             "(none is configured): add one, or pass a file path")
-        last_or_none = fresh_if_none and ckpt_path == "last"
-        path = find_checkpoint(ckpt_path, ckpts[0], self.default_root_dir, missing_ok=last_or_none)
+        path, said = resolve_named(ckpt_path, self.checkpoint_callbacks, self.default_root_dir, fresh_if_none)
         if detect_external_launch() is None or gdist.get_rank() == 0:
-            said = (f"using {path}" if path else
-                    f"{missing_checkpoint(ckpts[0], self.default_root_dir)} yet: starting from scratch")
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: {said}", flush=True)
         return path

@@ -9,7 +9,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterable, List, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 from .content import read_checkpoint
 from .file import remove_stale_partials
@@ -86,6 +86,19 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
                      + (" (save one with ModelCheckpoint(save_last=True))" if which == "last" else
                         f" (none written by a ModelCheckpoint with {callback.state_key})")
                      + ": run fit first, or pass a file path")
+
+
+def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike,
+                  fresh_if_none: bool = False) -> Tuple[Optional[str], str]:
+    """``(path, what was chosen in words)`` for ``ckpt_path="last"`` or ``"best"``, from the
+    first ``ModelCheckpoint`` of ``callbacks``; with ``fresh_if_none``, "last" with none yet
+    gives no path (a fresh start)."""
+    if not callbacks:
+        raise ValueError(f"ckpt_path={which!r} needs a ModelCheckpoint callback in this trainer "
+                         "(none is configured): add one, or pass a file path")
+    path = find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last")
+    said = f"using {path}" if path else f"{missing_checkpoint(callbacks[0], root)} yet: starting from scratch"
+    return path, said
 
 
 def missing_checkpoint(callback: Any, root: str | os.PathLike, which: str = "last") -> str:
