@@ -18,7 +18,8 @@ case "$stack" in
 esac
 venv="${GRAPHTRAINER_VENV:-$default_venv}"
 stamp="$venv/.graphtrainer-tested-set"
-want="$(cat "$requirements" "$root/setup.cfg" | sha256sum | cut -c1-16)"
+no_deps="$root/requirements/no-deps.txt"  # test-only packages whose dependencies must stay out
+want="$(cat "$requirements" "$no_deps" "$root/setup.cfg" | sha256sum | cut -c1-16)"
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if [ ! -x "$venv/bin/python" ]; then
@@ -35,6 +36,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[env.sh] installing the $stack tested set (first time: a few minutes, torch is a few GB)" >&2
   "$venv/bin/python" -m pip install --disable-pip-version-check -q \
       -r "$requirements" -e "$root[dev,bench]" 2>&1 \
+      | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r "$no_deps" 2>&1 \
       | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
   "$venv/bin/python" -c "import graphtrainer, dgl" 2>/dev/null \
       || { echo "[env.sh] install failed: 'import graphtrainer, dgl' does not work in $venv" >&2; exit 1; }
