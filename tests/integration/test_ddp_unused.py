@@ -13,15 +13,11 @@ from hetero_tasks import HeteroTask, make_hetero
 PAPERS = {"paper": torch.arange(64)}  # paper seeds only: some steps leave relation weights unused
 
 
-@pytest.mark.slow  # two 2-rank fits
+@pytest.mark.slow  # a 2-rank fit
 @pytest.mark.timeout(180)
-def test_warning_appears_though_the_option_is_needed_and_static_graph_is_refused_clearly(root_dir, capfd):
-    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=1, progress_bar=False, default_root_dir=root_dir,
-                      logger=False, find_unused_parameters=True)
-    trainer.fit(HeteroTask(make_hetero(), PAPERS, 8))
-    # DDP's claim, printed by both ranks, though this model fails without the option
-    # (tests/test_hetero.py::test_unused_parameters_need_the_option).
-    assert capfd.readouterr().err.count("did not find any unused parameters") == 2
+def test_static_graph_on_varying_parameters_is_refused_naming_find_unused_parameters(root_dir):
+    # Whether DDP also prints "did not find any unused parameters" depends on the model's
+    # layers (measured in benchmarks/ddp_unused.py), so only the refusal is asserted here.
     static = Trainer(num_procs=2, launcher="fork", max_epochs=1, progress_bar=False, default_root_dir=root_dir,
                      logger=False, ddp_kwargs={"static_graph": True})
     with pytest.raises(RankFailedError, match=r"static_graph.*needs every training step to use the same "

@@ -3,6 +3,7 @@ the same arrays: pooled negatives (ogbl-collab/ddi Hits@K) and per-edge negative
 (ogbl-citation2 MRR and Hits@K), in one process and combined exactly over 2 gloo ranks."""
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import os
 from pathlib import Path
@@ -85,7 +86,7 @@ def _rank(rank: int, world: int, port: int, shares: list, out: str) -> None:
     from graphtrainer.binned_auroc import BinnedAUROC
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         pos, neg = _scores(sum(shares), 4, 11)
         start = sum(shares[:rank])
