@@ -54,7 +54,7 @@ def data_root(root: Optional[PathLike] = None) -> pathlib.Path:
     if root is None or str(root) == "":
         root = os.environ.get(DATA_ENV) or None
     if root is None:
-        root = pathlib.Path(__file__).resolve().parent.parent / ".." / "shared" / "datasets"
+        root = pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"  # graphtrainer/datasets/known.py
     return pathlib.Path(root).expanduser().resolve()
 
 

@@ -54,7 +54,7 @@ class GraphServer(WatchedService):
                    DGL_NUM_SERVER=str(cluster.options.num_servers), DGL_NUM_CLIENT=str(cluster.num_clients),
                    DGL_IP_CONFIG=cluster.ip_config_path, DGL_CONF_PATH=cluster.options.part_config,
                    DGL_DIST_MODE="distributed", DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
-        package_root = str(Path(__file__).resolve().parent.parent)  # importable even when not installed
+        package_root = str(Path(__file__).resolve().parents[2])  # the checkout holding graphtrainer/: importable uninstalled
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-c", "from graphtrainer.distdgl.servers import main; main()"],

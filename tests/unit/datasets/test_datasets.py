@@ -233,3 +233,16 @@ def test_no_dataset_code_downloads(monkeypatch, cache, tmp_path):
     monkeypatch.setenv("DGL_REPO", "https://example.invalid/dgl/")
     for name in datasets.KNOWN:
         assert datasets.load(name).num_nodes() > 0
+
+
+def test_default_data_folder_is_beside_the_checkout(monkeypatch):
+    """Without GRAPHTRAINER_DATA, data is read from ../shared/datasets beside the repository
+    (where CI and the README's quick start keep it), wherever the module sits in the package."""
+    import pathlib
+
+    import graphtrainer
+    from graphtrainer.datasets.known import data_root
+
+    monkeypatch.delenv("GRAPHTRAINER_DATA", raising=False)
+    checkout = pathlib.Path(graphtrainer.__file__).resolve().parents[1]
+    assert data_root() == (checkout.parent / "shared" / "datasets").resolve()
