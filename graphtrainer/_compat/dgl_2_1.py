@@ -38,7 +38,10 @@ def torch_release() -> str:
 
 
 def _dgl_dir() -> Optional[str]:
-    spec = importlib.util.find_spec("dgl")
+    try:
+        spec = importlib.util.find_spec("dgl")
+    except (ImportError, ValueError):  # a finder that refuses dgl: plain-torch use
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
     return list(spec.submodule_search_locations)[0]

@@ -239,7 +239,7 @@ def test_module_refusal_is_one_error_line_and_status_2(tmp_path):
     # What a user running python -m graphtrainer sees: no jsonargparse traceback.
     config = _with_callbacks(tmp_path / "runs", {"class_path": "graphtrainer.EarlyStopping",
                                                  "init_args": {"monitor": "val_loss", "mode": "maximum"}})
-    env = tutorial_env(PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")  # tasks.RegressionTask
+    env = tutorial_env(PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'helpers'}")  # tasks.RegressionTask
     out = subprocess.run([sys.executable, "-m", "graphtrainer", "fit", "--config", str(_write(tmp_path / "run.yaml", config))],
                          capture_output=True, text=True, timeout=150, cwd=ROOT, env=env)
     assert out.returncode == 2
