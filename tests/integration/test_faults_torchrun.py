@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from launch_env import env_without_launch
+from stack import torchrun_peer_report
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 
@@ -28,7 +29,8 @@ def _run(tmp_path, how):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("how", ["raise", "kill", "sleep"])
+@pytest.mark.parametrize("how", ["raise", pytest.param("kill", marks=torchrun_peer_report),
+                                 pytest.param("sleep", marks=torchrun_peer_report)])
 def test_a_failure_on_rank_1_is_attributed_to_rank_1(tmp_path, how):
     rank0, root_cause, took = _run(tmp_path, how)
     print(f"torchrun, rank 1 {how}: run over in {took:.1f} s; rank 0 raised {rank0['text'][:160]!r}")
