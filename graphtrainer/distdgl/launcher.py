@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence, Tuple
 from .. import heartbeat
 from ..comm import RankInfo
 from ..launch.base import Launcher, RankTarget
+from ..launch import leftovers
 from ..launch.environment import one_process_per_machine
 from ..launch.local import LocalLauncher
 from ..loop.context import RankContext
@@ -59,6 +60,7 @@ class DistDGLLauncher(Launcher):
         self.makes_run_dir = self.cluster.machine_rank == 0
         self.local = LocalLauncher(config, task)
 
+    @leftovers.unwinds_on_sigterm  # outside the servers' block: SIGTERM stops the ranks, which checkpoint
     def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
         placement = self.cluster.placement()
         with graph_servers(self.cluster) as servers:

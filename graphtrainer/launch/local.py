@@ -24,7 +24,7 @@ from .. import heartbeat
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
 from ..state import TrainerConfig
-from . import forkserver, leftovers, rank_stderr
+from . import forkserver, leftovers, rank_stderr, stop_flag
 from .base import Launcher, RankTarget
 from .fork_safety import start_method, thread_count
 from .lean import import_rank_modules
@@ -99,8 +99,9 @@ def _child_entry(
         # parent's OpenMP thread pool hangs at its first parallel region (a
         # 2-rank fork after OpenMP use in the parent sat idle forever).
         worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
-        worker.start()
-        worker.join()
+        with stop_flag.routed():  # signal handlers run in the main thread only
+            worker.start()
+            worker.join()
     else:
         run()
     conn.close()

@@ -15,54 +15,27 @@ epoch stops at its end. The process exits with :data:`~graphtrainer.PREEMPTED_EX
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import torch
 
 from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint, set_rng_state
 from ..errors import PREEMPTED_EXIT_CODE, Preempted
+from ..launch import stop_flag
 
-#: Signals that ask a fit to stop at the next batch boundary.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 #: Set to 1 to requeue the Slurm job (``scontrol requeue $SLURM_JOB_ID``) after a preemption.
 REQUEUE_ENV = "GRAPHTRAINER_SLURM_REQUEUE"
 
-_received: dict = {"signal": None}
-
-
-@contextlib.contextmanager
-def stop_signals() -> Iterator[None]:
-    """While a fit trains, the stop signals set a flag the fit loop reads (main thread only;
-    elsewhere they keep their effect)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _received["signal"] = None
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _note)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _note(signum: int, frame: Any) -> None:
-    _received["signal"] = _received["signal"] or signum
-
-
-def requested() -> Optional[int]:
-    """The stop signal this process received, or None."""
-    return _received["signal"]
+_received: dict = {"agreed": None}
+#: While a fit trains, the stop signals set a flag the fit loop reads.
+stop_signals = stop_flag.caught
+requested = stop_flag.requested
 
 
 def agreed_stop(joining: bool) -> bool:

@@ -98,3 +98,25 @@ def test_what_a_killed_distdgl_launcher_left_is_removed_by_the_next_run(tmp_path
     for name in left:
         assert f"/dev/shm/{name}" in again.stderr
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_to_a_distdgl_launcher_stops_the_ranks_which_checkpoint(tmp_path, cora_config):
+    (tmp_path / "tmp").mkdir()
+    before = _segments()
+    argv, env = _driver(cora_config, tmp_path)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    while not all((tmp_path / f"rank{r}.pid").exists() for r in (0, 1)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the ranks never started training"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # as a scheduler stops a job
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-3000:]
+    assert "fit stopped by SIGTERM (received by rank 1) at " in err
+    assert list((tmp_path / "runs").glob("version_*/checkpoints/last.ckpt"))
+    assert not rank_children()
+    assert _segments() <= before  # the servers were stopped and their shared memory removed
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -155,3 +156,72 @@ def test_a_signal_at_an_epochs_last_step_stops_at_its_end_and_resumes_exactly(tm
     resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
     _same(whole["state_dict"], resumed["state_dict"])
     _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
+
+
+FAKE_SCONTROL = """#!/bin/bash
+# Stand-in for Slurm's scontrol: records its arguments; fails when asked to.
+echo "$@" >> "$SCONTROL_LOG"
+if [ -n "$SCONTROL_FAILS" ]; then echo "slurm_requeue error: $SCONTROL_FAILS" >&2; exit 1; fi
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_preempted_slurm_job_is_requeued_when_asked(tmp_path, monkeypatch, capfd, fails):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(FAKE_SCONTROL)
+    (bindir / "scontrol").chmod(0o755)
+    log = tmp_path / "scontrol.log"
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SCONTROL_LOG", str(log))
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("GRAPHTRAINER_SLURM_REQUEUE", "1")
+    if fails:
+        monkeypatch.setenv("SCONTROL_FAILS", "Requested operation is presently disabled")
+    with pytest.raises(Preempted) as info:
+        _trainer(tmp_path, tmp_path / "ckpt", 1).fit(_SignalledTask(sig=signal.SIGTERM, signal_rank=0))
+    assert log.read_text().splitlines() == ["requeue 4242"]  # once, by rank 0
+    assert info.value.code == PREEMPTED_EXIT_CODE
+    assert (tmp_path / "ckpt" / "last.ckpt").is_file()
+    err = capfd.readouterr().err
+    if fails:
+        assert "Slurm job 4242 requeued" not in str(info.value)
+        assert "scontrol requeue 4242 failed: slurm_requeue error: Requested operation is presently disabled" in err
+    else:
+        assert str(info.value).endswith("; Slurm job 4242 requeued")
+
+
+class _NamesItsThread(_SignalledTask):
+    """Writes the name of the thread that trains when it sends the signal."""
+
+    def __init__(self, record, **kwargs):
+        super().__init__(**kwargs)
+        self.record = str(record)
+
+    def training_step(self, idx, batch_idx):
+        if self.sig is not None and self.rank == self.signal_rank and self.global_step == self.at_step:
+            Path(self.record).write_text(threading.current_thread().name)
+        return super().training_step(idx, batch_idx)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_rank_that_trains_in_a_fresh_thread_stops_and_checkpoints_too(tmp_path):
+    # fork + threads_per_proc > 1 + a launching process with other threads: each rank trains in
+    # a fresh thread (a forked OpenMP pool would hang), where Python delivers no signal.
+    busy = threading.Event()
+    other = threading.Thread(target=busy.wait, daemon=True)
+    other.start()
+    record = tmp_path / "thread.txt"
+    try:
+        trainer = Trainer(num_procs=2, launcher="fork", threads_per_proc=2, max_epochs=3, seed=7, progress_bar=False,
+                          logger=False, enable_model_summary=False, default_root_dir=tmp_path,
+                          callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, save_top_k=0)])
+        with pytest.raises(Preempted, match=r"fit stopped by SIGTERM \(received by rank 1\) at epoch 1 after batch 2"):
+            trainer.fit(_NamesItsThread(record, sig=signal.SIGTERM))
+    finally:
+        busy.set()
+    assert record.read_text() == "graphtrainer-rank1"  # the signalled rank trained in a fresh thread
+    assert read_checkpoint(tmp_path / "ckpt" / "last.ckpt")["global_step"] == STOP_AT_STEP + 2
+    assert not rank_children()

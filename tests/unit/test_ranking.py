@@ -4,6 +4,7 @@ the same arrays: pooled negatives (ogbl-collab/ddi Hits@K) and per-edge negative
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import importlib.util
 import os
 from pathlib import Path
@@ -85,6 +86,7 @@ def test_fewer_negatives_than_k_is_every_positive_a_hit_as_in_ogb():
 def _rank(rank: int, world: int, port: int, shares: list, out: str) -> None:
     from graphtrainer.binned_auroc import BinnedAUROC
 
+    faulthandler.dump_traceback_later(120, exit=True)  # a hung rank prints where, and ends the test
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
@@ -102,6 +104,7 @@ def _rank(rank: int, world: int, port: int, shares: list, out: str) -> None:
             torch.save(result, out)
     finally:
         dist.destroy_process_group()
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.mark.slow  # two spawned interpreters importing graphtrainer

@@ -1,0 +1,68 @@
+"""The flag the stop signals (SIGTERM, SIGUSR1) set while a fit trains; the fit loop reads it
+at batch boundaries (:mod:`graphtrainer.loop.preemption`). Outside a fit they keep their usual
+effect.
+
+Python runs signal handlers in the main thread only. A launched rank whose fit runs in a fresh
+thread (:mod:`graphtrainer.launch.local`) has its main thread route them (:func:`routed`) for
+as long as the worker runs, so that rank stops and checkpoints like any other."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Any, Dict, Iterator, Optional
+
+#: Signals that ask a fit to stop at the next batch boundary.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+_state: Dict[str, Any] = {"signal": None, "training": False, "previous": {}}
+
+
+@contextlib.contextmanager
+def caught() -> Iterator[None]:
+    """While inside (a fit's training), the stop signals set the flag. From the main thread the
+    handlers are installed here if :func:`routed` has not; from another thread only a
+    :func:`routed` main thread receives them."""
+    own = threading.current_thread() is threading.main_thread() and not _installed()
+    with routed() if own else contextlib.nullcontext():
+        _state.update(signal=None, training=True)
+        try:
+            yield
+        finally:
+            _state["training"] = False
+
+
+@contextlib.contextmanager
+def routed() -> Iterator[None]:
+    """Main thread only: install the handlers until the end of the block; a stop signal sets
+    the flag while some thread is inside :func:`caught`, else has its previous effect."""
+    _state["previous"] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _note)
+    try:
+        yield
+    finally:
+        for sig, handler in _state["previous"].items():
+            signal.signal(sig, handler)
+
+
+def _installed() -> bool:
+    return signal.getsignal(STOP_SIGNALS[0]) is _note
+
+
+def _note(signum: int, frame: Any) -> None:
+    if _state["training"]:
+        _state["signal"] = _state["signal"] or signum
+        return
+    previous = _state["previous"].get(signum)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous != signal.SIG_IGN:  # the default: end the process as the signal would
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def requested() -> Optional[int]:
+    """The stop signal this process received while training, or None."""
+    return _state["signal"]
