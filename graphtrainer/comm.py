@@ -7,6 +7,7 @@ so single-process runs share the same code path.
 from __future__ import annotations
 
 import datetime
+import os
 import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
@@ -57,6 +58,16 @@ def _init_process_group(info: RankInfo, backend: str, timeout: datetime.timedelt
                               timeout=timeout, master_listen_fd=info.listen_fd)
         dist.init_process_group(backend=backend, store=store, rank=info.rank, world_size=info.world_size,
                                 timeout=timeout)
+        return
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if info.source == "torchrun" and restart is not None:
+        # Keys of one attempt only: after a restart, a store that outlived the last attempt
+        # still holds the dead ranks' gloo addresses (torch 2.15: "Connection refused").
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # the agent serves it
+        store = dist.TCPStore(info.master_addr, info.master_port, info.world_size,
+                              is_master=not agent and info.rank == 0, timeout=timeout)
+        dist.init_process_group(backend=backend, store=dist.PrefixStore(f"graphtrainer/attempt_{restart}/", store),
+                                rank=info.rank, world_size=info.world_size, timeout=timeout)
         return
     url = f"tcp://{info.master_addr}:{info.master_port}"
     dist.init_process_group(

@@ -169,7 +169,8 @@ class HangWatch:
             store = _store()
             if store is not None:
                 _record(store, rank, "Hang", message, stack)
-            _record_for_torchrun(f"Hang: {message}", stack, time.time())
+            # torchrun shows the callstack alone as the root cause: the message leads it
+            _record_for_torchrun(f"Hang: {message}", f"Hang: {message}\n\n{stack}", time.time())
             print(f"rank {rank} failed: Hang: {message}\n\n--- stack of rank {rank} ---\n{stack}",
                   file=sys.stderr, flush=True)
             os._exit(1)

@@ -4,7 +4,9 @@ effect.
 
 Python runs signal handlers in the main thread only. A launched rank whose fit runs in a fresh
 thread (:mod:`graphtrainer.launch.local`) has its main thread route them (:func:`routed`) for
-as long as the worker runs, so that rank stops and checkpoints like any other."""
+as long as the worker runs, so that rank stops and checkpoints like any other. A rank that
+torchrun or Slurm started routes them for its whole run, so that one whose fit failed is not
+ended by the agent's SIGTERM before it has named the failure."""
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +18,7 @@ from typing import Any, Dict, Iterator, Optional
 #: Signals that ask a fit to stop at the next batch boundary.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
-_state: Dict[str, Any] = {"signal": None, "training": False, "previous": {}}
+_state: Dict[str, Any] = {"signal": None, "training": False, "failing": False, "previous": {}}
 
 
 @contextlib.contextmanager
@@ -29,14 +31,23 @@ def caught() -> Iterator[None]:
         _state.update(signal=None, training=True)
         try:
             yield
+        except BaseException:
+            hold()  # the rank is unwinding to report its failure
+            raise
         finally:
             _state["training"] = False
 
 
 @contextlib.contextmanager
 def routed() -> Iterator[None]:
-    """Main thread only: install the handlers until the end of the block; a stop signal sets
-    the flag while some thread is inside :func:`caught`, else has its previous effect."""
+    """Main thread only (elsewhere nothing): install the handlers until the end of the block.
+    A stop signal sets the flag while some thread is inside :func:`caught`; once a fit has
+    failed in it, it is held, so the rank can report the failure (torchrun's agent sends
+    SIGTERM to every rank as soon as one fails); else it has its previous effect."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state.update(failing=False)
     _state["previous"] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in STOP_SIGNALS:
         signal.signal(sig, _note)
@@ -47,6 +58,11 @@ def routed() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def hold() -> None:
+    """The fit failed: from now on a routed stop signal is held (see :func:`routed`)."""
+    _state["failing"] = True
+
+
 def _installed() -> bool:
     return signal.getsignal(STOP_SIGNALS[0]) is _note
 
@@ -55,6 +71,8 @@ def _note(signum: int, frame: Any) -> None:
     if _state["training"]:
         _state["signal"] = _state["signal"] or signum
         return
+    if _state["failing"]:
+        return  # the rank ends by the error it is about to report
     previous = _state["previous"].get(signum)
     if callable(previous):
         previous(signum, frame)

@@ -7,6 +7,7 @@ broadcast, so every rank runs the same epochs and reaches every collective.
 """
 from __future__ import annotations
 
+import contextlib
 import traceback
 from pathlib import Path
 from typing import Optional, Protocol, Tuple
@@ -16,7 +17,7 @@ import torch
 from .. import comm as gdist
 from .._compat.dgl_2_1_streams import warn_if_dgl_stream_moved
 from ..checkpoint.run_files import prepare_run_dir
-from ..launch import external_failures, leftovers
+from ..launch import external_failures, leftovers, stop_flag
 from ..launch.lean import apply_allocator
 from ..launch.threads import set_threads
 from ..state import RunResult, TrainerConfig
@@ -70,6 +71,24 @@ def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Opti
     _attach(ctx, stage)
     if session is not None:
         session.attach(ctx)
+    # No launcher of ours relays signals to an external rank: it routes them itself.
+    with stop_flag.routed() if external else contextlib.nullcontext():
+        result = _run_stage(ctx, stage, ckpt_path, info, external)
+    if state.logger is not None:
+        state.logger.finalize("success")
+    if session is not None:
+        session.after_success()
+    # The group is not torn down: a launched rank exits right after reporting (closing its
+    # sockets), and tearing down first can block in gloo once a peer has exited; under
+    # torchrun the group stays up for the process's next fit/test call.
+    return result
+
+
+def _run_stage(ctx: RankContext, stage: str, ckpt_path: Optional[str], info: gdist.RankInfo,
+               external: bool) -> RunResult:
+    """The stage itself; a failure goes to the hooks and the logger and, in an external rank
+    that lost a peer, is replaced by the error naming that peer."""
+    config, state = ctx.config, ctx.state
     hang_watch = external_failures.HangWatch(info.rank, config.hang_timeout if external else None)
     try:
         warn_if_dgl_stream_moved(info.rank)
@@ -79,6 +98,7 @@ def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Opti
         else:
             result = run_evaluation(ctx, EVALUATION[stage], ckpt_path)
     except BaseException as err:
+        stop_flag.hold()  # a stop signal from here on waits for the report below
         call_hook(ctx, "on_exception", err, task_too=False)
         if state.logger is not None:
             state.logger.finalize("failed")
@@ -89,13 +109,6 @@ def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Opti
         raise  # no teardown of the group: peers may be stuck in a collective
     finally:
         hang_watch.stop()
-    if state.logger is not None:
-        state.logger.finalize("success")
-    if session is not None:
-        session.after_success()
-    # The group is not torn down: a launched rank exits right after reporting (closing its
-    # sockets), and tearing down first can block in gloo once a peer has exited; under
-    # torchrun the group stays up for the process's next fit/test call.
     return result
 
 

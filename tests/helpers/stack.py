@@ -15,10 +15,3 @@ requires_graphbolt = pytest.mark.skipif(
     not graphbolt_available(),
     reason=f"newest stack ({STACK}): dgl 2.1.0 has no GraphBolt library for this torch; "
            f"GraphBolt runs on the pinned stack (requirements/tested.txt)")
-
-#: torch 2.15's torchrun ends rank 0 before it writes its report when rank 1 is killed or hangs
-#: (reproducible; torch 2.2.1 lets it report). Open defect of issue 23 on the newest set.
-torchrun_peer_report = pytest.mark.skipif(
-    torch_release() != "2.2.1",
-    reason=f"newest stack ({STACK}): torchrun ends rank 0 before it reports a killed or hung rank 1 "
-           f"(open defect, see docs/stacks.md); attribution is tested on the pinned stack")
