@@ -27,3 +27,11 @@ def env_without_launch(*also_drop: str, **extra: str) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in names and not (prefixes and k.startswith(prefixes))}
     env.update(extra)
     return env
+
+
+def launchers(*names: str) -> list:
+    """Parameters for a test run with each launcher in ``names``: the first in the quick suite,
+    the others (each a few seconds more of interpreter start-up) in the slow one only."""
+    import pytest
+
+    return [names[0]] + [pytest.param(name, marks=pytest.mark.slow) for name in names[1:]]

@@ -120,6 +120,7 @@ class FailsInRank(NodeClassification):
         raise RuntimeError("no optimizer today")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_fit_failing_before_anything_worth_keeping_leaves_no_run_folder(tmp_path, cora_parts):
     with pytest.raises(RankFailedError, match="no optimizer today"):

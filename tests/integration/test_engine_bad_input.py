@@ -24,6 +24,7 @@ from graphtrainer.data.node_loader import NodeLoader
 
 from conftest import rank_children
 from tasks import FullSageTask, RegressionTask, full_sampler, make_graph
+from launch_env import launchers
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules
 
@@ -171,7 +172,7 @@ def test_bad_seed_ids_error_not_abort(root_dir, bad):
 
 # ---- spawn without a main guard ----------------------------------------------------------------
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("launcher", ["spawn", "forkserver"])
+@pytest.mark.parametrize("launcher", launchers("spawn", "forkserver"))
 def test_spawn_without_main_guard_says_how_to_fix(tmp_path, launcher):
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent(f"""

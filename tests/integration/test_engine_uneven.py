@@ -15,6 +15,7 @@ from graphtrainer import comm as gdist
 
 from conftest import rank_children
 from tasks import RegressionTask
+from launch_env import launchers
 
 BATCHES = [3, 7]
 ROWS = [4, 6]
@@ -81,7 +82,7 @@ def _equal_nested(a: Any, b: Any) -> bool:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("launcher", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("launcher", launchers("fork", "forkserver", "spawn"))
 def test_uneven_batch_counts_finish_in_step_with_exact_metrics(root_dir, tmp_path, launcher):
     trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=EPOCHS, seed=0, progress_bar=False,
                       default_root_dir=root_dir, callbacks=[StepDump(str(tmp_path))])
@@ -149,7 +150,7 @@ class JoinProbe(RegressionTask):
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("launcher", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("launcher", launchers("fork", "forkserver", "spawn"))
 @pytest.mark.parametrize("loader, all_joined", [("equal", False), ("uneven", True)])
 def test_join_only_when_batch_counts_differ_or_are_unknown(root_dir, loader, all_joined, launcher):
     trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=2, progress_bar=False, default_root_dir=root_dir)

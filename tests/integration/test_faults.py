@@ -43,6 +43,7 @@ def _files(folder: Path) -> dict:
 
 
 # ---- hangs ---------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_hung_rank_is_named_with_its_hook_batch_and_stack(root_dir):
     start = time.monotonic()
@@ -418,6 +419,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_results_do_not_depend_on_what_the_driver_did_before(tmp_path):
     script = tmp_path / "driver.py"

@@ -42,6 +42,7 @@ def test_cora_link_prediction_roc_auc(root_dir, tmp_path, monkeypatch):
     assert result["test_mrr"] > 0.3 and result["test_pooled_hits@20"] > 0.0, result  # chance MRR with 20 negatives ~0.18
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_citeseer_link_prediction_roc_auc(root_dir, tmp_path, monkeypatch):
     monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "cache"))
@@ -50,6 +51,7 @@ def test_citeseer_link_prediction_roc_auc(root_dir, tmp_path, monkeypatch):
     assert result["test_mrr"] > 0.3, result
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_minigc_graph_classification_accuracy(root_dir):
     data = datasets.minigc(1000, 10, 20, seed=0)

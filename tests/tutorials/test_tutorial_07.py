@@ -6,6 +6,7 @@ import pytest
 from tutorial_run import run_fast
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_fast_run_trains_tests_and_predicts_link_scores(tmp_path):
     s = run_fast("07_link_prediction.py", tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=120,

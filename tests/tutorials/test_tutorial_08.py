@@ -8,6 +8,7 @@ import torch
 from tutorial_run import run_fast
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_fast_run_on_minigc(tmp_path):
     s = run_fast("08_graph_classification.py", tmp_path / "out", "--root-dir", str(tmp_path / "runs"), timeout=120)
@@ -37,6 +38,7 @@ def _write_tu(folder, name, graphs):
     (folder / f"{name}_node_attributes.txt").write_text("".join(f"{x}, {y}\n" for x, y in attr))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_fast_run_on_a_tu_dataset_written_here(tmp_path):
     # 60 graphs: paths (label 1) and stars (label 2) of 5 to 9 nodes.

@@ -24,6 +24,7 @@ from graphtrainer.data.sharding import shard_ids
 from conftest import rank_children
 from link_tasks import GraphClsTask, numbered_minigc
 from tasks import ParamDump, assert_two_ranks_match_one, max_diff
+from launch_env import launchers
 
 EPOCHS = 3
 B = 8
@@ -125,7 +126,7 @@ def _fit_equiv(root_dir, out, num_procs, batch_size, launcher="fork"):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+@pytest.mark.parametrize("launcher", launchers("fork", "spawn"))
 def test_two_ranks_batch_b_equal_one_rank_batch_2b(root_dir, tmp_path, launcher):
     _fit_equiv(root_dir, tmp_path / "one", 1, 2 * B)
     _fit_equiv(root_dir, tmp_path / "two", 2, B, launcher)
