@@ -26,6 +26,8 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
+from .. import pids
+
 _MARK = b"graphtrainer-sha256:"
 _TRAILER_LEN = len(_MARK) + 64  # the zip comment: mark + hex digest
 _EOCD = b"PK\x05\x06"  # zip end-of-central-directory record: 22 bytes + comment
@@ -144,20 +146,10 @@ def remove_stale_partials(folder: Path) -> List[str]:
             pid = int(tail[len(prefix):])
         except ValueError:
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not pids.alive(pid):
             tmp.unlink(missing_ok=True)
             removed.append(str(tmp))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_partials_on_signals() -> None:

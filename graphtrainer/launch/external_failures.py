@@ -24,9 +24,8 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import heartbeat
+from .. import heartbeat, pids
 from ..errors import RankFailedError
-from . import leftovers
 from .supervisor import _is_peer_loss
 
 _FAILURE = "graphtrainer/failure/{}"
@@ -135,7 +134,7 @@ def _gone_peer(store: Any, others: list) -> Optional[Dict[str, Any]]:
         except Exception:  # noqa: BLE001
             continue
         peer_host, _, pid = where.partition(" ")
-        if peer_host == host and pid.isdigit() and not leftovers.alive(int(pid)):
+        if peer_host == host and pid.isdigit() and not pids.alive(int(pid)):
             return {"rank": other, "type": "ProcessDied", "time": time.time(), "traceback": "",
                     "message": f"its process (pid {pid}) is gone without a Python exception: killed (SIGKILL, the "
                                "OOM killer) or crashed"}

@@ -32,6 +32,7 @@ import time
 from multiprocessing import forkserver as _mp_forkserver
 from typing import Optional
 
+from .. import pids
 from ..errors import RankFailedError
 from .supervisor import WatchedService
 
@@ -161,7 +162,7 @@ def _watch_pid(pid: int) -> None:
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # gone already, or no pidfd here (Linux < 5.3)
-        if not _alive(pid):
+        if not pids.alive(pid):
             os.kill(os.getpid(), signal.SIGKILL)
         return
 
@@ -170,16 +171,6 @@ def _watch_pid(pid: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=wait_for_exit, name="graphtrainer-launcher-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 class ServerWatch(WatchedService):

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, List, TypeVar
 
+from .. import pids
+
 _OWNED = re.compile(r"^graphtrainer-(?P<kind>[a-z]+)-(?P<pid>\d+)-")
 #: In a folder of kind "servers": the file that names the DistDGL graph its servers loaded.
 GRAPH_NAME_FILE = "graph_name"
@@ -31,27 +33,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def owned_temp_dir(kind: str) -> str:
     """A fresh temporary folder whose name records this process as its owner."""
     return tempfile.mkdtemp(prefix=f"graphtrainer-{kind}-{os.getpid()}-")
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (on this machine); one that exited but is not reaped yet
-    (a zombie) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return _state(pid) not in ("Z", "X")
-
-
-def _state(pid: int) -> str:
-    """The process state letter of ``/proc/<pid>/stat`` ("" where unknown)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
 
 
 def remove_dead_owners(kinds: tuple = ("stacks", "servers", "ipconfig")) -> List[str]:
@@ -69,7 +50,7 @@ def remove_dead_owners(kinds: tuple = ("stacks", "servers", "ipconfig")) -> List
         if not match or match["kind"] not in kinds or not path.is_dir():
             continue
         pid = int(match["pid"])
-        if pid == os.getpid() or alive(pid):
+        if pid == os.getpid() or pids.alive(pid):
             continue
         if match["kind"] == "servers":
             removed += _remove_segments(path)
@@ -168,7 +149,7 @@ def die_with_parent() -> None:
 
 def is_stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger): state T or t."""
-    return _state(pid) in ("T", "t")
+    return pids.state(pid) in ("T", "t")
 
 
 def resume(pid: int) -> None:
