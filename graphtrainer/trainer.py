@@ -30,7 +30,7 @@ from .loop.loggers import check_logger
 from .loop.context import RankContext
 from .loop.runtime import run_rank
 from .state import RunResult, RunState, RunView, TrainerConfig
-from .nn.sparse_embedding import check_sparse_embeddings
+from .nn.sparse_embedding import check_sparse_embeddings, check_sparse_training
 from .task import GraphTask, check_task
 
 LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
@@ -321,6 +321,8 @@ class Trainer(RunView):
         bring rank 0's result into this process."""
         check_task(task, stage)
         check_sparse_embeddings(task)
+        if stage == "fit":
+            check_sparse_training(task)
         launcher = self._launcher(task)
         ctx = self._context(task)
         ctx.run_dir_from_rank0 = launcher.run_dir_from_rank0

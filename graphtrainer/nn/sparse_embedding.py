@@ -27,12 +27,13 @@ split; the sparse step is a collective, which ``Join`` over uneven inputs cannot
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import math
 import os
 import uuid
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -159,16 +160,93 @@ def check_sparse_embeddings(task: Any) -> None:
     than its node type has nodes in ``task.graph``."""
     graph = getattr(task, "graph", None)
     ntypes = getattr(graph, "ntypes", ())
+    for name, emb in _task_tables(task):
+        if emb.ntype is None or emb.ntype not in ntypes:
+            continue
+        count = graph.num_nodes(emb.ntype)
+        if emb.num_rows < count:
+            raise ValueError(f"{type(task).__name__}.{name}: SparseEmbedding has {emb.num_rows} rows but node "
+                             f"type {emb.ntype!r} has {count} nodes: build it with "
+                             f"SparseEmbedding(graph.num_nodes({emb.ntype!r}), dim)")
+
+
+def check_sparse_training(task: Any) -> None:
+    """Refuse, before any rank starts, a fit whose model holds one of the task's
+    :class:`SparseEmbedding` tables that no sparse optimizer steps, or whose table is given to
+    a ``torch.optim`` optimizer (it would step every row densely, or never: the table has no
+    gradient of its own).
+
+    Only for tasks that hold such tables: their ``configure_model`` and
+    ``configure_optimizers`` run once here, in this process, with torch's random state
+    restored afterwards and nothing kept (no optimizer state is made). Where they cannot run
+    outside a rank (they read what only a rank has), this check stands aside and the first
+    training step refuses the same mistake on every rank.
+    """
+    tables = _task_tables(task)
+    if not tables:
+        return
+    try:
+        with torch.random.fork_rng(devices=[]), _dry_run():
+            model = task.module if task.module is not None else task.configure_model()
+            before, task.model = task.model, model
+            try:
+                optimizers = _optimizers_in(task.configure_optimizers())
+            finally:
+                task.model = before
+    except Exception:  # noqa: BLE001 (the rank's own check reports it, with the rank's context)
+        return
+    in_model = {id(m) for m in model.modules()} if isinstance(model, nn.Module) else set()
+    stepped = {id(e) for opt in optimizers if isinstance(opt, _SparseOptimizer) for e in opt.embeddings}
+    for name, emb in tables:
+        dense = [type(opt).__name__ for opt in optimizers if not isinstance(opt, _SparseOptimizer)
+                 and any(p is emb.weight for group in opt.param_groups for p in group["params"])]
+        where = f"{type(task).__name__}.{name}"
+        if dense:
+            raise TypeError(f"{where}: SparseEmbedding{emb._name()} is given to torch.optim.{dense[0]}, which cannot "
+                            "step it (the table has no gradient of its own): give it to "
+                            "graphtrainer.nn.sparse_embedding.SparseAdam([emb], lr) (or SparseAdagrad) instead, "
+                            "returned from configure_optimizers beside the dense optimizer")
+        if id(emb) in in_model and id(emb) not in stepped:
+            raise ValueError(f"{where}: the model trains SparseEmbedding{emb._name()} but configure_optimizers "
+                             "returns no sparse optimizer for it: return "
+                             "graphtrainer.nn.sparse_embedding.SparseAdam([emb], lr) (or SparseAdagrad) beside the "
+                             "dense optimizer. A torch.optim optimizer cannot update it: it would need a dense "
+                             "gradient of every row, all-reduced every step")
+
+
+def _task_tables(task: Any) -> List[Tuple[str, SparseEmbedding]]:
+    """The task's tables: attributes, or values of dict attributes, named as found."""
+    found = []
     for name, value in vars(task).items():
-        embeddings = value.values() if isinstance(value, dict) else [value]
-        for emb in embeddings:
-            if not isinstance(emb, SparseEmbedding) or emb.ntype is None or emb.ntype not in ntypes:
-                continue
-            count = graph.num_nodes(emb.ntype)
-            if emb.num_rows < count:
-                raise ValueError(f"{type(task).__name__}.{name}: SparseEmbedding has {emb.num_rows} rows but node "
-                                 f"type {emb.ntype!r} has {count} nodes: build it with "
-                                 f"SparseEmbedding(graph.num_nodes({emb.ntype!r}), dim)")
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, emb in items:
+            if isinstance(emb, SparseEmbedding):
+                found.append((name if key is None else f"{name}[{key!r}]", emb))
+    return found
+
+
+def _optimizers_in(value: Any) -> List[torch.optim.Optimizer]:
+    """Every optimizer in what ``configure_optimizers`` returned, whatever its form."""
+    if isinstance(value, torch.optim.Optimizer):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [opt for item in value for opt in _optimizers_in(item)]
+    return []
+
+
+_DRY = {"run": False}
+
+
+@contextlib.contextmanager
+def _dry_run() -> Iterator[None]:
+    """Sparse optimizers made inside touch no table and bind no embedding."""
+    _DRY["run"] = True
+    try:
+        yield
+    finally:
+        _DRY["run"] = False
 
 
 class _SparseOptimizer(torch.optim.Optimizer):
@@ -190,6 +268,8 @@ class _SparseOptimizer(torch.optim.Optimizer):
         super().__init__([e.weight for e in embeddings], defaults)
         self.embeddings = embeddings
         self.tables: List[Dict[str, torch.Tensor]] = []
+        if _DRY["run"]:  # check_sparse_training: only which tables it would step
+            return
         for emb in embeddings:
             emb._optimizer = self
             tables = {name: _map(f"{emb.path}.{name}", (emb.num_rows, emb.dim)) for name in self.STATE}

@@ -14,7 +14,8 @@ from hetero_tasks import CLASSES, HeteroTask
 
 class SparseHeteroTask(HeteroTask):
     """``HeteroTask`` with ``word`` rows from one shared table. ``optimizer``: "adagrad",
-    "adam" or "dense-only" (no sparse optimizer: refused at the first step); ``rows``: the
+    "adam", "dense-only" (no sparse optimizer) or "dense-table" (the table given to a
+    torch.optim optimizer), the last two refused before any rank starts; ``rows``: the
     table's rows (default: the word count); ``record_dir``: each rank writes the sum of its
     view of the table at the end of fit."""
 
@@ -36,6 +37,8 @@ class SparseHeteroTask(HeteroTask):
         dense = torch.optim.SGD(self.model.parameters(), lr=self.lr)
         if self.optimizer == "dense-only":
             return dense
+        if self.optimizer == "dense-table":
+            return [dense, torch.optim.Adam([self.word_emb.weight], lr=self.sparse_lr)]
         sparse = (SparseAdam if self.optimizer == "adam" else SparseAdagrad)([self.word_emb], lr=self.sparse_lr)
         return [dense, sparse]
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from graphtrainer import ModelCheckpoint, Trainer
-from graphtrainer.nn.sparse_embedding import SparseAdagrad, SparseAdam, SparseEmbedding
+from graphtrainer.launch.local import LocalLauncher
+from graphtrainer.nn.sparse_embedding import SparseAdagrad, SparseAdam, SparseEmbedding, check_sparse_training
 
 from conftest import rank_children
 from hetero_tasks import make_hetero
@@ -54,7 +55,9 @@ def test_untouched_rows_do_not_move_and_state_round_trips():
     assert opt.tables[0]["steps"].tolist() == [1.0 if i in (3, 7) else 0.0 for i in range(10)]
 
 
-def test_bad_input_is_refused_naming_the_fix(root_dir):
+def test_bad_input_is_refused_naming_the_fix(root_dir, monkeypatch):
+    started = []
+    monkeypatch.setattr(LocalLauncher, "run", lambda self, *a, **k: started.append(a))
     with pytest.raises(TypeError, match="SparseEmbedding modules only.*torch.optim"):
         SparseAdam([torch.nn.Embedding(3, 2)])
     g = make_hetero()
@@ -64,6 +67,22 @@ def test_bad_input_is_refused_naming_the_fix(root_dir):
         Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir,
                 find_unused_parameters=True).fit(short)
     assert not rank_children() and not list(root_dir.glob("version_*/checkpoints/*"))
+    # A table that no sparse optimizer steps, or that a torch.optim optimizer is given: refused
+    # in this process, before any rank starts; torch's random state as it was.
+    rng = torch.get_rng_state()
+    with pytest.raises(ValueError, match=r"SparseHeteroTask.word_emb: the model trains SparseEmbedding \('word'\) "
+                                         r"but configure_optimizers returns no sparse optimizer for it: return "
+                                         r"graphtrainer.nn.sparse_embedding.SparseAdam\(\[emb\], lr\)"):
+        Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir,
+                find_unused_parameters=True).fit(SparseHeteroTask(g, IDS, 12, optimizer="dense-only"))
+    with pytest.raises(TypeError, match=r"SparseHeteroTask.word_emb: SparseEmbedding \('word'\) is given to "
+                                        r"torch.optim.Adam, which cannot step it.*SparseAdam\(\[emb\], lr\)"):
+        Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir,
+                find_unused_parameters=True).fit(SparseHeteroTask(g, IDS, 12, optimizer="dense-table"))
+    assert started == [] and torch.equal(torch.get_rng_state(), rng)
+    good = SparseHeteroTask(g, IDS, 12, optimizer="adam")
+    check_sparse_training(good)  # a sparse optimizer for the table: nothing to refuse, nothing bound
+    assert good.model is None and good.word_emb._optimizer is None
     emb = SparseEmbedding(4, 2)
     emb.train()
     with pytest.raises(RuntimeError, match=r"without a sparse optimizer: return graphtrainer.nn.sparse_embedding"
