@@ -34,10 +34,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$py" -m venv "$venv"
   fi
   echo "[env.sh] installing the $stack tested set (first time: a few minutes, torch is a few GB)" >&2
-  "$venv/bin/python" -m pip install --disable-pip-version-check -q \
+  # Each set is installed exactly as pinned: a machine-wide pip constraints file (one that caps
+  # torch at the releases kept on a machine's disk, say) would make the newest set impossible.
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --disable-pip-version-check -q \
       -r "$requirements" -e "$root[dev,bench]" 2>&1 \
       | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
-  "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r "$no_deps" 2>&1 \
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r "$no_deps" 2>&1 \
       | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
   "$venv/bin/python" -c "import graphtrainer, dgl" 2>/dev/null \
       || { echo "[env.sh] install failed: 'import graphtrainer, dgl' does not work in $venv" >&2; exit 1; }
