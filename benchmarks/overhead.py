@@ -17,7 +17,9 @@ fanouts, batch size, epochs, initial weights (both seed 0) and training-seed set
 Optional A+J (``--join-arm``): A with every epoch inside ``Join([model])``, as graphtrainer
 runs it, to isolate what Join costs per step. Optional A+T (``--thread-arm``): A with each
 rank's training in a new thread, as graphtrainer's launcher runs a rank (its work-around
-for the OpenMP fork hang), to isolate what that costs.
+for the OpenMP fork hang), to isolate what that costs. Optional B-S (``--stop-arm``): B with
+the preemption agreement (one asynchronous 2-float all-reduce per optimizer step) switched
+off, to isolate what it costs.
 
 Epoch time: rank 0's wall time of one epoch's training loop (graphtrainer: from
 on_train_epoch_start to on_train_epoch_end, so it includes the trainer's per-epoch metric
@@ -68,6 +70,8 @@ PER_STEP_EXTRAS = [
     "`global_step` counter, step-interval scheduler check, `last_loss = loss.detach()`, "
     "callback dispatch for `on_train_batch_end`",
     "the loader fetches batch i+1 before step i runs (to know which batch is last); same work, other order",
+    "the preemption agreement: at each optimizer step every rank starts one asynchronous 2-float all-reduce "
+    "and reads the previous step's (`--stop-arm` measures what it costs)",
 ]
 
 
@@ -113,6 +117,8 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up (default %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="A B pairs, interleaved (default %(default)s)")
     p.add_argument("--join-arm", action="store_true", help="add the hand-written loop inside Join (A+J)")
+    p.add_argument("--stop-arm", action="store_true",
+                   help="add graphtrainer without its per-step preemption agreement (B-S)")
     p.add_argument("--thread-arm", action="store_true",
                    help="add the hand-written loop run in a new thread of each rank, as graphtrainer runs ranks (A+T)")
     p.add_argument("--fanouts", default="10,10")
@@ -190,9 +196,22 @@ def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
             "threads": trainer.threads_per_proc or max(1, sysinfo.available_cores() // args.world)}
 
 
+def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
+    """B without the stop agreement: patched here, before the ranks fork, so they inherit it."""
+    from graphtrainer.loop import preemption
+
+    at_boundary = preemption.StopAgreement.at_boundary
+    preemption.StopAgreement.at_boundary = lambda self: False
+    try:
+        return run_graphtrainer(graph, args, batch_size)
+    finally:
+        preemption.StopAgreement.at_boundary = at_boundary
+
+
 ARMS = {"handwritten": ("hand-written", run_handwritten), "handwritten_join": ("hand-written + Join", run_handwritten_join),
         "handwritten_thread": ("hand-written in a new thread", run_handwritten_thread),
-        "graphtrainer": ("graphtrainer", run_graphtrainer)}
+        "graphtrainer": ("graphtrainer", run_graphtrainer),
+        "graphtrainer_no_stop": ("graphtrainer without the stop agreement", run_graphtrainer_no_stop)}
 
 
 def steady(times: List[float]) -> List[float]:
@@ -259,6 +278,10 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
         out["join_ratio"] = med["handwritten_join"] / med["handwritten"]
     if "handwritten_thread" in med:
         out["thread_ratio"] = med["handwritten_thread"] / med["handwritten"]
+    if "graphtrainer_no_stop" in med:
+        out["stop_ratio"] = med["graphtrainer"] / med["graphtrainer_no_stop"]
+        out["stop_pair_ratios"] = [report.median(steady(b["epoch_times_s"])) / report.median(steady(a["epoch_times_s"]))
+                                   for a, b in zip(runs["graphtrainer_no_stop"], runs["graphtrainer"])]
     return out
 
 
@@ -292,6 +315,10 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
     if any("thread_ratio" in r for r in results):
         md += "\n\nTraining in a new thread alone (hand-written in a new thread / hand-written): " + ", ".join(
             f"{r['graph']} {r['thread_ratio']:.3f}x" for r in results if "thread_ratio" in r) + "."
+    if any("stop_ratio" in r for r in results):
+        md += "\n\nThe preemption agreement alone (graphtrainer / graphtrainer without it): " + ", ".join(
+            f"{r['graph']} {r['stop_ratio']:.3f}x (pairs " + " / ".join(f"{x:.3f}" for x in r["stop_pair_ratios"]) + ")"
+            for r in results if "stop_ratio" in r) + "."
     md += "\n\nWhat graphtrainer does per step that the hand-written loop does not:\n\n" + "\n".join(
         f"- {x}" for x in PER_STEP_EXTRAS)
     return md
@@ -347,7 +374,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     machine = sysinfo.machine_info()
     t_start = time.time()
     arms = ["handwritten"] + (["handwritten_join"] if args.join_arm else []) \
-        + (["handwritten_thread"] if args.thread_arm else []) + ["graphtrainer"]
+        + (["handwritten_thread"] if args.thread_arm else []) + ["graphtrainer"] \
+        + (["graphtrainer_no_stop"] if args.stop_arm else [])
     results: List[Dict[str, Any]] = []
     for spec in specs:
         graph = workload.build_graph(spec)
