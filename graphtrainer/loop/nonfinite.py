@@ -1,6 +1,7 @@
 """The first non-finite training loss of a run, found without a host sync per step."""
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Optional
 
@@ -11,8 +12,8 @@ from ..state import RunState
 
 class NonFiniteLosses:
     """The first non-finite training loss of a run: an error at once with
-    ``detect_anomaly``, else noted on the device (no host sync per step) and reported once
-    at the end of its epoch."""
+    ``detect_anomaly``, else noted (on an accelerator, on the device: no host sync per step)
+    and reported once at the end of its epoch."""
 
     def __init__(self, stop: bool):
         self.stop = stop
@@ -29,6 +30,19 @@ class NonFiniteLosses:
             return
         if self.reported:
             return
+        if loss.device.type == "cpu":
+            self._note_on_host(loss, batch_idx, state)
+        else:
+            self._note_on_device(loss, batch_idx, state)
+
+    def _note_on_host(self, loss: torch.Tensor, batch_idx: int, state: RunState) -> None:
+        """Reading a CPU loss costs no sync: one check, no kernels."""
+        value = float(loss.detach())
+        if not math.isfinite(value) and (self.first is None or self.first[0] < 0):
+            self.first = torch.tensor([float(state.global_step), value, float(batch_idx)], dtype=torch.float64)
+
+    def _note_on_device(self, loss: torch.Tensor, batch_idx: int, state: RunState) -> None:
+        """Kernels on the loss's device only, so the step never waits for the device."""
         if self.first is None:
             self.first = torch.full((3,), -1.0, dtype=torch.float64, device=loss.device)
 

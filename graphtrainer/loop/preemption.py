@@ -70,7 +70,7 @@ class StopAgreement:
     def at_boundary(self) -> bool:
         """Whether to stop here. Must be called on all processes, outside ``Join``."""
         if not gdist.is_distributed():
-            return _decode(_flag())
+            return requested() is not None and _decode(_flag())
         if self.collect():
             return True
         self._pending = gdist.start_all_reduce(_flag(), "max")
