@@ -10,14 +10,17 @@ address (two ``127.0.0.1`` lines fail in DGL's client, ``rpc.cc:395``).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..launch import leftovers
 from ..launch.environment import free_port
@@ -211,18 +214,32 @@ def resolve_cluster(options: DistGraphOptions, trainers_per_machine: int) -> Clu
     """This machine's :class:`Cluster`. Raises ``ValueError`` when it cannot tell which
     machine of ``ip_config`` this is."""
     if options.ip_config is None:
-        # This machine alone: one loopback line on a free port, in a file of this run's own.
-        port = free_port()
-        folder = leftovers.owned_temp_dir("ipconfig")
-        path = os.path.join(folder, "ip_config.txt")
-        with open(path, "w", encoding="ascii") as fh:
-            fh.write(f"127.0.0.1 {port}\n")
-        return Cluster(options, (("127.0.0.1", port),), 0, trainers_per_machine, path, 0)
+        # This machine alone: one loopback line on a free port, written by written_ip_config.
+        return Cluster(options, (("127.0.0.1", free_port()),), 0, trainers_per_machine, "", 0)
     machines = read_ip_config(options.ip_config)
     rank = _machine_rank(options, machines)
     default_master = machines[0][1] + options.num_servers  # the port after machine 0's servers
     master_port = int(os.environ.get("MASTER_PORT", default_master))
     return Cluster(options, machines, rank, trainers_per_machine, options.ip_config, master_port)
+
+
+@contextlib.contextmanager
+def written_ip_config(cluster: Cluster) -> Iterator[Cluster]:
+    """``cluster`` with an ip_config file DGL can read while inside: for a run on this machine
+    alone, its one loopback line, written into a folder of this run's own and removed on the
+    way out, whatever ends the block."""
+    if cluster.options.ip_config is not None:
+        yield cluster
+        return
+    folder = leftovers.owned_temp_dir("ipconfig")
+    try:
+        path = os.path.join(folder, "ip_config.txt")
+        address, port = cluster.machines[0]
+        with open(path, "w", encoding="ascii") as fh:
+            fh.write(f"{address} {port}\n")
+        yield dataclasses.replace(cluster, ip_config_path=path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _machine_rank(options: DistGraphOptions, machines: Tuple[Tuple[str, int], ...]) -> int:

@@ -19,7 +19,7 @@ from ..loop.context import RankContext
 from ..state import TrainerConfig
 from . import graph as dist_graph
 from . import job_failures
-from .cluster import Cluster, DistGraphOptions, check_options, resolve_cluster
+from .cluster import Cluster, DistGraphOptions, check_options, resolve_cluster, written_ip_config
 from .graph import PartitionedGraph
 from .servers import graph_servers
 
@@ -63,8 +63,8 @@ class DistDGLLauncher(Launcher):
     @leftovers.unwinds_on_sigterm  # outside the servers' block: SIGTERM stops the ranks, which checkpoint
     def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
         placement = self.cluster.placement()
-        with graph_servers(self.cluster) as servers:
-            return self.local.start(target, (*args, DistRankSession(self.cluster)), placement=placement,
+        with written_ip_config(self.cluster) as cluster, graph_servers(cluster) as servers:
+            return self.local.start(target, (*args, DistRankSession(cluster)), placement=placement,
                                     services=servers, job=job_failures.for_placement(placement))
 
 

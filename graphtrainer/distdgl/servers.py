@@ -93,8 +93,8 @@ class GraphServer(WatchedService):
 def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
     """Start this machine's servers and wait until they listen; on leaving, stop them:
     after a clean exit they get :data:`SHUTDOWN_WAIT_S` to finish by themselves, after an
-    exception (SIGTERM included) none. No server process, shared-memory segment, log
-    folder or written ip_config outlives the block.
+    exception (SIGTERM included) none. No server process, shared-memory segment or log
+    folder outlives the block.
 
     One DistDGL run per machine at a time: DGL names the features' shared memory after
     the feature key alone (``node~_N~feat-kvdata-``, ``dgl/distributed/kvstore.py:909``),
@@ -119,8 +119,6 @@ def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
                 server.stop(SHUTDOWN_WAIT_S if clean else 0.0)
             _remove_left_segments(shm_before, cluster.options.graph_name)  # ours: we hold the machine
             shutil.rmtree(log_dir, ignore_errors=True)
-            if cluster.options.ip_config is None:  # the loopback file resolve_cluster wrote
-                shutil.rmtree(os.path.dirname(cluster.ip_config_path), ignore_errors=True)
 
 
 @contextlib.contextmanager

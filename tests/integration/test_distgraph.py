@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -44,11 +45,17 @@ def cora_parts(tmp_path_factory, cora):
     return partition_graph(cora, "cora", 1, out).config
 
 
+def own_temp_folders() -> set:
+    """The temporary folders this process made for a run (ip_config, servers' logs, stacks)."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"graphtrainer-*-{os.getpid()}-*")}
+
+
 @pytest.fixture(autouse=True)
 def _nothing_left():
-    """No rank, graph server or segment outlives a test."""
-    before = dgl_segments()
+    """No rank, graph server, segment or temporary folder outlives a test (refused runs included)."""
+    before, folders = dgl_segments(), own_temp_folders()
     yield
+    assert own_temp_folders() <= folders, f"temporary folders left: {sorted(own_temp_folders() - folders)}"
     deadline = time.monotonic() + 10
     while rank_children() and time.monotonic() < deadline:
         time.sleep(0.1)
