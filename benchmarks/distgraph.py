@@ -122,9 +122,9 @@ ARMS = {"distdgl": "DistDGL, 1 partition (2 trainers + 1 graph server)",
         "fork": "in-memory graph, fork (2 trainers)",
         "distdgl-glibc": "DistDGL, allocator='glibc' (GRAPHTRAINER_MALLOC_TUNING=0)",
         "fork-glibc": "fork, allocator='glibc' (GRAPHTRAINER_MALLOC_TUNING=0)"}
-#: Arms whose ranks leave glibc's allocator alone (``allocator="glibc"``: no per-epoch trim)
-#: instead of graphtrainer's default (glibc's thresholds, heap trimmed once per epoch). Until
-#: issue 24 the default was today's ``allocator="lean"`` (1 MB fixed mmap threshold).
+#: Arms whose ranks leave glibc's allocator alone (``allocator="glibc"``: no trim at all)
+#: instead of graphtrainer's default (glibc's thresholds, the inherited heap trimmed once at a
+#: rank's start). Until issue 24 the default was today's ``allocator="lean"``.
 GLIBC_SUFFIX = "-glibc"
 
 

@@ -10,7 +10,8 @@ the top of the script, so each spawned process holds its own copy; ``mp.spawn``;
 threads per process ``cores // ranks``). B (``tutorial_task.py``): ``Trainer(num_procs=N)``
 with every default (1 rank: in-process; more: forked ranks) on the GraphTask port. Optional
 B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs;
-B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no per-epoch heap trim).
+B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no heap trim at all, not even the
+one at a rank's start that the default makes).
 
 Each run is a fresh process on the same graph file; runs are interleaved (for every round,
 every rank count, every arm in turn). Epoch time: rank 0's time from one training epoch's
@@ -63,7 +64,7 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--rounds", type=int, default=2, help="interleaved passes (default %(default)s)")
     p.add_argument("--lean-arm", action="store_true", help="add graphtrainer with allocator='lean'")
     p.add_argument("--glibc-arm", action="store_true",
-                   help="add graphtrainer with allocator='glibc' (no per-epoch heap trim)")
+                   help="add graphtrainer with allocator='glibc' (no heap trim at all)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size = workload.parse_size("20kx5")

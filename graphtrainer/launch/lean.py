@@ -11,9 +11,14 @@ edges, batch 1024, fanouts 10,10, 2 ranks, at step 3): 188 MB, of which the main
   server for forkserver), so they share those pages. Alone: 188 -> 128 MB. The launcher
   also ``gc.freeze()``-s the parent's objects so collector passes in a rank do not copy
   their pages.
-- **The heap the parent left.** A launched rank trims its inherited heap once at start,
-  and every rank trims its heap once at the end of each training epoch (``malloc_trim``:
-  what the epoch's batches left free goes back to the system, once, not at every free).
+- **The heap the parent left.** A launched rank trims its inherited heap once at start
+  (``malloc_trim``: what the parent left free goes back to the system).
+
+Not done by default: trimming again at the end of every training epoch. It gave back
+nothing that counted (peak PSS of the run 1,300 against 1,295 MB at 2 ranks, 1,441 against
+1,447 MB at 4) and cost every epoch the page faults of refilling the heap: 1.05x the epoch
+time at 2 fork ranks and 1.10x at 4 on a 1M-node graph, quiet machine
+(``benchmarks/tutorial_vs_task.py --glibc-arm``). ``"lean"`` still trims per epoch.
 
 What costs throughput is an option, ``Trainer(allocator=...)`` (see :data:`ALLOCATORS`):
 ``"lean"`` fixes glibc's mmap threshold at 1 MB (every tensor of 1 MB or more is mapped
@@ -46,10 +51,10 @@ TRIM_THRESHOLD = 8 << 20
 ARENA_MAX = 2
 
 #: ``Trainer(allocator=...)`` values. "default": glibc's own (dynamic) thresholds, the heap
-#: trimmed when a launched rank starts and at the end of every training epoch; no cost per
-#: batch. "lean": also the fixed 1 MB mmap threshold, 8 MB trim threshold and 2 arenas
-#: (about half the rank's private memory, for a quarter to two fifths of its throughput).
-#: "glibc": the allocator left entirely alone (no trims).
+#: trimmed once when a launched rank starts; no cost per batch or epoch. "lean": also the
+#: fixed 1 MB mmap threshold, 8 MB trim threshold, 2 arenas and a trim after every training
+#: epoch (about half the rank's private memory, for a quarter to two fifths of its
+#: throughput). "glibc": the allocator left entirely alone (no trims).
 ALLOCATORS = ("default", "lean", "glibc")
 
 _ENV = "GRAPHTRAINER_MALLOC_TUNING"
@@ -116,10 +121,11 @@ def apply_allocator(mode: str, launched: bool) -> bool:
 
 
 def trim_after_epoch(mode: str) -> bool:
-    """Give the heap's free pages back (once per training epoch; not for ``"glibc"``).
-    True when trimmed."""
+    """At the end of a training epoch, give the heap's free pages back: ``"lean"`` only (the
+    default would pay the page faults of refilling the heap every epoch for nothing: see the
+    module docstring). True when trimmed."""
     libc = _libc()
-    if libc is None or mode == "glibc":
+    if libc is None or mode != "lean":
         return False
     libc.malloc_trim(0)
     return True

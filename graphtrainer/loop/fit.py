@@ -87,7 +87,7 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
                 if fit.stopped_after is not None:
                     preemption.stop_run(ctx, fit.stopped_after)  # raises Preempted
                 _end_epoch(fit)
-                trim_after_epoch(config.allocator)  # once per epoch: no page faults per batch
+                trim_after_epoch(config.allocator)  # allocator='lean' only
                 if fit.stop_after_epoch or (fit.joining and preemption.agreed_stop(False)):
                     preemption.stop_run(ctx, 0)  # (an epoch in Join stops at its end)
             with ctx.section("fit end"):
