@@ -15,10 +15,12 @@ edges, batch 1024, fanouts 10,10, 2 ranks, at step 3): 188 MB, of which the main
   (``malloc_trim``: what the parent left free goes back to the system).
 
 Not done by default: trimming again at the end of every training epoch. It gave back
-nothing that counted (peak PSS of the run 1,300 against 1,295 MB at 2 ranks, 1,441 against
-1,447 MB at 4) and cost every epoch the page faults of refilling the heap: 1.05x the epoch
-time at 2 fork ranks and 1.10x at 4 on a 1M-node graph, quiet machine
-(``benchmarks/tutorial_vs_task.py --glibc-arm``). ``"lean"`` still trims per epoch.
+nothing that counted at the peak (total PSS of the run 1,300 against 1,295 MB without it at
+2 fork ranks, 1,441 against 1,447 MB at 4; 1M-node graph, quiet machine,
+``benchmarks/tutorial_vs_task.py --glibc-arm``) and makes every epoch refill the heap by page
+faults (the epoch time without it: 0.96x at 2 ranks and 0.90x at 4 in one round; a second
+run put the difference inside this machine's run-to-run spread). ``"lean"`` still trims
+per epoch.
 
 What costs throughput is an option, ``Trainer(allocator=...)`` (see :data:`ALLOCATORS`):
 ``"lean"`` fixes glibc's mmap threshold at 1 MB (every tensor of 1 MB or more is mapped

@@ -100,8 +100,8 @@ def test_allocator_option_is_checked_and_the_old_variable_still_works(monkeypatc
 
 @pytest.mark.parametrize("mode", ALLOCATORS)
 def test_only_the_lean_allocator_trims_after_every_epoch(mode):
-    # The default's per-epoch trim cost 1.05-1.10x the epoch time (the heap refilled by page
-    # faults every epoch) for no lower peak memory: only "lean" trades that.
+    # A per-epoch trim lowers no peak memory and makes every epoch refill the heap by page
+    # faults: only "lean", which trades speed for memory, does it.
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's malloc_trim: Linux only")
     assert trim_after_epoch(mode) == (mode == "lean")
