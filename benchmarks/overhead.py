@@ -201,7 +201,7 @@ def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str
     from graphtrainer.loop import preemption
 
     at_boundary = preemption.StopAgreement.at_boundary
-    preemption.StopAgreement.at_boundary = lambda self: False
+    preemption.StopAgreement.at_boundary = lambda self, last=False: False
     try:
         return run_graphtrainer(graph, args, batch_size)
     finally:

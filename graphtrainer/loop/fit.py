@@ -142,6 +142,7 @@ def _train_epoch(fit: _Fit) -> None:
         fit.val_points = _val_points(fit)
         call_hook(fit.ctx, "on_train_epoch_start")
         joining = fit.joining = fit.uneven.needs_join(fit.train_loader)
+        fit.stop.start_epoch()
     with fit.uneven.epoch(joining, section):
         _train_batches(fit)
     fit.nonfinite.report(state)
@@ -185,9 +186,12 @@ def _finish_epoch(fit: _Fit, metrics: Dict[str, float]) -> None:
         state.should_stop = True
     if config.max_time is not None and time.monotonic() - fit.started >= config.max_time:
         state.should_stop = True
-    # One rank wanting to stop stops all, at the same epoch.
-    flag = torch.tensor([1.0 if state.should_stop else 0.0])
-    state.should_stop = bool(gdist.all_reduce(flag, "max")[0] > 0)
+    # One rank wanting to stop stops all, at the same epoch; the same all-reduce settles how
+    # often the ranks exchange stop flags next epoch (the smallest interval proposed).
+    flag = torch.tensor([1.0 if state.should_stop else 0.0, -fit.stop.proposal()], dtype=torch.float64)
+    agreed = gdist.all_reduce(flag, "max")
+    state.should_stop = bool(agreed[0] > 0)
+    fit.stop.agree_interval(-float(agreed[1]))
     if state.current_epoch < config.min_epochs and not 0 < config.max_steps <= state.global_step:
         state.should_stop = False
 
@@ -242,7 +246,7 @@ def _train_batches(fit: _Fit) -> None:
                 _validate_mid_epoch(fit)
         if 0 < config.max_steps <= state.global_step:
             break
-        if stepping and not fit.joining and fit.stop.at_boundary():
+        if stepping and not fit.joining and fit.stop.at_boundary(last=is_last):
             fit.stopped_after = batch_idx + 1
             break
     log.end_steps()

@@ -6,12 +6,13 @@ writes ``last.ckpt`` holding the position in the epoch, and ``fit`` raises
 batch, and a run resumed so ends with the parameters and optimizer state of a run never
 stopped.
 
-Agreement: a signal may reach the ranks at different batches (or only some of them). At
-each optimizer step's boundary every rank starts one all-reduce of a 2-number flag and reads
-the previous boundary's at the next, so no rank waits for it and all stop at the same
-boundary, one step after the signal was first seen (:class:`StopAgreement`). Inside ``Join``
-(an epoch whose ranks have different numbers of batches) no collective may run, so such an
-epoch stops at its end. The process exits with :data:`~graphtrainer.PREEMPTED_EXIT_CODE`.
+Agreement: a signal may reach the ranks at different batches (or only some of them). Every
+few optimizer steps (about :data:`AGREE_EVERY_S` of training, and at an epoch's last step)
+every rank starts one all-reduce of a 2-number flag and reads it at the next step boundary,
+so no rank waits for it and all stop at the same boundary, one step after the first
+exchange that saw the signal (:class:`StopAgreement`). Inside ``Join`` (an epoch whose ranks
+have different numbers of batches) no collective may run, so such an epoch stops at its end.
+The process exits with :data:`~graphtrainer.PREEMPTED_EXIT_CODE`.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -58,23 +60,64 @@ def _decode(seen: torch.Tensor) -> bool:
     return _received["agreed"] is not None
 
 
+#: How often, in seconds of training, the ranks exchange their stop flags (one asynchronous
+#: all-reduce each): a stop comes within about this long after the signal, and short steps
+#: do not add a collective each (the loop's only one besides DDP's). 0: at every step.
+#: ``benchmarks/overhead.py --stop-arm`` measures what the agreement costs.
+AGREE_EVERY_S = 0.2
+#: The most steps between two exchanges, however short the steps.
+MAX_STEPS_BETWEEN = 1000
+
+
 class StopAgreement:
-    """Whether the ranks stop, agreed without a wait per step: at each step boundary outside
-    ``Join`` every rank starts one all-reduce of its flag and reads the previous boundary's,
-    so all ranks stop at the same boundary, one step after a signal was first seen (with one
-    process, at once)."""
+    """Whether the ranks stop, agreed without a wait per step: every :attr:`every` step
+    boundaries of an epoch outside ``Join`` (and at its last) every rank starts one all-reduce
+    of its flag and reads it at the next boundary, so all ranks stop at the same boundary (with
+    one process, at once). :attr:`every` is the same on every rank: it changes only through
+    :meth:`agree_interval`, at the end of an epoch."""
 
     def __init__(self) -> None:
         self._pending: Optional[Any] = None
+        #: Step boundaries between two exchanges (1 in the first epoch: no step time yet).
+        self.every = 1
+        self._countdown = 1
+        self._first: Optional[float] = None
+        self._last: Optional[float] = None
+        self._boundaries = 0
 
-    def at_boundary(self) -> bool:
-        """Whether to stop here. Must be called on all processes, outside ``Join``."""
+    def start_epoch(self) -> None:
+        """Count this epoch's boundaries afresh (every rank starts the epoch together)."""
+        self._countdown, self._first, self._last, self._boundaries = self.every, None, None, 0
+
+    def at_boundary(self, last: bool = False) -> bool:
+        """Whether to stop here (``last``: the epoch's last step). Must be called on all
+        processes, outside ``Join``."""
         if not gdist.is_distributed():
             return requested() is not None and _decode(_flag())
+        now = time.monotonic()
+        self._first, self._last, self._boundaries = self._first or now, now, self._boundaries + 1
         if self.collect():
             return True
-        self._pending = gdist.start_all_reduce(_flag(), "max")
+        self._countdown -= 1
+        if self._countdown <= 0 or last:
+            self._countdown = self.every
+            self._pending = gdist.start_all_reduce(_flag(), "max")
         return False
+
+    def proposal(self) -> float:
+        """The interval this rank would use next epoch: :data:`AGREE_EVERY_S` in steps of this
+        epoch's length (this epoch's interval when it measured no step)."""
+        if AGREE_EVERY_S <= 0:
+            return 1.0
+        if self._boundaries < 2:
+            return float(self.every)
+        step_s = max((self._last - self._first) / (self._boundaries - 1), 1e-6)
+        return float(max(1, min(MAX_STEPS_BETWEEN, int(AGREE_EVERY_S / step_s + 1e-6))))
+
+    def agree_interval(self, smallest: float) -> None:
+        """Use ``smallest`` (the smallest :meth:`proposal` over the ranks) from the next epoch
+        on."""
+        self.every = max(1, int(smallest))
 
     def collect(self) -> bool:
         """The answer of the exchange still running (False when none runs). Must be called on

@@ -18,12 +18,20 @@ import torch
 from graphtrainer import PREEMPTED_EXIT_CODE, ModelCheckpoint, Preempted, Trainer
 from graphtrainer.checkpoint.content import read_checkpoint
 from graphtrainer.data.sharded_loader import ShardedLoader
+from graphtrainer.loop import preemption
 
 from conftest import rank_children
 from launch_env import env_without_launch
 from tasks import RegressionTask
 
 STOP_AT_STEP = 5
+
+
+@pytest.fixture(autouse=True)
+def _agree_at_every_step(monkeypatch):
+    """Exact stop positions: the ranks exchange their stop flags at every step (forked ranks
+    inherit the setting; a test may set another interval)."""
+    monkeypatch.setattr(preemption, "AGREE_EVERY_S", 0)
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 
 
@@ -152,6 +160,24 @@ def test_a_signal_at_an_epochs_last_step_stops_at_its_end_and_resumes_exactly(tm
     whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
     with pytest.raises(Preempted, match=r"at the end of epoch 1 \(step 8\)"):
         _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(sig=signal.SIGTERM, at_step=7))
+    _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(), ckpt_path="last")
+    resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
+    _same(whole["state_dict"], resumed["state_dict"])
+    _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_with_a_long_agreement_interval_a_mid_epoch_signal_stops_at_the_epochs_end_exactly(tmp_path, monkeypatch):
+    # Epoch 0 exchanges at every step (no step time yet); from epoch 1 on the ranks agree to
+    # exchange every 10 s of training, so only at an epoch's last step: a signal in step 5
+    # (the second of epoch 1's 4) is seen there, and the run stops at the end of epoch 1.
+    monkeypatch.setattr(preemption, "AGREE_EVERY_S", 10.0)
+    _trainer(tmp_path / "a", tmp_path / "whole", 2).fit(_SignalledTask())
+    whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
+    with pytest.raises(Preempted, match=r"fit stopped by SIGTERM \(received by rank 1\) at the end of epoch 1 "
+                                        r"\(step 8\)"):
+        _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(sig=signal.SIGTERM))
     _trainer(tmp_path / "b", tmp_path / "parts", 2).fit(_SignalledTask(), ckpt_path="last")
     resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")
     _same(whole["state_dict"], resumed["state_dict"])
