@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import psutil
 import pytest
@@ -9,6 +11,12 @@ import pytest
 from launch_env import LAUNCH_VARS
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
+
+
+def own_temp_folders() -> set:
+    """The temporary folders this process made for a run (ip_config, servers' logs, stacks):
+    ``graphtrainer-<kind>-<this pid>-*``."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"graphtrainer-*-{os.getpid()}-*")}
 
 
 def rank_children() -> list:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import psutil
 import pytest
 import torch
 
-from conftest import rank_children
+from conftest import own_temp_folders, rank_children
 from dist_tasks import CORA, DistLinkPrediction, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
 from graphtrainer.distdgl.cluster import check_options, resolve_cluster
@@ -43,11 +42,6 @@ def cora_parts(tmp_path_factory, cora):
     """Cora in one partition, as ``python -m graphtrainer.partition --parts 1`` writes it."""
     out = tmp_path_factory.mktemp("cora1")
     return partition_graph(cora, "cora", 1, out).config
-
-
-def own_temp_folders() -> set:
-    """The temporary folders this process made for a run (ip_config, servers' logs, stacks)."""
-    return {p.name for p in Path(tempfile.gettempdir()).glob(f"graphtrainer-*-{os.getpid()}-*")}
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import rank_children
+from conftest import own_temp_folders, rank_children
 from launch_env import env_without_launch
 from dist_tasks import CORA
 from graphtrainer import Trainer, datasets
@@ -39,7 +38,7 @@ def test_a_cut_feature_file_is_refused_before_the_servers_load_it(tmp_path, cora
     feat = cora_config.parent / "part0" / "node_feat.dgl"
     meta_path = cora_config.with_name("cora.meta.json")
     original, original_meta = feat.read_bytes(), meta_path.read_text()
-    folders = _own_temp_folders()
+    folders = own_temp_folders()
     try:
         size = _cut_in_half(feat)
         started = time.monotonic()
@@ -56,14 +55,10 @@ def test_a_cut_feature_file_is_refused_before_the_servers_load_it(tmp_path, cora
         with pytest.raises(ValueError, match=r"part0 hold \d+ bytes where \d+ were written, so part 0 is damaged"):
             Trainer(num_procs=2, max_epochs=1, default_root_dir=tmp_path, progress_bar=False,
                     enable_model_summary=False).fit(NodeClassification(str(cora_config), **CORA))
-        assert _own_temp_folders() == folders  # no written ip_config (or other folder) outlives a refusal
+        assert own_temp_folders() == folders  # no written ip_config (or other folder) outlives a refusal
     finally:
         feat.write_bytes(original)
         meta_path.write_text(original_meta)
-
-
-def _own_temp_folders() -> set:
-    return {p.name for p in Path(tempfile.gettempdir()).glob(f"graphtrainer-*-{os.getpid()}-*")}
 
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers

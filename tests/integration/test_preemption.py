@@ -32,6 +32,8 @@ def _agree_at_every_step(monkeypatch):
     """Exact stop positions: the ranks exchange their stop flags at every step (forked ranks
     inherit the setting; a test may set another interval)."""
     monkeypatch.setattr(preemption, "AGREE_EVERY_S", 0)
+
+
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
 
 
