@@ -247,6 +247,97 @@ def test_auto_block_type_gives_a_dgl_task_torch_blocks_on_a_gpu_without_dgl_cuda
     assert all(math.isfinite(row["train_loss"]) for row in result["history"])
 
 
+# ---- the four task shapes: DGL samples on the CPU, torch blocks train on the GPU ----------------
+DGL_SCRIPT = SCRIPT.with_name("dgl_gpu_script.py")
+
+
+def _dgl_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("dgl") is not None
+
+
+NEEDS_DGL = pytest.mark.skipif(not _dgl_installed(), reason="DGL is not installed here")
+
+
+def _fit_shape(tmp_path, name, case, where, *args):
+    out = tmp_path / name
+    out.mkdir()
+    path = os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, str(DGL_SCRIPT), "--case", case, "--where", where, "--out", str(out), *args],
+                          env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads((out / "fit.json").read_text())
+
+
+def _assert_same_history(ref, got, label):
+    """Per-epoch metrics equal within float32 tolerance (the GPU sums in another order)."""
+    assert len(ref) == len(got) and ref, label
+    worst = 0.0
+    for a, b in zip(ref, got):
+        assert a.keys() == b.keys(), label
+        assert (a["epoch"], a["step"]) == (b["epoch"], b["step"]), label
+        for k in a:
+            if k not in ("epoch", "step"):
+                assert b[k] == pytest.approx(a[k], rel=1e-3, abs=1e-4), (label, a["epoch"], k, a[k], b[k])
+                worst = max(worst, abs(b[k] - a[k]))
+    print(f"{label}: largest metric difference {worst:.2e} over {len(ref)} epochs")
+
+
+@NEEDS_CUDA
+@NEEDS_DGL
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("case", ["node", "link", "graph", "hetero"])
+def test_task_shape_with_torch_blocks_on_gpu_equals_cpu(tmp_path, case, ranks):
+    """``gpus=1`` against one CPU rank, ``gpus=[0, 0]`` (two ranks share the GPU over gloo)
+    against two: same seeds and DGL samples, so the same per-epoch metrics."""
+    from nn_fit_cases import CASES
+
+    kinds = sorted(CASES[case][2])
+    cpu = _fit_shape(tmp_path, "cpu", case, f"cpu{ranks}")
+    gpu = _fit_shape(tmp_path, "gpu", case, f"gpu{ranks}")
+    assert len(gpu["ranks"]) == len(cpu["ranks"]) == ranks
+    for row in cpu["ranks"]:
+        assert row == {"kinds": kinds, "devices": ["cpu"], "params": ["cpu"]}
+    for row in gpu["ranks"]:
+        assert row == {"kinds": kinds, "devices": ["cuda:0"], "params": ["cuda:0"]}
+    _assert_same_history(cpu["history"], gpu["history"], f"{case}, {ranks} rank(s)")
+
+
+@NEEDS_CUDA
+@NEEDS_DGL
+@pytest.mark.timeout(600)
+def test_gnn_checkpoint_written_on_gpu_resumes_on_cpu_as_if_never_moved(tmp_path):
+    """Two epochs on the GPU, the third resumed on CPU from its last.ckpt: the same history as
+    three epochs on CPU."""
+    cpu = _fit_shape(tmp_path, "cpu", "node", "cpu1", "--epochs", "3")
+    gpu = _fit_shape(tmp_path, "gpu", "node", "gpu1", "--epochs", "2", "--checkpoint")
+    assert gpu["ranks"][0]["devices"] == ["cuda:0"] and gpu["last"].endswith("last.ckpt")
+    ckpt = torch.load(gpu["last"], map_location="cpu", weights_only=True)
+    assert all(t.device.type == "cpu" for t in ckpt["state_dict"].values())
+    resumed = _fit_shape(tmp_path, "resumed", "node", "cpu1", "--epochs", "3", "--resume", gpu["last"])
+    assert [row["epoch"] for row in resumed["history"]] == [2]
+    assert resumed["ranks"][0]["devices"] == ["cpu"]
+    _assert_same_history(cpu["history"][:2], gpu["history"], "node, GPU epochs 0-1")
+    _assert_same_history(cpu["history"][2:], resumed["history"], "node, epoch 2 resumed on CPU")
+
+
+@pytest.mark.slow
+@NEEDS_DGL
+@pytest.mark.timeout(300)
+def test_dgl_gpu_script_runs_on_cpu_too(tmp_path):
+    """The GPU script's CPU arms and its checkpoint resume, here, so they are exercised without a GPU."""
+    straight = _fit_shape(tmp_path, "straight", "node", "cpu1", "--epochs", "3")
+    first = _fit_shape(tmp_path, "first", "node", "cpu1", "--epochs", "2", "--checkpoint")
+    resumed = _fit_shape(tmp_path, "resumed", "node", "cpu1", "--epochs", "3", "--resume", first["last"])
+    assert straight["ranks"] == [{"kinds": ["TorchBlock"], "devices": ["cpu"], "params": ["cpu"]}]
+    _assert_same_history(straight["history"][:2], first["history"], "first")
+    _assert_same_history(straight["history"][2:], resumed["history"], "resumed")
+    two = _fit_shape(tmp_path, "two", "hetero", "cpu2")
+    assert len(two["ranks"]) == 2 and all(r["kinds"] == ["TorchHeteroBlock"] for r in two["ranks"])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_nn_gpu_script_runs_on_cpu_too(tmp_path):
