@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
+from graphtrainer.callbacks import Callback  # noqa: E402
 from graphtrainer.distdgl.graph import PartitionedGraph  # noqa: E402
 from graphtrainer.distdgl.partition import to_partition_ids  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
@@ -83,6 +84,49 @@ class DistLinkPrediction(LinkTask):
     def on_train_epoch_end(self) -> None:
         save_seen(self, self._seen, "edges")
 
+class LocalPartitionProbe(Callback):
+    """In each rank, at fit start: whether the training loader reads the one-partition graph
+    from the machine's shared memory, and whether a full-neighbour batch and its features
+    read that way equal the same batch through the ``DistGraph`` (written to ``out``)."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_fit_start(self, trainer: Any, task: GraphTask) -> None:
+        import dgl
+
+        from graphtrainer.distdgl.loader import single_partition
+
+        loader = task.train_dataloader()
+        local = single_partition(task.graph)
+        path = os.path.join(self.out, f"local_r{trainer.rank}.json")
+        if local is None:  # several partitions: every read goes through the DistGraph
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump({"loader_uses_shared_graph": loader._local_graph() is not None}, fh)
+            return
+        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(2)
+        seeds = torch.arange(0, task.graph.num_nodes(), 97)
+        fast, slow = sampler.sample_blocks(local, seeds), sampler.sample_blocks(task.graph, seeds)
+
+        def edges(blocks: list) -> list:
+            out = []
+            for block in blocks:
+                src, dst = block.edges()
+                pairs = torch.stack([block.srcdata[dgl.NID][src], block.dstdata[dgl.NID][dst]], 1)
+                out.append(sorted(map(tuple, pairs.tolist())))
+            return out
+
+        feats_fast = task.graph.ndata["feat"].local_partition[fast[0]]
+        order = torch.argsort(fast[0])
+        result = {"loader_uses_shared_graph": loader._local_graph() is local,
+                  "same_input_nodes": torch.equal(fast[0].sort().values, slow[0].sort().values),
+                  "same_edges": edges(fast[2]) == edges(slow[2]),
+                  "same_features": torch.equal(feats_fast[order], task.graph.ndata["feat"][fast[0][order]]),
+                  "edges": sum(b.num_edges() for b in fast[2])}
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+
+
 
 def kill_graph_servers(out: str) -> None:
     """SIGKILL this run's graph servers (children of the launching process) and note when."""
@@ -104,7 +148,7 @@ def run_machine(part_config: str, ip_config: str, out: str, epochs: int, machine
     task = SeedRecorder(part_config, out, fail="" if fail == "alone" else fail, fail_rank=1, **CORA)
     ckpt = ModelCheckpoint(monitor="val_acc", mode="max", dirpath=os.path.join(out, "checkpoints"))
     trainer = Trainer(num_procs=1, max_epochs=epochs, ip_config=ip_config, progress_bar=False,
-                      default_root_dir=os.path.join(out, "runs"), callbacks=[ckpt],
+                      default_root_dir=os.path.join(out, "runs"), callbacks=[ckpt, LocalPartitionProbe(out)],
                       hang_timeout=10 if fail == "alone" else 120,  # "alone": the other machine never starts
                       enable_model_summary=False)
     path = os.path.join(out, f"machine{machine}.json")
@@ -123,3 +167,4 @@ def run_machine(part_config: str, ip_config: str, out: str, epochs: int, machine
 if __name__ == "__main__":
     run_machine(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
                 sys.argv[6] if len(sys.argv) > 6 else "")
+

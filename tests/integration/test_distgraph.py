@@ -3,6 +3,7 @@ processes over gloo and DGL's RPC, each test bounded by a timeout and checked to
 process, port or shared-memory segment behind."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from conftest import own_temp_folders, rank_children
-from dist_tasks import CORA, DistLinkPrediction, SeedRecorder
+from dist_tasks import CORA, DistLinkPrediction, LocalPartitionProbe, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
 from graphtrainer.distdgl.cluster import check_options, resolve_cluster
 from graphtrainer.distdgl.graph import PartitionedGraph
@@ -86,6 +87,20 @@ def test_one_machine_trains_cora_to_the_floor_and_covers_each_train_id_once_per_
         orders.append(seen)
     assert not torch.equal(orders[0], orders[1])  # reshuffled between epochs
     assert Path(ckpt.best_model_path).is_file() and Path(ckpt.best_model_path).parent.parent == trainer.log_dir
+
+
+@pytest.mark.timeout(240)
+def test_one_partition_is_read_from_shared_memory_and_equals_the_distgraph_reads(tmp_path, cora_parts):
+    """One partition holds the whole graph under its own ids: the loaders sample it and read
+    its features in the machine's shared memory; a full-neighbour batch and its features
+    equal the same batch through the DistGraph."""
+    task = NodeClassification(cora_parts, **CORA)
+    _trainer(tmp_path / "runs", 1, callbacks=[LocalPartitionProbe(str(tmp_path))]).fit(task)
+    for rank in range(2):
+        probe = json.loads((tmp_path / f"local_r{rank}.json").read_text())
+        assert probe["edges"] > 0
+        assert probe == {"loader_uses_shared_graph": True, "same_input_nodes": True, "same_edges": True,
+                         "same_features": True, "edges": probe["edges"]}
 
 
 @pytest.mark.slow

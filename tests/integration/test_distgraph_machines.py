@@ -54,6 +54,9 @@ def test_two_machines_train_cora_to_the_floor_and_leave_nothing(tmp_path):
     assert results[0]["test"] == results[1]["test"], output  # reduced over both machines
     assert results[0]["test"]["test_acc"] >= 0.78, output
     assert results[0]["test"]["test_nodes"] == 1000 and results[0]["last_epoch"]["val_nodes"] == 500
+    # Two partitions: batches are read through the DistGraph, not from one machine's memory.
+    for rank in range(2):
+        assert json.loads((tmp_path / f"local_r{rank}.json").read_text()) == {"loader_uses_shared_graph": False}
 
     # Each machine trained on its own partition's training nodes: all of them, once per epoch.
     orig = load_orig_ids(config)["nodes"]
