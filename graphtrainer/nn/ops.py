@@ -92,7 +92,7 @@ def neighbour_sum(s: Structure, x: torch.Tensor, edge_weight: Optional[torch.Ten
         # the aggregation stays in x's precision.
         with torch.autocast(x.device.type, enabled=False):
             return (_csr(s, x.dtype) @ x.reshape(s.num_src, -1)).reshape(s.num_dst, *tail)
-    msg = x[s.indices]
+    msg = x.index_select(0, s.indices)  # whole rows at once; x[idx] copies element by element
     if edge_weight is not None:
         msg = msg * edge_weight
     return msg.new_zeros((s.num_dst, *tail)).index_add_(0, s.dst, msg)
@@ -111,7 +111,7 @@ def neighbour_max(s: Structure, x: torch.Tensor, edge_weight: Optional[torch.Ten
         raise ValueError(f"features have {x.shape[0]} rows but the graph has {s.num_src} source nodes")
     if s.num_edges == 0:
         return x.new_zeros((s.num_dst, *x.shape[1:]))
-    msg = x[s.indices]
+    msg = x.index_select(0, s.indices)
     if edge_weight is not None:
         msg = msg * edge_weight
     return segment_max(msg, s.dst, s.num_dst)
@@ -133,9 +133,9 @@ def edge_softmax(s: Structure, logits: torch.Tensor) -> torch.Tensor:
     index = s.dst.reshape(-1, *([1] * (logits.dim() - 1))).expand_as(logits)
     # The maximum only keeps exp() finite; it cancels in the ratio, so no gradient flows through it.
     peak = logits.new_full(shape, float("-inf")).scatter_reduce(0, index, logits.detach(), "amax")
-    e = torch.exp(logits - peak[s.dst])
+    e = torch.exp(logits - peak.index_select(0, s.dst))
     total = e.new_zeros(shape).index_add_(0, s.dst, e)
-    return e / total[s.dst]
+    return e / total.index_select(0, s.dst)
 
 
 def check_in_degrees(s: Structure, layer: str, allowed: bool) -> None:
