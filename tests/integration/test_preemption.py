@@ -136,8 +136,11 @@ def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
 
 
 def _torchrun(out, *extra):
+    # Two restarts allowed where the script needs one: on torch 2.15 a restarted rank has once
+    # aborted in C++ ("terminate called without an active exception", CI of 2026-11-26); a
+    # further restart resumes from the same last.ckpt, so the run must still equal the unstopped one.
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "--max-restarts", "1", str(TESTS / "torchrun_restart_script.py"), str(out), *extra]
+            "--max-restarts", "2", str(TESTS / "torchrun_restart_script.py"), str(out), *extra]
     done = subprocess.run(argv, env=env_without_launch(), capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stdout + done.stderr
     return torch.load(out / "final.pt", weights_only=True), done.stdout + done.stderr
