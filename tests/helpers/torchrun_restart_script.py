@@ -1,7 +1,8 @@
 """Run by test_preemption.py under ``torchrun --max-restarts 2`` (one restart is needed): fits
-with ckpt_path="last" (one command line for the first start and every restart). With ``kill`` as second argument, rank 1
-SIGKILLs itself at the start of epoch 2 of the first attempt; the agent restarts the group, which
-resumes from last.ckpt. Rank 0 writes the final parameters and optimizer state to ``OUT/final.pt``."""
+with ckpt_path="last" (one command line for the first start and every restart). With ``kill`` as
+second argument, rank 1 SIGKILLs itself at the start of epoch 2 of the first attempt; the agent
+restarts the group, which resumes from last.ckpt. Rank 0 writes the final parameters and
+optimizer state to ``OUT/final.pt``."""
 import os
 import signal
 import sys
