@@ -158,7 +158,6 @@ class DistNodeLoader(_DistSampled):
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
         self.graph, self.sampler = graph, sampler
-
         self._local: Any = None  # (shared graph or None,) once looked at, in the rank
 
     def __getstate__(self) -> dict:
