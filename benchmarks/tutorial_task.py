@@ -1,6 +1,6 @@
 """The job of ``dgl_tutorial.py`` as a GraphTask, run with every graphtrainer default:
 
-    python benchmarks/tutorial_task.py GRAPH.bin NPROCS EPOCHS OUT.json [ALLOCATOR]
+    python benchmarks/tutorial_task.py GRAPH.bin NPROCS EPOCHS OUT.json [OPTION=VALUE ...]
 
 ``Trainer(num_procs=NPROCS, max_epochs=EPOCHS)`` (1: in-process; more: forked ranks),
 progress bar, logger and model summary on, the example ``NodeClassification`` task with
@@ -8,8 +8,8 @@ the tutorial's network (``tutorial_model.Model``, hidden 128), ``NeighborSampler
 (graphtrainer's default sampler for fanouts ``[4, 4]``: features and labels prefetched),
 batch 1024, Adam with its default learning rate, the training step logging loss and
 accuracy. No validation, as in the tutorial's timed part. Rank 0 writes the start time of
-every epoch and the end of ``fit`` to OUT.json. ALLOCATOR (optional) sets
-``Trainer(allocator=...)``, for ablations.
+every epoch and the end of ``fit`` to OUT.json. OPTION=VALUE (optional, e.g. ``allocator=lean``,
+``pin_cpus=false``) sets that Trainer option, for ablations.
 """
 from __future__ import annotations
 
@@ -58,11 +58,17 @@ class EpochStarts(Callback):
                 json.dump({"epoch_starts": self.starts, "end": time.perf_counter(), "steps_per_epoch": self.steps}, fh)
 
 
+def _option(text: str) -> Any:
+    """``allocator=lean`` or ``pin_cpus=false``: one Trainer option of an ablation arm."""
+    name, value = text.split("=", 1)
+    return name, {"true": True, "false": False}.get(value, value)
+
+
 def main(argv: List[str]) -> None:
     import dgl
 
     graph_file, nprocs, epochs, out = argv[0], int(argv[1]), int(argv[2]), argv[3]
-    extra = {"allocator": argv[4]} if len(argv) > 4 else {}
+    extra = dict(_option(text) for text in argv[4:])
     (graph,), _ = dgl.load_graphs(graph_file)
     with tempfile.TemporaryDirectory() as root:
         trainer = Trainer(num_procs=nprocs, max_epochs=epochs, default_root_dir=root, callbacks=[EpochStarts(out)],

@@ -11,7 +11,8 @@ threads per process ``cores // ranks``). B (``tutorial_task.py``): ``Trainer(num
 with every default (1 rank: in-process; more: forked ranks) on the GraphTask port. Optional
 B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs;
 B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no heap trim at all, not even the
-one at a rank's start that the default makes).
+one at a rank's start that the default makes); B+unpinned (``--unpinned-arm``): B with
+``pin_cpus=False``, ranks left to float over the cores as the tutorial's do.
 
 Each run is a fresh process on the same graph file; runs are interleaved (for every round,
 every rank count, every arm in turn). Epoch time: rank 0's time from one training epoch's
@@ -44,10 +45,13 @@ HERE = Path(__file__).resolve().parent
 #: Epoch time B / A at most (by rank count), peak total PSS B / A at most.
 EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}
 PSS_TARGET = 0.85
+#: Ablation arms, each reported against the defaults (``--<name>-arm``).
+EXTRAS = ("lean", "glibc", "unpinned")
 ARMS = {"tutorial": ("DGL tutorial script", "dgl_tutorial.py", []),
         "graphtrainer": ("graphtrainer defaults", "tutorial_task.py", []),
-        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["lean"]),
-        "graphtrainer_glibc": ("graphtrainer, allocator='glibc'", "tutorial_task.py", ["glibc"])}
+        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["allocator=lean"]),
+        "graphtrainer_glibc": ("graphtrainer, allocator='glibc'", "tutorial_task.py", ["allocator=glibc"]),
+        "graphtrainer_unpinned": ("graphtrainer, pin_cpus=False", "tutorial_task.py", ["pin_cpus=false"])}
 
 
 def parse_args(argv: Any = None) -> Any:
@@ -63,6 +67,8 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved passes (default %(default)s)")
     p.add_argument("--lean-arm", action="store_true", help="add graphtrainer with allocator='lean'")
+    p.add_argument("--unpinned-arm", action="store_true",
+                   help="add graphtrainer with pin_cpus=False (ranks float over the cores)")
     p.add_argument("--glibc-arm", action="store_true",
                    help="add graphtrainer with allocator='glibc' (no heap trim at all)")
     args = p.parse_args(argv)
@@ -156,7 +162,7 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
                "pss_ratio": pss["graphtrainer"] / pss["tutorial"],
                "steps_per_epoch_rank0": b[0]["steps_per_epoch"],
                "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world])}
-        for extra in ("lean", "glibc"):
+        for extra in EXTRAS:
             if f"graphtrainer_{extra}" in runs:
                 row[f"{extra}_epoch_ratio"] = mean[f"graphtrainer_{extra}"] / mean["graphtrainer"]
                 row[f"{extra}_pss_ratio"] = pss[f"graphtrainer_{extra}"] / pss["graphtrainer"]
@@ -168,7 +174,7 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
 
 
 def render(rows: List[Dict[str, Any]], args: Any) -> str:
-    extras = [e for e in ("lean", "glibc") if any(f"{e}_epoch_ratio" in r for r in rows)]
+    extras = [e for e in EXTRAS if any(f"{e}_epoch_ratio" in r for r in rows)]
     headers = ["graph", "ranks", "steps/epoch (rank 0)", "tutorial s/epoch", "graphtrainer s/epoch", "epoch ratio",
                "per-round ratios", "target", "tutorial peak PSS MB", "graphtrainer peak PSS MB", "PSS ratio",
                f"PSS <= {PSS_TARGET}x"] + [f"{e} / default: epoch, PSS" for e in extras] + ["other load (cores)"]
@@ -208,7 +214,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     specs = [s for s in _specs(args)]
     machine, t_start = sysinfo.machine_info(), time.time()
     arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else []) \
-        + (["graphtrainer_glibc"] if args.glibc_arm else [])
+        + (["graphtrainer_glibc"] if args.glibc_arm else []) \
+        + (["graphtrainer_unpinned"] if args.unpinned_arm else [])
     rows: List[Dict[str, Any]] = []
     raw: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:

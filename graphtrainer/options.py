@@ -85,6 +85,13 @@ def fast_dev_run(value: Union[bool, int]) -> int:
     return value
 
 
+def flag(name: str, value: Any) -> bool:
+    """A yes/no option: ``True`` or ``False`` only (a string such as ``"false"`` would be true)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: give True or False")
+    return value
+
+
 def choice(name: str, value: Any, allowed: tuple) -> Any:
     if value not in allowed:
         raise ValueError(f"{name}={value!r}: choose one of {allowed}")

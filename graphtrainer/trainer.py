@@ -153,6 +153,11 @@ class Trainer(RunView):
             the seeds/s of DistDGL trainers (1M nodes, ``benchmarks/README.md``).
             ``"glibc"``: untouched. ``GRAPHTRAINER_MALLOC_TUNING=0``/``1``, if set, is read
             as ``"glibc"``/``"lean"`` (with a warning).
+        pin_cpus: pin each rank this trainer launches (fork, spawn, forkserver, DistDGL
+            trainers) to its own ``threads_per_proc`` cores of the launching process's affinity
+            mask, wrapping round when ranks outnumber cores; its sampling workers keep the whole
+            mask. Ranks started by torchrun or Slurm are left as they were placed. See
+            :mod:`graphtrainer.affinity`.
     """
 
     def __init__(
@@ -198,6 +203,7 @@ class Trainer(RunView):
         block_type: str = "auto",
         prefetch_batches: bool = True,
         allocator: str = "default",
+        pin_cpus: bool = True,
     ):
         """The options are in the class docstring. Long because it takes every option, as
         Lightning does, and checks each before freezing them in one ``TrainerConfig``."""
@@ -246,7 +252,7 @@ class Trainer(RunView):
             distgraph=None if distributed_graph is None else check_options(distributed_graph, ip_config, num_servers,
                                                                            machine_rank),
             block_type=options.block_type(block_type), prefetch_batches=bool(prefetch_batches),
-            allocator=allocator_option(allocator))
+            allocator=allocator_option(allocator), pin_cpus=options.flag("pin_cpus", pin_cpus))
         self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):

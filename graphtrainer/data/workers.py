@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
+from .. import affinity
 from .hetero import split_flat
 
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.
@@ -61,13 +62,16 @@ def _die_with_parent() -> None:
 
 
 class _WorkerInit:
-    """Runs in each sampling worker: die with the rank, then the user's own init."""
+    """Runs in each sampling worker: die with the rank, run on the launcher's cores rather
+    than the pinned rank's (a spawned worker; a forked one has them already), then the
+    user's own init."""
 
     def __init__(self, user_fn: Any = None):
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
         _die_with_parent()
+        affinity.release()
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -155,9 +159,9 @@ class BatchSampling:
         dataset.state[0], dataset.state[1] = epoch, n
         with warnings.catch_warnings():
             # DGL advises pinning workers to cores on every iteration. graphtrainer's ranks
-            # already share the cores between them (threads_per_proc), so pinning a
-            # rank's workers to "node 0's first cores" would stack every rank's workers
-            # on the same cores: the advice is not followed, and not printed.
+            # already divide the cores (pin_cpus, threads_per_proc), and pinning a rank's
+            # workers to "node 0's first cores" would stack every rank's workers on the
+            # same cores: the advice is not followed, and not printed.
             warnings.filterwarnings("ignore", message=".*CPU affinity.*")
             return iter(self._loader)
 

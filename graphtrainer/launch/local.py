@@ -24,6 +24,7 @@ from .. import heartbeat
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
 from ..state import TrainerConfig
+from .. import affinity
 from . import forkserver, leftovers, rank_stderr, stop_flag
 from .base import Launcher, RankTarget
 from .fork_safety import start_method, thread_count
@@ -63,16 +64,16 @@ def _child_entry(
     stack_dir: str,
     placement: Optional[Placement] = None,
     stderr_conn: Any = None,
+    pin_cpus: bool = False,
 ) -> None:
     if stderr_conn is not None:
         rank_stderr.redirect_to(stderr_conn)  # through the launcher, which keeps its last lines
     _die_with_parent()
+    if pin_cpus:
+        affinity.pin_rank(rank, threads)
     forkserver.bind_to_launcher()  # a rank of launcher="forkserver" ends with the launching process
     heartbeat.attach(board, rank)
-    # The launcher sends SIGUSR2 to a rank it finds stuck and reads the stack from here
-    # (SIGUSR1 is Slurm's early warning: see graphtrainer.loop.preemption).
-    stack_file = open(os.path.join(stack_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 - lives as long as the rank
-    faulthandler.register(signal.SIGUSR2, file=stack_file, all_threads=True)
+    _dump_stacks_on_sigusr2(os.path.join(stack_dir, f"rank{rank}.stack"))
     # Not the handlers the launching process set for itself. SIGUSR1 (an early warning) means
     # nothing outside a fit, which asks for it (graphtrainer.loop.preemption).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -109,6 +110,13 @@ def _child_entry(
     sys.stderr.flush()
     if outcome.get("failed"):
         os._exit(1)
+
+
+def _dump_stacks_on_sigusr2(path: str) -> None:
+    """The launcher sends SIGUSR2 to a rank it finds stuck and reads the stack from ``path``
+    (SIGUSR1 is Slurm's early warning: see graphtrainer.loop.preemption)."""
+    stack_file = open(path, "w")  # noqa: SIM115 - lives as long as the rank
+    faulthandler.register(signal.SIGUSR2, file=stack_file, all_threads=True)
 
 
 def _rank_info(rank: int, world_size: int, listener: socket.socket, placement: Optional[Placement]) -> RankInfo:
@@ -151,6 +159,7 @@ def launch(
     placement: Optional[Placement] = None,
     services: Sequence[WatchedService] = (),
     job: Optional[FailureChannel] = None,
+    pin_cpus: bool = False,
 ) -> Any:
     """Run ``target(RankInfo, *args)`` on ``world_size`` new processes; return rank 0's result.
 
@@ -161,7 +170,8 @@ def launch(
     made no progress for ``hang_timeout`` seconds (None: never); no child outlives the call.
     With ``placement`` the processes are this machine's share of a larger job (and the
     result is that of its first rank); a failed ``services`` process ends the run too, and
-    ``job`` carries failures between machines (closed here).
+    ``job`` carries failures between machines (closed here). ``pin_cpus``: each rank on its own
+    ``threads_per_proc`` cores (:mod:`graphtrainer.affinity`).
     """
     if method not in LAUNCH_METHODS:
         raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")
@@ -197,7 +207,7 @@ def launch(
             proc = ctx.Process(
                 target=_child_entry,
                 args=(rank, world_size, listener, send, target, args, threads_per_proc, fresh_thread,
-                      board, stack_dir, placement, err_send),
+                      board, stack_dir, placement, err_send, pin_cpus),
                 name=f"graphtrainer-rank{rank}",
                 daemon=False,
             )
@@ -266,4 +276,4 @@ class LocalLauncher(Launcher):
         prepare_graphs(self.task, self.method)
         threads = config.threads_per_proc or max(1, available_cores() // config.num_procs)
         return launch(target, args, config.num_procs, self.method, threads, config.hang_timeout,
-                      placement=placement, services=services, job=job)
+                      placement=placement, services=services, job=job, pin_cpus=config.pin_cpus)

@@ -418,3 +418,41 @@ class FailingTask(RegressionTask):
                     time.sleep(600)  # the hang the launcher must name
                 raise RuntimeError(f"planned failure in training_step at step {self.global_step}")
         return super().training_step(idx, batch_idx)
+
+
+class _AffinityOfWorker(torch.utils.data.Dataset):
+    """One item: the cores the sampling worker that loads it may run on."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import os
+
+        return torch.tensor(sorted(os.sched_getaffinity(0)))
+
+
+class AffinityProbe(RegressionTask):
+    """Writes ``rank<r>.json`` to ``out_dir`` in its first training step: the cores the rank's
+    training thread may run on; those of a worker its torch ``DataLoader`` forks; and those of
+    a worker it spawns with graphtrainer's sampling-worker init (a spawned rank's DGL workers)."""
+
+    def __init__(self, out_dir: str):
+        super().__init__(validate=False)
+        self.out_dir = out_dir
+
+    def training_step(self, idx: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        if batch_idx == 0:
+            import json
+            import os
+
+            from graphtrainer.data.workers import _WorkerInit
+
+            seen = {"rank": sorted(os.sched_getaffinity(0))}
+            for name, context, init in (("forked", "fork", None), ("spawned", "spawn", _WorkerInit())):
+                loader = torch.utils.data.DataLoader(_AffinityOfWorker(), batch_size=None, num_workers=1,
+                                                     multiprocessing_context=context, worker_init_fn=init)
+                seen[name] = next(iter(loader)).tolist()
+            with open(os.path.join(self.out_dir, f"rank{self.trainer.rank}.json"), "w", encoding="utf-8") as fh:
+                json.dump(seen, fh)
+        return super().training_step(idx, batch_idx)
