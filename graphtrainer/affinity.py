@@ -31,9 +31,9 @@ def rank_cores(local_rank: int, threads: int, cores: Sequence[int]) -> FrozenSet
 
 
 def pin_rank(local_rank: int, threads: int) -> None:
-    """Pin this process (every thread it has) to ``local_rank``'s cores; its forked
-    children get the present mask back. A no-op where Linux's affinity calls are missing
-    or the mask has one core."""
+    """Pin this process (every thread it has) to ``local_rank``'s cores; the processes it
+    starts get back the mask it had before (:func:`release`). A no-op where Linux's affinity
+    calls are missing or the mask has one core."""
     global _registered
     if not hasattr(os, "sched_setaffinity"):
         return

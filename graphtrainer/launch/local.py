@@ -20,11 +20,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from .. import heartbeat
+from .. import affinity, heartbeat
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
 from ..state import TrainerConfig
-from .. import affinity
 from . import forkserver, leftovers, rank_stderr, stop_flag
 from .base import Launcher, RankTarget
 from .fork_safety import start_method, thread_count
