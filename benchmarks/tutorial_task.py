@@ -17,7 +17,7 @@ import json
 import sys
 import tempfile
 import time
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import bench_env  # noqa: F401  (graphtrainer from this checkout)
 from graphtrainer import Trainer
@@ -58,7 +58,7 @@ class EpochStarts(Callback):
                 json.dump({"epoch_starts": self.starts, "end": time.perf_counter(), "steps_per_epoch": self.steps}, fh)
 
 
-def _option(text: str) -> Any:
+def _option(text: str) -> Tuple[str, Any]:
     """``allocator=lean`` or ``pin_cpus=false``: one Trainer option of an ablation arm."""
     name, value = text.split("=", 1)
     return name, {"true": True, "false": False}.get(value, value)

@@ -16,14 +16,14 @@ A spawned worker of a user's own ``DataLoader`` keeps the rank's cores.
 from __future__ import annotations
 
 import os
-from typing import FrozenSet, Sequence
+from typing import FrozenSet, Iterable, Sequence
 
 #: The launching process's mask, as a pinned rank leaves it to the processes it starts.
 ENV = "GRAPHTRAINER_LAUNCHER_CPUS"
 _registered = False
 
 
-def rank_cores(local_rank: int, threads: int, cores: Sequence[int]) -> FrozenSet[int]:
+def rank_cores(local_rank: int, threads: int, cores: Iterable[int]) -> FrozenSet[int]:
     """The cores of ``local_rank`` running ``threads`` threads, out of ``cores``."""
     ordered = sorted(cores)
     threads = max(1, min(threads, len(ordered)))
@@ -40,7 +40,7 @@ def pin_rank(local_rank: int, threads: int) -> None:
     mask = frozenset(os.sched_getaffinity(0))
     if len(mask) < 2:
         return
-    mine = rank_cores(local_rank, threads, sorted(mask))
+    mine = rank_cores(local_rank, threads, mask)
     for tid in _thread_ids():
         try:
             os.sched_setaffinity(tid, mine)
