@@ -36,13 +36,21 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[env.sh] installing the $stack tested set (first time: a few minutes, torch is a few GB)" >&2
   # Each set is installed exactly as pinned: a machine-wide pip constraints file (one that caps
   # torch at the releases kept on a machine's disk, say) would make the newest set impossible.
-  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --disable-pip-version-check -q \
+  # No pip cache: it would keep a second copy of the multi-GB torch and CUDA wheels on disk.
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-cache-dir \
       -r "$requirements" -e "$root[dev,bench]" 2>&1 \
       | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
-  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps -r "$no_deps" 2>&1 \
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-cache-dir \
+      --no-deps -r "$no_deps" 2>&1 \
       | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
-  "$venv/bin/python" -c "import graphtrainer, dgl" 2>/dev/null \
-      || { echo "[env.sh] install failed: 'import graphtrainer, dgl' does not work in $venv" >&2; exit 1; }
+  if ! "$venv/bin/python" -c "import graphtrainer, dgl" 2>/dev/null; then
+    echo "[env.sh] install failed: 'import graphtrainer, dgl' does not work in $venv" >&2
+    # The usual cause on a fresh machine: a set needs about 6 GB in its venv, more while installing.
+    free_mb="$(df -Pm "$venv" | awk 'NR == 2 {print $4}')"
+    echo "[env.sh] $free_mb MB free on the venv's disk (a set needs about 9,000 MB while installing);" \
+         "if that is short, free space or point GRAPHTRAINER_VENV at a bigger disk" >&2
+    exit 1
+  fi
   echo "$want" > "$stamp"
 fi
 
