@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from graphtrainer.affinity import rank_cores
+from graphtrainer.launch.environment import free_port
 from report import base_parser, markdown_table, write_outputs
 from sysinfo import machine_info, versions
 
@@ -42,8 +44,7 @@ def _ops(world: int) -> Dict[str, Callable[[], Any]]:
 
 
 def _rank(rank: int, world: int, port: int, calls: int, out: Any) -> None:
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    os.sched_setaffinity(0, rank_cores(rank, 1, os.sched_getaffinity(0)))  # as pin_cpus places ranks
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
@@ -61,12 +62,6 @@ def _rank(rank: int, world: int, port: int, calls: int, out: Any) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tcp_round_trip_us(calls: int) -> float:
@@ -110,7 +105,7 @@ def main(argv: List[str]) -> None:
     for world in args.world_sizes:
         with mp.Manager() as manager:
             out = manager.dict()
-            mp.spawn(_rank, args=(world, _free_port(), args.calls, out), nprocs=world)
+            mp.spawn(_rank, args=(world, free_port(), args.calls, out), nprocs=world)
             results[str(world)] = dict(out)
     rtt = tcp_round_trip_us(args.calls)
     names = list(next(iter(results.values())))
