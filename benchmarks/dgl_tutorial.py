@@ -13,7 +13,9 @@ validation (the benchmark times training; its GraphTask port does not validate e
 no tqdm bar (its postfix is computed as the tutorial does), each process sets
 ``cores // NPROCS`` threads (the tutorial, written for GPUs, sets none; on CPU, 2+
 processes of ``cores`` threads each would fight over the cores), and rank 0 writes the
-start time of every epoch (and the end of the last) to OUT.json.
+start time of every epoch (and the end of the last) to OUT.json, and each process leaves with
+``os._exit(0)`` after the final barrier (on torch 2.15 a gloo group still alive at interpreter
+exit can abort the process: pytorch/pytorch#190489).
 """
 import json
 import os
@@ -82,6 +84,8 @@ def run(proc_id, devices, port):
         with open(OUT, "w", encoding="utf-8") as fh:
             json.dump({"epoch_starts": starts, "end": end, "steps_per_epoch": step + 1, "last": postfix}, fh)
     torch.distributed.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # see the module docstring
 
 
 graph.create_formats_()

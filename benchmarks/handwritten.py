@@ -26,6 +26,8 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
     (rank 0 writes epoch times and test metrics), join (run each epoch inside
     ``Join([model])`` as graphtrainer does: an ablation arm of overhead.py), fresh_thread
     (read by ``_naive_child``: train in a new thread, as graphtrainer's ranks do).
+
+    Ends the process (``os._exit(0)``) once every rank passed the final barrier.
     """
     import contextlib
 
@@ -91,14 +93,19 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
         with open(cfg["out_file"], "w", encoding="utf-8") as fh:
             json.dump({"epoch_times_s": epoch_times, "step_ends_s": step_ends, **metrics}, fh)
     dist.barrier()
-    if cfg.get("join"):
+    if not cfg.get("join"):
         # torch 2.2 + gloo: under Join, DDP leaves un-awaited async all-reduces behind; freeing
         # the DDP reducer then deadlocks (the main thread holds the GIL while joining a gloo
-        # worker that needs it to free a tensor). Leave without tearing down.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    dist.destroy_process_group()
+        # worker that needs it to free a tensor). So only the plain loop tears down.
+        dist.destroy_process_group()
+    # The work is done; leave without interpreter finalization, as a forked process does. On
+    # torch 2.15 a gloo thread still holding a tensor (the DDP reducer keeps the group alive
+    # past destroy_process_group) can free it during finalization and abort the process
+    # ("terminate called without an active exception", pytorch/pytorch#190489): one CI run
+    # of overhead.py lost its hand-written arm that way.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[str, float]:
@@ -169,6 +176,7 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
     data = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
     port = free_port()
     procs, conns = [], []
+    ended: set = set()  # ranks this function killed after another rank failed
     try:
         for r in range(world):
             recv, send = ctx.Pipe(duplex=False)
@@ -200,10 +208,13 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
                 break
             alive[0].join(0.2)
     finally:
-        for p in procs:  # only after a failure here: end the ranks still running
+        for r, p in enumerate(procs):  # only after a failure here: end the ranks still running
             if p.exitcode is None:
+                ended.add(r)
                 p.kill()
                 p.join(5)
     bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0 and not hasattr(p, "exitcode_override")]
     if bad:
-        raise RuntimeError(f"naive spawn ranks failed (rank, exit code): {bad}")
+        first = ", ".join(f"rank {r} exit code {code}" for r, code in bad if r not in ended)
+        raise RuntimeError(f"naive spawn ranks failed: {first or bad}" +
+                           (f"; rank(s) {sorted(ended)} were then ended by the benchmark" if ended else ""))
