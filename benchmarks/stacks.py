@@ -2,7 +2,7 @@
 trained under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time side
 by side.
 
-    python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds
+    python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
     python benchmarks/stacks.py --dataset synthetic --rounds 2
     python benchmarks/stacks.py --tiny                # seconds (smoke test)
 
@@ -11,7 +11,13 @@ or ``.venv-newest`` (the newest torch, dgl 2.1.0 behind graphtrainer/_compat; DG
 adapter is off there), made first with ``[GRAPHTRAINER_STACK=newest] bash scripts/env.sh true``.
 The task is ``workload.BenchTask`` (the example's GraphSAGE, training only) with every
 graphtrainer default: ``Trainer(num_procs=2)``, fork. Epoch time: rank 0's training loop,
-the first epoch of every run left out. Ratio = median newest epoch / median pinned epoch.
+the first epoch of every run left out. Ratio = median newest epoch / median pinned epoch, for
+each ``--dropouts`` value: the task is run with dropout 0.5 (the example's) and without, because
+torch's CPU dropout is several times slower on the newest set (from torch 2.5 its ``bernoulli_``
+no longer takes MKL's vectorised path). Each worker also times, on one thread, the operations
+behind it (``F.dropout``, ``bernoulli_``, ``rand_like`` of a 3,000 x 128 float tensor) and
+``graphtrainer.nn.Dropout``, which the task's model uses: on torch 2.5 and later its CPU mask is
+uniform numbers compared with ``p``.
 Writes ``benchmarks/results/stacks/stacks.json`` and ``stacks.md``.
 """
 from __future__ import annotations
@@ -39,6 +45,8 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up")
     p.add_argument("--rounds", type=int, help="pinned/newest pairs, interleaved (default 3; --tiny: 1)")
     p.add_argument("--num-procs", type=int, default=2)
+    p.add_argument("--dropouts", type=float, nargs="+", default=[0.5, 0.0],
+                   help="the task's dropout, one arm each (default: 0.5 0)")
     p.add_argument("--tiny", action="store_true", help="a small synthetic graph, 2 epochs, 1 round")
     p.add_argument("--out", type=Path, default=HERE / "results" / "stacks")
     for stack, venv in VENVS.items():
@@ -81,46 +89,90 @@ def worker(args: argparse.Namespace) -> None:
     spec = ({"dataset": "tolokers"} if args.dataset == "tolokers" else
             {"dataset": "synthetic", "num_nodes": args.num_nodes, "avg_degree": 10, "feat_dim": 64})
     graph = workload.build_graph(spec)
-    task = workload.BenchTask(graph, fanouts=[10, 10], hidden=128, batch_size=256, lr=3e-3, dropout=0.5)
+    task = workload.BenchTask(graph, fanouts=[10, 10], hidden=128, batch_size=256, lr=3e-3,
+                              dropout=args.dropouts[0])
     timer = EpochTimes()
     with tempfile.TemporaryDirectory() as tmp:
         Trainer(num_procs=args.num_procs, max_epochs=args.epochs, progress_bar=False, logger=False,
                 default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
     import dgl
     args.worker.write_text(json.dumps({"epoch_times_s": timer.times, "torch": torch.__version__,
-                                       "dgl": dgl.__version__}))
+                                       "dgl": dgl.__version__, "dropout": args.dropouts[0],
+                                       "ops_ms": time_random_ops()}))
 
 
-def run_once(stack: str, args: argparse.Namespace) -> Dict[str, Any]:
+def time_random_ops(shape: Any = (3000, 128), calls: int = 50) -> Dict[str, float]:
+    """Milliseconds per call, on one thread, of the operations behind a dropout layer (the
+    hidden layer of a Tolokers batch is about this size)."""
+    import torch
+    import torch.nn.functional as F
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    x = torch.randn(*shape)
+    from graphtrainer.nn.dropout import dropout
+
+    ops = {"F.dropout": lambda: F.dropout(x, 0.5, True), "bernoulli_": lambda: torch.empty_like(x).bernoulli_(0.5),
+           "rand_like": lambda: torch.rand_like(x), "graphtrainer.nn.Dropout": lambda: dropout(x, 0.5)}
+    out = {}
+    for name, op in ops.items():
+        for _ in range(5):
+            op()
+        t = time.perf_counter()
+        for _ in range(calls):
+            op()
+        out[name] = (time.perf_counter() - t) / calls * 1e3
+    torch.set_num_threads(threads)
+    return out
+
+
+def run_once(stack: str, args: argparse.Namespace, dropout: float) -> Dict[str, Any]:
     python = getattr(args, f"{stack}_python")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
         cmd = [str(python), str(Path(__file__).resolve()), "--worker", str(out), "--dataset", args.dataset,
                "--num-nodes", str(args.num_nodes), "--epochs", str(args.epochs),
-               "--num-procs", str(args.num_procs)]
+               "--num-procs", str(args.num_procs), "--dropouts", str(dropout)]
         env = dict(os.environ, DGLBACKEND="pytorch")
         subprocess.run(cmd, check=True, env=env, timeout=1800)
         return json.loads(out.read_text())
 
 
-def summarise(runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
-    epochs = {s: [t for r in rs for t in r["epoch_times_s"][1:]] for s, rs in runs.items()}
-    median = {s: statistics.median(t) for s, t in epochs.items()}
-    return {"median_epoch_s": median, "ratio_newest_over_pinned": median["newest"] / median["pinned"],
+def summarise(runs: Dict[str, List[Dict[str, Any]]], dropouts: List[float]) -> Dict[str, Any]:
+    """Per dropout: median epoch per stack and newest / pinned; the top-level figures are the
+    first dropout's (the example's own task by default)."""
+    by_dropout = {}
+    for dropout in dropouts:
+        epochs = {s: [t for r in rs if r["dropout"] == dropout for t in r["epoch_times_s"][1:]]
+                  for s, rs in runs.items()}
+        median = {s: statistics.median(t) for s, t in epochs.items()}
+        by_dropout[str(dropout)] = {"median_epoch_s": median,
+                                    "ratio_newest_over_pinned": median["newest"] / median["pinned"]}
+    ops = {s: {k: statistics.median(r["ops_ms"][k] for r in rs) for k in rs[0]["ops_ms"]} for s, rs in runs.items()}
+    return {**by_dropout[str(dropouts[0])], "dropout": dropouts[0], "by_dropout": by_dropout, "ops_ms": ops,
             "versions": {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in runs.items()}}
 
 
 def render(summary: Dict[str, Any], args: argparse.Namespace, load: List[float]) -> str:
-    v, m = summary["versions"], summary["median_epoch_s"]
+    v, ops = summary["versions"], summary["ops_ms"]
+    rows = [f"| {d} | {r['median_epoch_s']['pinned']:.3f} | {r['median_epoch_s']['newest']:.3f} | "
+            f"**{r['ratio_newest_over_pinned']:.3f}x** |" for d, r in summary["by_dropout"].items()]
+    names = list(ops["pinned"])
     return "\n".join([
         f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds, "
         f"{args.epochs} epochs each, first left out)", "",
-        "| stack | torch | dgl | median epoch (s) |", "|---|---|---|---:|",
-        *(f"| {s} | {v[s]['torch']} | {v[s]['dgl']} | {m[s]:.3f} |" for s in ("pinned", "newest")),
-        "", f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x**",
+        f"pinned: torch {v['pinned']['torch']}, dgl {v['pinned']['dgl']}; "
+        f"newest: torch {v['newest']['torch']}, dgl {v['newest']['dgl']}", "",
+        "| task dropout | pinned median epoch (s) | newest median epoch (s) | newest / pinned |",
+        "|---|---:|---:|---:|", *rows, "",
+        f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x** (dropout {summary['dropout']})", "",
+        "One thread, a 3,000 x 128 float tensor, ms per call (median over runs):", "",
+        "| stack | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names),
+        *(f"| {s} | " + " | ".join(f"{ops[s][k]:.2f}" for k in names) + " |" for s in ("pinned", "newest")), "",
         f"load average before/after: {load[0]:.2f} / {load[1]:.2f}",
         f"command: python benchmarks/stacks.py --dataset {args.dataset} --rounds {args.rounds} "
-        f"--epochs {args.epochs}" + (f" --num-nodes {args.num_nodes}" if args.dataset == "synthetic" else ""), ""])
+        f"--epochs {args.epochs} --dropouts {' '.join(str(d) for d in args.dropouts)}"
+        + (f" --num-nodes {args.num_nodes}" if args.dataset == "synthetic" else ""), ""])
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -135,10 +187,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
     load = [os.getloadavg()[0]]
     runs: Dict[str, List[Dict[str, Any]]] = {"pinned": [], "newest": []}
     for r in range(args.rounds):
-        for stack in (("pinned", "newest") if r % 2 == 0 else ("newest", "pinned")):
-            runs[stack].append(run_once(stack, args))
+        for dropout in args.dropouts:
+            for stack in (("pinned", "newest") if r % 2 == 0 else ("newest", "pinned")):
+                runs[stack].append(run_once(stack, args, dropout))
     load.append(os.getloadavg()[0])
-    summary = summarise(runs)
+    summary = summarise(runs, args.dropouts)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "stacks.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
     (args.out / "stacks.md").write_text(render(summary, args, load))

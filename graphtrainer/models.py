@@ -22,13 +22,13 @@ class SAGE(nn.Module):
     def __init__(self, in_feats: int, hidden: int, out_feats: int, num_layers: int = 2,
                  dropout: float = 0.5, aggregator: str = "mean"):
         super().__init__()
-        from .nn import SAGEConv
+        from .nn import Dropout, SAGEConv
 
         if num_layers < 1:
             raise ValueError("num_layers must be at least 1")
         sizes: List[int] = [in_feats] + [hidden] * (num_layers - 1) + [out_feats]
         self.layers = nn.ModuleList(SAGEConv(sizes[i], sizes[i + 1], aggregator) for i in range(num_layers))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, blocks: Sequence[Any], x: torch.Tensor) -> torch.Tensor:
         if len(blocks) != len(self.layers):
@@ -85,7 +85,7 @@ class HeteroSAGE(nn.Module):
                  hidden: int, out_feats: int, num_layers: int = 2, dropout: float = 0.5, embed_dim: int = 64,
                  aggregate: str = "sum", sparse_embeddings: Optional[Dict[str, Any]] = None):
         super().__init__()
-        from .nn import HeteroGraphConv, SAGEConv
+        from .nn import Dropout, HeteroGraphConv, SAGEConv
 
         if num_layers < 1:
             raise ValueError("num_layers must be at least 1")
@@ -106,7 +106,7 @@ class HeteroSAGE(nn.Module):
                 for src, etype, dst in canonical_etypes}, aggregate=aggregate))
             dims = {nt: out for nt in num_nodes}
         self.layers = nn.ModuleList(layers)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def input_features(self, graph: Any, feat_key: str = "feat") -> Dict[str, torch.Tensor]:
         """Every type's input features over the whole graph (embeddings for featureless types),

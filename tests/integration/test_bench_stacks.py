@@ -21,19 +21,25 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_stacks_benchmark_runs_both_interpreters_interleaved(tmp_path):
     out = tmp_path / "stacks"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "stacks.py"), "--tiny", "--rounds", "2", "--out", str(out),
-         "--pinned-python", sys.executable, "--newest-python", sys.executable],
+        [sys.executable, str(ROOT / "benchmarks" / "stacks.py"), "--tiny", "--rounds", "1", "--dropouts", "0.5", "0",
+         "--out", str(out), "--pinned-python", sys.executable, "--newest-python", sys.executable],
         cwd=ROOT, env=env_without_launch(DGLBACKEND="pytorch"), capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stderr[-4000:]
     data = json.loads((out / "stacks.json").read_text())
     for stack in ("pinned", "newest"):
         runs = data["runs"][stack]
-        assert len(runs) == 2 and all(len(r["epoch_times_s"]) == 2 for r in runs)
+        assert [r["dropout"] for r in runs] == [0.5, 0.0] and all(len(r["epoch_times_s"]) == 2 for r in runs)
         assert all(t > 0 for r in runs for t in r["epoch_times_s"])
-    ratio = data["summary"]["ratio_newest_over_pinned"]
-    med = data["summary"]["median_epoch_s"]
-    assert ratio == pytest.approx(med["newest"] / med["pinned"])
-    assert "newest / pinned epoch time" in (out / "stacks.md").read_text()
+        assert all(ms > 0 for r in runs for ms in r["ops_ms"].values())
+        assert set(runs[0]["ops_ms"]) == {"F.dropout", "bernoulli_", "rand_like", "graphtrainer.nn.Dropout"}
+    summary = data["summary"]
+    for dropout in ("0.5", "0.0"):
+        med = summary["by_dropout"][dropout]["median_epoch_s"]
+        assert summary["by_dropout"][dropout]["ratio_newest_over_pinned"] == pytest.approx(med["newest"] / med["pinned"])
+    # The headline figure is the first arm's: the example's task, dropout 0.5.
+    assert summary["ratio_newest_over_pinned"] == summary["by_dropout"]["0.5"]["ratio_newest_over_pinned"]
+    md = (out / "stacks.md").read_text()
+    assert "newest / pinned epoch time" in md and "| 0.0 |" in md and "bernoulli_" in md
 
 
 def test_missing_interpreter_is_named_with_the_fix(tmp_path):

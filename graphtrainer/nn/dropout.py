@@ -1,0 +1,52 @@
+"""Dropout whose CPU mask costs the same on every tested torch.
+
+torch's CPU dropout draws its mask with ``bernoulli_``. Up to torch 2.4 that took MKL's
+vectorised generator; later releases disabled it (pytorch/pytorch#132395) and draw the mask one
+element at a time, which makes CPU dropout 7-10x slower (``benchmarks/stacks.py``: 0.5 ms on
+torch 2.2.1 against 4.8 ms on torch 2.15 for a 3,000 x 128 tensor, one thread; the Tolokers
+task of the examples trains 1.31x slower for it). There, a CPU tensor's mask is drawn as
+uniform numbers compared with ``p`` (torch's uniform generator is vectorised), which keeps each
+element with probability ``1 - p`` just the same. Everywhere else (CUDA, older torch) this is
+torch's own dropout, so results there are unchanged. graphtrainer's models use this one; the
+layers' ``feat_drop``/``attn_drop`` keep torch's, so that they equal ``dgl.nn``'s for the same seed.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _serial_cpu_bernoulli(version: str) -> bool:
+    """Whether this torch draws CPU ``bernoulli_`` masks one element at a time (2.5 and later)."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= (2, 5)
+
+
+SERIAL_CPU_BERNOULLI = _serial_cpu_bernoulli(torch.__version__)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """``F.dropout(x, p, training)``, with the uniform-threshold mask on CPU where torch's own
+    mask is drawn serially (see the module docstring)."""
+    if not training or p == 0.0:
+        return x
+    if not SERIAL_CPU_BERNOULLI or x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point():
+        return F.dropout(x, p, training)
+    mask = torch.rand_like(x).ge_(p).mul_(1.0 / (1.0 - p))  # 0 or 1/(1-p), in place: one buffer
+    return x * mask
+
+
+class Dropout(nn.Dropout):
+    """``torch.nn.Dropout`` (same ``p``, checks and ``repr``) computed by :func:`dropout`.
+    ``inplace=True`` is not supported."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        if inplace:
+            raise ValueError("graphtrainer.nn.Dropout: inplace=True is not supported; use torch.nn.Dropout")
+        super().__init__(p)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's own name
+        return dropout(input, self.p, self.training)
