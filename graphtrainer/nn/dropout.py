@@ -35,7 +35,10 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
         return x
     if not SERIAL_CPU_BERNOULLI or x.device.type != "cpu" or p >= 1.0 or not x.is_floating_point():
         return F.dropout(x, p, training)
-    mask = torch.rand_like(x).ge_(p).mul_(1.0 / (1.0 - p))  # 0 or 1/(1-p), in place: one buffer
+    # Half-precision uniforms are too coarse to keep each element with probability 1 - p.
+    low = x.dtype in (torch.float16, torch.bfloat16)
+    uniform = torch.rand_like(x, dtype=torch.float32) if low else torch.rand_like(x)
+    mask = uniform.ge_(p).to(x.dtype).mul_(1.0 / (1.0 - p))  # 0 or 1/(1-p), in place
     return x * mask
 
 

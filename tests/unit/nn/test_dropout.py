@@ -32,6 +32,16 @@ def test_keeps_each_element_with_probability_one_minus_p_and_scales_it(serial):
     torch.testing.assert_close(out[kept], x[kept] / (1 - p))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_other_dtypes_keep_their_dtype_and_the_keep_probability(serial, dtype):
+    p = 0.3
+    x = torch.ones(200_000, dtype=dtype)
+    out = dropout_module.dropout(x, p, training=True)
+    assert out.dtype == dtype
+    assert abs((out != 0).float().mean().item() - (1 - p)) < 0.01
+    assert torch.all(out[out != 0] == torch.tensor(1 / (1 - p), dtype=dtype))
+
+
 def test_gradient_is_the_scaled_mask(serial):
     x = torch.randn(5_000, 8, requires_grad=True)
     out = dropout_module.dropout(x, 0.5, training=True)
