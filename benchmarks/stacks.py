@@ -165,7 +165,8 @@ def render(summary: Dict[str, Any], args: argparse.Namespace, load: List[float])
         f"newest: torch {v['newest']['torch']}, dgl {v['newest']['dgl']}", "",
         "| task dropout | pinned median epoch (s) | newest median epoch (s) | newest / pinned |",
         "|---|---:|---:|---:|", *rows, "",
-        f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x** (dropout {summary['dropout']})", "",
+        f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x** "
+        f"(dropout {summary['dropout']})", "",
         "One thread, a 3,000 x 128 float tensor, ms per call (median over runs):", "",
         "| stack | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names),
         *(f"| {s} | " + " | ".join(f"{ops[s][k]:.2f}" for k in names) + " |" for s in ("pinned", "newest")), "",
