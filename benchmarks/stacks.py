@@ -107,11 +107,11 @@ def time_random_ops(shape: Any = (3000, 128), calls: int = 50) -> Dict[str, floa
     import torch
     import torch.nn.functional as F
 
+    from graphtrainer.nn.dropout import dropout
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     x = torch.randn(*shape)
-    from graphtrainer.nn.dropout import dropout
-
     ops = {"F.dropout": lambda: F.dropout(x, 0.5, True), "bernoulli_": lambda: torch.empty_like(x).bernoulli_(0.5),
            "rand_like": lambda: torch.rand_like(x), "graphtrainer.nn.Dropout": lambda: dropout(x, 0.5)}
     out = {}

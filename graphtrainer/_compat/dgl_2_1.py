@@ -21,7 +21,7 @@ import re
 import sys
 import types
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -99,9 +99,13 @@ def graphbolt_available() -> bool:
     return module is not None and not isinstance(module, GraphBoltUnavailable)
 
 
+def major_minor(version: str) -> Tuple[int, ...]:
+    """The first two numbers of a version string (``2.15.0+cu132`` -> ``(2, 15)``)."""
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+
+
 def _check_torch() -> None:
-    parts = tuple(int(p) for p in re.findall(r"\d+", torch_release())[:2])
-    if parts < MIN_TORCH:
+    if major_minor(torch_release()) < MIN_TORCH:
         raise ImportError(f"graphtrainer needs torch >= 2.0; this is torch {torch.__version__}. "
                           f"Install a tested set: pip install {PINNED_STACK}, or the newest one "
                           f"in requirements/newest.txt.")

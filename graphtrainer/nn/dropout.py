@@ -13,17 +13,16 @@ models use this one; the layers' ``feat_drop``/``attn_drop`` keep torch's, so th
 """
 from __future__ import annotations
 
-import re
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._compat.dgl_2_1 import major_minor
+
 
 def _serial_cpu_bernoulli(version: str) -> bool:
     """Whether this torch draws CPU ``bernoulli_`` masks one element at a time (2.5 and later)."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return match is not None and (int(match.group(1)), int(match.group(2))) >= (2, 5)
+    return major_minor(version) >= (2, 5)
 
 
 SERIAL_CPU_BERNOULLI = _serial_cpu_bernoulli(torch.__version__)
