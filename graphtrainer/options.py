@@ -27,6 +27,13 @@ def block_type(value: str) -> str:
     return check_block_type(value)
 
 
+def sampling(value: str) -> str:
+    """``Trainer(sampling=...)``: "auto", "device" or "cpu"."""
+    from .data.device.mode import check_sampling
+
+    return check_sampling(value)
+
+
 def precision(value: Union[str, int], uses_gpu: bool) -> str:
     """``"32"``, ``"bf16-mixed"`` or ``"16-mixed"``."""
     if value not in PRECISIONS:

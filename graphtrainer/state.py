@@ -102,6 +102,8 @@ class TrainerConfig:
     distgraph: Optional["DistGraphOptionsLike"] = None
     #: How batches holding DGL graphs reach the device: "auto", "torch" or "dgl".
     block_type: str = "auto"
+    #: Where node and edge loaders sample: "auto", "device" or "cpu" (:mod:`graphtrainer.data.device.mode`).
+    sampling: str = "auto"
     #: Copy the next batch (torch blocks, default transfer, GPU) while the current one runs.
     prefetch_batches: bool = True
     #: Each rank's allocator setting (:data:`graphtrainer.launch.lean.ALLOCATORS`).

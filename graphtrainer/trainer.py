@@ -142,6 +142,13 @@ class Trainer(RunView):
             PyPI wheel), which ``graphtrainer.nn`` layers and ``graphtrainer.models`` take;
             ``"torch"``: always torch blocks (also on CPU ranks, for tests and measurement);
             ``"dgl"``: always DGL graphs (refused on a GPU DGL cannot reach).
+        sampling: where node and edge loaders sample neighbours. ``"auto"`` (default): on a
+            GPU rank, on the GPU in torch ops when the loader's sampler is DGL's
+            ``NeighborSampler``/``MultiLayerFullNeighborSampler`` and the graph's structure
+            plus gathered data fit in half the GPU's free memory, else with DGL on the CPU
+            (rank 0 says why); on CPU ranks, DGL's sampler. ``"device"``: always on the
+            rank's device (also CPU ranks), refusing what it cannot sample; ``"cpu"``: DGL's
+            sampler. See :mod:`graphtrainer.data.device` and docs/gpus.md.
         prefetch_batches: with torch blocks on a GPU and the default
             ``transfer_batch_to_device``, pin each batch and copy it on a side CUDA stream
             one batch ahead, so the copy overlaps the step before it.
@@ -201,6 +208,7 @@ class Trainer(RunView):
         num_servers: int = 1,
         machine_rank: Optional[int] = None,
         block_type: str = "auto",
+        sampling: str = "auto",
         prefetch_batches: bool = True,
         allocator: str = "default",
         pin_cpus: bool = True,
@@ -251,7 +259,8 @@ class Trainer(RunView):
             ddp_kwargs=check_ddp_kwargs(find_unused_parameters, ddp_kwargs),
             distgraph=None if distributed_graph is None else check_options(distributed_graph, ip_config, num_servers,
                                                                            machine_rank),
-            block_type=options.block_type(block_type), prefetch_batches=bool(prefetch_batches),
+            block_type=options.block_type(block_type), sampling=options.sampling(sampling),
+            prefetch_batches=bool(prefetch_batches),
             allocator=allocator_option(allocator), pin_cpus=options.flag("pin_cpus", pin_cpus))
         self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])

@@ -15,8 +15,7 @@ import torch
 
 from .formats import sampler_formats
 from .hetero import check_typed_eids, flatten, type_spans
-from .node_loader import default_sampler, iterate_sampled
-from .sharded_loader import ShardedLoader
+from .node_loader import SampledLoader, default_sampler, iterate_sampled
 from .sharding import check_seed_ids
 from .workers import BatchSampling
 
@@ -34,10 +33,10 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tensor:
     """``[len(keys), num]`` pseudo-random non-negative int64 values, a pure function of
-    ``(seed, epoch, key, j)``."""
-    base = _mix(torch.tensor([(int(seed) * 1_000_003 + int(epoch)) % _P], dtype=torch.int64))
+    ``(seed, epoch, key, j)``, on ``keys``' device (the device sampler draws the same negatives)."""
+    base = _mix(torch.tensor([(int(seed) * 1_000_003 + int(epoch)) % _P], dtype=torch.int64, device=keys.device))
     h = _mix((keys.to(torch.int64) % _P) ^ base)
-    j = torch.arange(num, dtype=torch.int64)
+    j = torch.arange(num, dtype=torch.int64, device=keys.device)
     return _mix((h.unsqueeze(1) * 31 + j.unsqueeze(0) + 1) % _P)
 
 
@@ -140,7 +139,7 @@ def _check_exclude(exclude: Optional[str], hetero: bool, reverse_eids: Any, reve
                          'exclude="reverse_types" with reverse_etypes={etype: reverse etype}')
 
 
-class EdgeLoader(ShardedLoader):
+class EdgeLoader(SampledLoader):
     """Link-prediction batches over this rank's share of seed edges.
 
     ``sampler``: a DGL block sampler, or a list of fanouts (``NeighborSampler`` prefetching

@@ -13,7 +13,24 @@ from .sharding import check_seed_ids
 from .workers import BatchSampling
 
 
-class NodeLoader(ShardedLoader):
+class SampledLoader(ShardedLoader):
+    """A loader that samples neighbours: with DGL on the CPU (``self.sampling``), or on the
+    rank's device once the trainer hands it a device sampling (``Trainer(sampling=...)``,
+    see :mod:`graphtrainer.data.device.mode`)."""
+
+    #: The device sampling in use (set in the rank), or None: DGL's, on the CPU.
+    device_sampling: Any = None
+
+    def use_device_sampling(self, batches: Any) -> None:
+        self.device_sampling = batches
+
+    @property
+    def sampling_mode(self) -> str:
+        """``"device"`` or ``"cpu"``: where the batches are sampled (what ``sampling="auto"`` chose)."""
+        return "cpu" if self.device_sampling is None else "device"
+
+
+class NodeLoader(SampledLoader):
     """Minibatches of DGL blocks over this rank's share of seed nodes.
 
     The trainer calls :meth:`set_epoch` before each epoch, and :meth:`for_evaluation`
@@ -30,6 +47,10 @@ class NodeLoader(ShardedLoader):
     worker processes per rank (``persistent_workers=True`` keeps them across epochs).
     Each batch is sampled from its own seed ``(seed, rank, epoch, batch)``, so the batches
     are the same with any number of workers (see :mod:`graphtrainer.data.workers`).
+
+    With ``Trainer(sampling="device")`` (or ``"auto"`` on a GPU) the same batches are
+    sampled on the rank's device in torch ops, with torch blocks (see
+    :mod:`graphtrainer.data.device`); :attr:`sampling_mode` says which.
     """
 
     def __init__(
@@ -77,7 +98,8 @@ def iterate_sampled(loader: Any) -> Iterator[Any]:
     share = loader.local_ids()
     if share.numel() == 0:
         return iter(())
-    return loader.sampling.iterate(share, loader.seed, comm.get_rank(), loader.epoch)
+    source = loader.device_sampling if loader.device_sampling is not None else loader.sampling
+    return source.iterate(share, loader.seed, comm.get_rank(), loader.epoch)
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:

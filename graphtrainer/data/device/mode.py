@@ -1,0 +1,96 @@
+"""Where a loader samples: ``Trainer(sampling=...)`` applied to each loader in a rank.
+
+- ``"cpu"``: DGL's sampler on the CPU (in the rank or its workers), as before;
+- ``"device"``: the torch sampler on the rank's device; a loader it cannot serve (a custom
+  sampler, an option it does not reproduce, data that does not fit) is refused before the
+  first batch, naming the part and the fix;
+- ``"auto"`` (default): the device on GPU ranks when the loader's sampler is supported and
+  the structure plus gathered data fit in :data:`DEVICE_SHARE` of the device's free memory,
+  else the CPU, with one line from rank 0 saying why. On CPU ranks ``"auto"`` keeps DGL's
+  sampler (faster there: ``benchmarks/device_sampling.py``).
+
+``GRAPHTRAINER_SAMPLING_BUDGET`` (bytes), when set, replaces the measured memory budget.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Tuple
+
+import torch
+
+from .graph import data_bytes, structure_bytes
+from .sampler import DeviceSampler, Unsupported
+
+SAMPLING_MODES = ("auto", "device", "cpu")
+#: The share of the device's free memory the sampler's copy may take under ``"auto"`` and ``"device"``.
+DEVICE_SHARE = 0.5
+BUDGET_ENV = "GRAPHTRAINER_SAMPLING_BUDGET"
+
+
+def check_sampling(value: str) -> str:
+    if value not in SAMPLING_MODES:
+        raise ValueError(f"sampling={value!r}: choose 'auto' (the device on GPU ranks when the graph fits), "
+                         "'device' (torch ops on the rank's device) or 'cpu' (DGL's sampler)")
+    return value
+
+
+def budget(device: torch.device) -> Tuple[int, str]:
+    """Bytes the sampler's copy may take on ``device``, and where that figure comes from."""
+    if os.environ.get(BUDGET_ENV):
+        return int(float(os.environ[BUDGET_ENV])), f"${BUDGET_ENV}"
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * DEVICE_SHARE), f"{DEVICE_SHARE:.0%} of {device}'s free memory"
+    import psutil
+
+    return int(psutil.virtual_memory().available * DEVICE_SHARE), f"{DEVICE_SHARE:.0%} of available RAM"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def device_batches(loader: Any, device: torch.device) -> Any:
+    """The device sampling of a node or edge loader, or :class:`Unsupported` naming why not."""
+    from .batches import DeviceNodeBatches
+    from .edges import DeviceEdgeBatches
+
+    if getattr(loader, "dataloader_kwargs", None):
+        raise Unsupported(f"DataLoader options {sorted(loader.dataloader_kwargs)} (e.g. num_workers) are for "
+                          "DGL's CPU sampling")
+    graph = loader.graph
+    sampler = DeviceSampler.from_dgl(loader.sampler, graph)
+    need = structure_bytes(graph) + data_bytes(graph, sampler.node_keys(), sampler.edge_keys()) \
+        + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes)
+    allowed, source = budget(device)
+    if need > allowed:
+        raise Unsupported(f"the graph's structure and gathered data need {_gb(need)} on {device}, more than "
+                          f"the {_gb(allowed)} allowed ({source})", )
+    if hasattr(loader, "pairs"):
+        return DeviceEdgeBatches(loader, sampler, device)
+    return DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device)
+
+
+def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
+    """Set where ``loader`` samples (``"device"`` or ``"cpu"``; anything not a graphtrainer
+    node or edge loader is left alone and gives ``"cpu"``). ``announce``: this rank says
+    what ``"auto"`` chose on a GPU."""
+    if not hasattr(loader, "use_device_sampling"):
+        return "cpu"
+    if mode == "cpu" or (mode == "auto" and device.type != "cuda"):
+        loader.use_device_sampling(None)
+        return "cpu"
+    name = type(loader).__name__
+    try:
+        loader.use_device_sampling(device_batches(loader, device))
+    except Unsupported as why:
+        if mode == "device":
+            raise ValueError(f"sampling='device' cannot sample this {name} on {device}: {why}. Fix: change that, "
+                             "or use Trainer(sampling='cpu') (or 'auto', which falls back to the CPU)") from None
+        loader.use_device_sampling(None)
+        if announce:
+            print(f"[graphtrainer] sampling='auto': {name} samples on the CPU because {why}; "
+                  "Trainer(sampling='cpu') says so without this line", file=sys.stderr)
+        return "cpu"
+    return "device"

@@ -1,0 +1,131 @@
+"""One layer of uniform in-edge sampling for a batch of destinations, in torch ops.
+
+DGL's meaning: a destination with in-degree ``d`` and fanout ``k`` takes every in-edge when
+``d <= k``, otherwise ``k`` distinct in-edges, each edge equally likely; ``replace=True`` draws
+``k`` with replacement (none when ``d == 0``); fanout ``-1`` takes every in-edge.
+
+Without replacement, ``k`` of ``d`` is drawn with Robert Floyd's algorithm, run for every
+destination at once: ``k`` rounds, round ``j`` draws ``t`` uniform in ``[0, d - k + j]`` and
+keeps ``d - k + j`` instead when ``t`` was already drawn. It costs ``O(k^2)`` per destination
+whatever its degree (a hub of degree 10^6 costs what a node of degree 20 costs), and needs
+no sort; random keys with a segmented sort cost ``O(d log d)`` (see
+``benchmarks/device_sampling.py``, which measures both).
+
+Excluded edges (link prediction) are taken out before drawing: a destination draws among
+its ``d'`` edges that are not excluded, and the ``r``-th of them is found with two binary
+searches over the sorted positions of the excluded edges.
+
+Slots are laid out destination-major (``[n, k]`` flattened for a fanout, segments for
+``-1``); a slot past a destination's count is invalid. Nothing here waits for the device,
+except a fanout of ``-1``, whose number of edges must be known to lay the slots out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .graph import Relation
+
+
+@dataclass
+class Sampled:
+    """Sampled in-edges of one relation: per slot the source node, the graph's edge id and
+    whether the slot holds an edge (``valid`` is None when every slot does); ``counts``:
+    edges per destination."""
+
+    src: torch.Tensor
+    eid: torch.Tensor
+    valid: Optional[torch.Tensor]
+    counts: torch.Tensor
+
+
+class Excluded:
+    """Edges a layer must not sample, as sorted unique CSC positions of one relation."""
+
+    def __init__(self, rel: Relation, eids: torch.Tensor):
+        pos = torch.unique(rel.position_of(eids))  # sorted
+        dst = torch.searchsorted(rel.indptr, pos, right=True) - 1
+        first_of_segment = torch.searchsorted(pos, rel.indptr[dst])
+        self.pos = pos
+        # For the r-th free edge of a segment starting at s: position s + r + #{excluded with key <= s + r}.
+        self.key = pos - (torch.arange(pos.numel(), device=pos.device) - first_of_segment)
+
+    def count(self, start: torch.Tensor, deg: torch.Tensor) -> torch.Tensor:
+        """Excluded edges among each destination's in-edges."""
+        return torch.searchsorted(self.pos, start + deg) - torch.searchsorted(self.pos, start)
+
+    def select(self, start: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+        """CSC position of the ``rank``-th edge that is not excluded, in segments starting at ``start``."""
+        q = start + rank
+        return q + torch.searchsorted(self.key, q, right=True) - torch.searchsorted(self.key, start)
+
+
+def floyd(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    """``[n, k]`` offsets: ``k`` distinct values in ``[0, deg)`` per row, uniform over the
+    ``k``-subsets, for rows with ``deg > k``; ``0..k-1`` for the others."""
+    n = deg.numel()
+    out = torch.empty((n, k), dtype=torch.int64, device=deg.device)
+    u = torch.rand((n, k), generator=gen, device=deg.device, dtype=torch.float64)
+    for j in range(k):
+        limit = (deg - (k - 1 - j)).clamp(min=1)  # t uniform in [0, limit)
+        t = (u[:, j] * limit).to(torch.int64)
+        if j:
+            t = torch.where((out[:, :j] == t.unsqueeze(1)).any(1), limit - 1, t)
+        out[:, j] = t
+    small = (deg <= k).unsqueeze(1)
+    return torch.where(small, torch.arange(k, device=deg.device).expand(n, k), out)
+
+
+def sort_keys(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    """The same draw as :func:`floyd` by random keys: every in-edge of a row gets a key,
+    the ``k`` smallest are kept (one sort over all in-edges of the batch). Kept for the
+    benchmark that compares the two."""
+    n = deg.numel()
+    dev = deg.device
+    total = int(deg.sum())
+    seg = torch.repeat_interleave(torch.arange(n, device=dev), deg, output_size=total)
+    offs = torch.arange(total, device=dev) - (torch.cumsum(deg, 0) - deg)[seg]
+    keys = torch.rand(total, generator=gen, device=dev, dtype=torch.float64) + seg.to(torch.float64)
+    order = torch.argsort(keys)  # by row, then by key: each row keeps its slice of positions
+    out = torch.arange(k, device=dev).repeat(n, 1)
+    keep = offs < k
+    out[seg[keep], offs[keep]] = offs[order][keep]
+    return out
+
+
+def sample_layer(rel: Relation, seeds: torch.Tensor, fanout: int, replace: bool, gen: torch.Generator,
+                 excluded: Optional[Excluded] = None, method: str = "floyd") -> Sampled:
+    """In-edges of ``seeds`` (destination ids, unique) drawn from ``rel``."""
+    dev = seeds.device
+    n = seeds.numel()
+    start = rel.indptr[seeds]
+    deg = rel.indptr[seeds + 1] - start
+    if excluded is not None:
+        deg = deg - excluded.count(start, deg)
+    if fanout == 0 or n == 0 or rel.num_edges == 0:
+        empty = torch.empty(0, dtype=torch.int64, device=dev)
+        return Sampled(empty, empty, None, torch.zeros(n, dtype=torch.int64, device=dev))
+    if fanout == -1:
+        counts = deg
+        total = int(counts.sum())  # the one wait: slots are laid out by the edges there are
+        seg = torch.repeat_interleave(torch.arange(n, device=dev), counts, output_size=total)
+        rank = torch.arange(total, device=dev) - (torch.cumsum(counts, 0) - counts)[seg]
+        valid = None
+    else:
+        if replace:
+            counts = torch.where(deg > 0, fanout, 0)
+            u = torch.rand((n, fanout), generator=gen, device=dev, dtype=torch.float64)
+            rank = (u * deg.unsqueeze(1)).to(torch.int64)
+        else:
+            counts = deg.clamp(max=fanout)
+            rank = (floyd if method == "floyd" else sort_keys)(deg, fanout, gen)
+        seg = torch.arange(n, device=dev).repeat_interleave(fanout)
+        rank = rank.reshape(-1)
+        valid = (torch.arange(fanout, device=dev).unsqueeze(0) < counts.unsqueeze(1)).reshape(-1)
+    begin = start[seg]
+    pos = excluded.select(begin, rank) if excluded is not None else begin + rank
+    if valid is not None:
+        pos = torch.where(valid, pos, 0)
+    return Sampled(rel.indices[pos], rel.eids[pos], valid, counts)

@@ -1,0 +1,151 @@
+"""Whole batches of blocks on the device, and DGL's samplers read into the device sampler's settings.
+
+:class:`DeviceSampler` does what DGL's ``NeighborSampler.sample_blocks`` does, with the
+blocks as :class:`~graphtrainer.nn.blocks.TorchBlock` (``TorchHeteroBlock`` on a heterograph)
+in DGL's layout: ``blocks[i]`` is sampled with ``fanouts[i]`` (the input layer first), the
+graph's node ids are in ``srcdata["_ID"]``/``dstdata["_ID"]`` and its edge ids in
+``edata["_ID"]``; the features it prefetches are gathered on the device: node features of
+the input nodes into ``blocks[0].srcdata``, labels of the seeds into ``blocks[-1].dstdata``,
+edge features into every block's ``edata``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from ...nn.blocks import TorchBlock, TorchHeteroBlock
+from .compact import NodeMaps, compact_layer
+from .graph import DeviceGraph, EType, Keys
+from .neighbors import Excluded, Sampled, sample_layer
+
+NID, EID = "_ID", "_ID"
+
+
+class Unsupported(ValueError):
+    """A sampler or loader option the device sampler does not reproduce (named in the message)."""
+
+
+def _keys(spec: Any, graph: Any, edges: bool) -> Keys:
+    """DGL's prefetch argument (a list of keys, or ``{type: keys}``) as ``{type: keys}``."""
+    if not spec:
+        return {}
+    types = graph.canonical_etypes if edges else graph.ntypes
+    view = graph.edges if edges else graph.nodes
+    if isinstance(spec, dict):
+        out = {}
+        for t, keys in spec.items():
+            t = graph.to_canonical_etype(t) if edges else t
+            out[t] = tuple([keys] if isinstance(keys, str) else keys)
+        return out
+    keys = tuple([spec] if isinstance(spec, str) else spec)
+    if len(types) == 1:
+        return {types[0]: keys}
+    return {t: tuple(k for k in keys if k in view[t].data) for t in types if any(k in view[t].data for k in keys)}
+
+
+@dataclass
+class DeviceSampler:
+    """``fanouts`` per layer, input layer first: an int for every relation, or ``{etype: int}``
+    per relation; ``-1`` takes every in-edge. ``node_feats``/``labels``/``edge_feats``: what
+    is gathered, per type."""
+
+    fanouts: List[Union[int, Dict[EType, int]]]
+    replace: bool = False
+    node_feats: Optional[Keys] = None
+    labels: Optional[Keys] = None
+    edge_feats: Optional[Keys] = None
+
+    @classmethod
+    def from_dgl(cls, sampler: Any, graph: Any) -> "DeviceSampler":
+        """The settings of DGL's ``NeighborSampler`` or ``MultiLayerFullNeighborSampler``, or
+        :class:`Unsupported` naming what the device sampler cannot reproduce."""
+        import dgl
+
+        kinds = (dgl.dataloading.NeighborSampler, dgl.dataloading.MultiLayerFullNeighborSampler)
+        name = type(sampler).__name__
+        if type(sampler) not in kinds:
+            raise Unsupported(f"the sampler {name} is not DGL's NeighborSampler or MultiLayerFullNeighborSampler "
+                              "(a custom sampler's sample_blocks cannot run on the device)")
+        if getattr(sampler, "edge_dir", "in") != "in":
+            raise Unsupported(f"{name}(edge_dir={sampler.edge_dir!r}): the device sampler follows in-edges only")
+        if getattr(sampler, "prob", None) is not None:
+            raise Unsupported(f"{name}(prob=/mask=): the device sampler draws uniformly")
+        fanouts = []
+        for f in sampler.fanouts:
+            if isinstance(f, dict):
+                f = {graph.to_canonical_etype(et): int(k) for et, k in f.items()}
+                missing = [et for et in graph.canonical_etypes if et not in f]
+                if missing:  # DGL needs every relation too
+                    raise Unsupported(f"{name}: a per-relation fanout must name every relation, missing {missing}")
+            fanouts.append(f if isinstance(f, dict) else int(f))
+        return cls(fanouts, bool(sampler.replace), _keys(sampler.prefetch_node_feats, graph, False),
+                   _keys(sampler.prefetch_labels, graph, False), _keys(sampler.prefetch_edge_feats, graph, True))
+
+    def node_keys(self) -> Keys:
+        out: Dict[Any, Tuple[str, ...]] = {}
+        for keys in (self.node_feats or {}, self.labels or {}):
+            for t, k in keys.items():
+                out[t] = tuple(dict.fromkeys(out.get(t, ()) + tuple(k)))
+        return out
+
+    def edge_keys(self) -> Keys:
+        return dict(self.edge_feats or {})
+
+    def sample(self, dg: DeviceGraph, maps: NodeMaps, seeds: Dict[str, torch.Tensor], gen: torch.Generator,
+               exclude: Optional[Dict[EType, torch.Tensor]] = None) -> Tuple[Dict[str, torch.Tensor], list]:
+        """``(input nodes per type, blocks)`` for unique ``seeds`` per type (every node type a
+        key); ``exclude``: graph edge ids per relation that no block may contain."""
+        excluded = {et: Excluded(dg.relations[et], ids) for et, ids in (exclude or {}).items() if ids.numel()}
+        maps.begin(seeds)
+        dst = seeds
+        blocks = []
+        try:
+            for fanout in reversed(self.fanouts):
+                sampled: Dict[EType, Sampled] = {}
+                for et, rel in dg.relations.items():
+                    k = fanout[et] if isinstance(fanout, dict) else fanout
+                    sampled[et] = sample_layer(rel, dst[et[2]], k, self.replace, gen, excluded.get(et))
+                src, edges = compact_layer(maps, dst, sampled)
+                blocks.insert(0, _block(dg, src, dst, edges))
+                dst = src
+        finally:
+            maps.end(dst)
+        self._gather(dg, blocks, dst, seeds)
+        return dst, blocks
+
+    def _gather(self, dg: DeviceGraph, blocks: list, inputs: Dict[str, torch.Tensor],
+                seeds: Dict[str, torch.Tensor]) -> None:
+        for keys, where, ids in ((self.node_feats, blocks[0].srcdata, inputs),
+                                 (self.labels, blocks[-1].dstdata, seeds)):
+            for nt, names in (keys or {}).items():
+                for key in names:
+                    value = dg.ndata[nt][key][ids[nt]]
+                    if dg.hetero:
+                        where.setdefault(key, {})[nt] = value
+                    else:
+                        where[key] = value
+        for block in blocks:
+            for et, names in (self.edge_feats or {}).items():
+                for key in names:
+                    if dg.hetero:
+                        block.edata.setdefault(key, {})[et] = dg.edata[et][key][block.edata[EID][et]]
+                    else:
+                        block.edata[key] = dg.edata[et][key][block.edata[EID]]
+
+
+def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.Tensor],
+           edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Any:
+    def one(et: EType, with_data: bool) -> TorchBlock:
+        indptr, indices, eids = edges[et]
+        local = torch.arange(indices.numel(), device=indices.device)
+        kwargs = dict(srcdata={NID: src[et[0]]}, dstdata={NID: dst[et[2]]}, edata={EID: eids}) if with_data else {}
+        return TorchBlock(indptr, indices, local, src[et[0]].numel(), dst[et[2]].numel(), **kwargs)
+
+    if not dg.hetero:
+        return one(next(iter(edges)), True)
+    return TorchHeteroBlock({et: one(et, False) for et in edges},
+                            {nt: ids.numel() for nt, ids in src.items()}, {nt: ids.numel() for nt, ids in dst.items()},
+                            srcdata={NID: dict(src)}, dstdata={NID: dict(dst)},
+                            edata={EID: {et: e[2] for et, e in edges.items()}})
