@@ -5,7 +5,8 @@ loaders sample DGL blocks on the CPU and the trainer turns them into torch block
     python tests/helpers/dgl_gpu_script.py --case node --where gpu1 --out DIR [--epochs 2] [--checkpoint]
     python tests/helpers/dgl_gpu_script.py --case node --where cpu1 --out DIR --resume CKPT --epochs 3
 
-``--where``: ``cpu1`` (one CPU rank), ``cpu2`` (two, fork), ``gpu1`` (``gpus=1``) or ``gpu2``
+``--sampling``: where the loaders sample (default ``cpu``: DGL's samples on every device, so
+CPU and GPU runs see the same batches). ``--where``: ``cpu1`` (one CPU rank), ``cpu2`` (two, fork), ``gpu1`` (``gpus=1``) or ``gpu2``
 (``gpus=[0, 0]``: two ranks share GPU 0 over gloo). Writes ``DIR/fit.json``: the history, the
 graph classes and devices each rank's training batches held, and the device of its parameters.
 """
@@ -36,13 +37,16 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--checkpoint", action="store_true", help="keep last.ckpt in DIR/runs")
     parser.add_argument("--resume", default=None, help="a checkpoint to resume from")
+    parser.add_argument("--sampling", default="cpu", choices=("auto", "device", "cpu"),
+                        help="Trainer(sampling=...); 'cpu' (DGL's samples) makes CPU and GPU runs comparable")
+    parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
     make_task, kwargs, _ = CASES[args.case]
     callbacks = [GraphKinds(args.out)]
     if args.checkpoint:
         callbacks.append(ModelCheckpoint(save_last=True))
-    trainer = Trainer(max_epochs=args.epochs, seed=5, threads_per_proc=1, progress_bar=False, logger=False,
-                      block_type="torch", default_root_dir=os.path.join(args.out, "runs"), callbacks=callbacks,
+    trainer = Trainer(max_epochs=args.epochs, seed=args.seed, threads_per_proc=1, progress_bar=False, logger=False,
+                      block_type="torch", sampling=args.sampling, default_root_dir=os.path.join(args.out, "runs"), callbacks=callbacks,
                       **WHERE[args.where], **kwargs)
     trainer.fit(make_task(0.0), ckpt_path=args.resume)
     world = 2 if args.where.endswith("2") else 1

@@ -68,8 +68,11 @@ def device_batches(loader: Any, device: torch.device) -> Any:
         raise Unsupported(f"the graph's structure and gathered data need {_gb(need)} on {device}, more than "
                           f"the {_gb(allowed)} allowed ({source})", )
     if hasattr(loader, "pairs"):
-        return DeviceEdgeBatches(loader, sampler, device)
-    return DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device)
+        batches: Any = DeviceEdgeBatches(loader, sampler, device)
+    else:
+        batches = DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device)
+    batches.footprint = f"structure and gathered data {_gb(need)} of the {_gb(allowed)} allowed ({source})"
+    return batches
 
 
 def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
@@ -83,7 +86,7 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
         return "cpu"
     name = type(loader).__name__
     try:
-        loader.use_device_sampling(device_batches(loader, device))
+        batches = device_batches(loader, device)
     except Unsupported as why:
         if mode == "device":
             raise ValueError(f"sampling='device' cannot sample this {name} on {device}: {why}. Fix: change that, "
@@ -93,4 +96,7 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
             print(f"[graphtrainer] sampling='auto': {name} samples on the CPU because {why}; "
                   "Trainer(sampling='cpu') says so without this line", file=sys.stderr)
         return "cpu"
+    loader.use_device_sampling(batches)
+    if announce and mode == "auto":
+        print(f"[graphtrainer] sampling='auto': {name} samples on {device} ({batches.footprint})", file=sys.stderr)
     return "device"

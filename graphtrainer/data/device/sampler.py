@@ -56,6 +56,9 @@ class DeviceSampler:
     node_feats: Optional[Keys] = None
     labels: Optional[Keys] = None
     edge_feats: Optional[Keys] = None
+    #: How ``k`` of ``d`` in-edges are drawn without replacement: "floyd" or "sort" (see
+    #: :mod:`.neighbors`; the benchmark compares them).
+    method: str = "floyd"
 
     @classmethod
     def from_dgl(cls, sampler: Any, graph: Any) -> "DeviceSampler":
@@ -106,7 +109,7 @@ class DeviceSampler:
                 sampled: Dict[EType, Sampled] = {}
                 for et, rel in dg.relations.items():
                     k = fanout[et] if isinstance(fanout, dict) else fanout
-                    sampled[et] = sample_layer(rel, dst[et[2]], k, self.replace, gen, excluded.get(et))
+                    sampled[et] = sample_layer(rel, dst[et[2]], k, self.replace, gen, excluded.get(et), self.method)
                 src, edges = compact_layer(maps, dst, sampled)
                 blocks.insert(0, _block(dg, src, dst, edges))
                 dst = src

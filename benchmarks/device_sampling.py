@@ -1,0 +1,260 @@
+"""Neighbour sampling in torch ops (``sampling="device"``) against DGL's C++ sampler, and what a
+GPU rank gains from sampling on the GPU.
+
+    python benchmarks/device_sampling.py --out benchmarks/results/device_sampling   # CPU part
+    python benchmarks/device_sampling.py --tiny                                     # seconds
+    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part
+
+Per batch (one process, batches interleaved): the time to sample one batch of blocks and
+gather its features and labels, DGL's ``NeighborSampler`` (CPU) against the torch sampler
+drawing with Floyd's algorithm (the default) and with random keys and a sort, on the CPU and,
+with CUDA, on the GPU. It decides the CPU default.
+
+Training (``--gpu``, CUDA only): training seeds/s of one GPU rank with ``sampling="device"``,
+the same rank with ``sampling="cpu"`` (no sampling workers, and ``--workers`` workers), and 2
+CPU ranks, on ``benchmarks/gpu.py``'s 50k graph (fanouts [10, 10], batch 512, hidden 128) and
+on an ogbn-products-sized graph (2.4M nodes, 60M edges, 100-d features, fanouts [15, 10, 5],
+batch 1024, 3-layer SAGE, hidden 256). Each arm trains ``--steps`` timed steps after warm-up
+steps; the step's sampling share is the GPU per-batch sampling time over the device arm's step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any, Dict, List
+
+import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import report
+import sysinfo
+import workload
+
+GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
+    "50k": ("50kx10", 64, [10, 10], 512, 128, 8_000),
+    "products": ("2.4Mx25", 100, [15, 10, 5], 1024, 256, 200_000),
+}
+
+
+def parse_args(argv: Any = None) -> Any:
+    p = report.base_parser("device_sampling", __doc__.split("\n")[0])
+    p.add_argument("--graphs", nargs="+", choices=list(GRAPHS), default=["50k"],
+                   help="graphs of the per-batch part (default: 50k; --gpu adds products)")
+    p.add_argument("--batches", type=int, default=20, help="timed batches per sampler (per-batch part)")
+    p.add_argument("--gpu", action="store_true", help="also the training part (needs CUDA)")
+    p.add_argument("--steps", type=int, default=40, help="timed training steps per GPU-rank arm")
+    p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
+    args = p.parse_args(argv)
+    if args.tiny:
+        GRAPHS["tiny"] = ("3kx5", 16, [5, 5], 128, 16, 600)
+        args.graphs, args.batches, args.steps, args.workers = ["tiny"], 3, 3, [1]
+    elif args.gpu and "products" not in args.graphs:
+        args.graphs.append("products")
+    return args
+
+
+def build(name: str) -> Any:
+    size, feat, *_ = GRAPHS[name]
+    return workload.build_graph({"dataset": "synthetic", **workload.parse_size(size), "feat_dim": feat})
+
+
+def sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any]:
+    """Median ms per batch of each sampler, batch by batch in turn on the same seeds."""
+    import dgl
+    import torch
+
+    from graphtrainer.data.device.batches import node_maps
+    from graphtrainer.data.device.graph import device_graph
+    from graphtrainer.data.device.sampler import DeviceSampler
+
+    _, _, fanouts, batch, *_ = GRAPHS[name]
+    sampler = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    mine = {m: DeviceSampler.from_dgl(sampler, graph) for m in ("floyd", "sort")}
+    mine["sort"].method = "sort"
+    dg = device_graph(graph, device, mine["floyd"].node_keys(), {})
+    maps = node_maps(dg)
+    ids = workload.split_ids(graph, "train")
+    ids = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))]
+    times: Dict[str, List[float]] = {"dgl": [], "floyd": [], "sort": []}
+    edges = []
+    for i in range(batches + 2):
+        seeds = ids[(i * batch) % max(1, ids.numel() - batch):][:batch]
+        started = time.perf_counter()
+        inputs, _, blocks = sampler.sample(graph, seeds)
+        graph.ndata["feat"][inputs], graph.ndata["label"][seeds]  # what DGL's loader gathers
+        row = {"dgl": time.perf_counter() - started}
+        for m, s in mine.items():
+            sync(device)
+            started = time.perf_counter()
+            gen = torch.Generator(device=device).manual_seed(i)
+            _, tb = s.sample(dg, maps, {"_N": seeds.to(device)}, gen)
+            sync(device)
+            row[m] = time.perf_counter() - started
+        if i >= 2:  # warm-up: allocator, kernels
+            for k, v in row.items():
+                times[k].append(v * 1e3)
+            edges.append(sum(b.num_edges() for b in blocks))
+    out = {k: report.median(v) for k, v in times.items()}
+    return {"ms": out, "edges_per_batch": report.median(edges), "device": str(device),
+            "torch_vs_dgl": out["floyd"] / out["dgl"], "sort_vs_floyd": out["sort"] / out["floyd"]}
+
+
+def _clock_class() -> Any:
+    from graphtrainer.callbacks import Callback
+
+    class StepClock(Callback):
+        """Rank 0 times ``steps`` training steps after ``warm`` ones and writes them to ``path``."""
+
+        def __init__(self, warm: int, path: str):
+            self.warm, self.path, self.n, self.t0 = warm, path, 0, 0.0
+
+        def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.n += 1
+            if self.n == self.warm:
+                sync(task.device)
+                self.t0 = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+            import torch
+
+            sync(task.device)
+            if trainer.rank == 0:
+                peak = torch.cuda.max_memory_allocated(task.device) if task.device.type == "cuda" else 0
+                with open(self.path, "w") as fh:
+                    json.dump({"steps": self.n - self.warm, "seconds": time.perf_counter() - self.t0,
+                               "peak_bytes": peak, "mode": task.trainer_loader_mode}, fh)
+
+    return StepClock
+
+
+class TrainTask(workload.BenchTask):
+    """The benchmark task with sampling workers, and the sampling mode its loader ended up with."""
+
+    workers = 0
+    trainer_loader_mode = "?"
+
+    def train_dataloader(self) -> Any:
+        kwargs = {"num_workers": self.workers} if self.workers else {}
+        self._loader = self.node_dataloader(self.seeds("train"), self.train_sampler(), self.batch_size, **kwargs)
+        return self._loader
+
+    def on_train_epoch_start(self) -> None:
+        self.trainer_loader_mode = self._loader.sampling_mode
+
+
+def train_arm(graph: Any, name: str, steps: int, warm: int, workers: int = 0, **trainer_kwargs: Any) -> Dict:
+    from graphtrainer import Trainer
+
+    _, _, fanouts, batch, hidden, _ = GRAPHS[name]
+    task = TrainTask(graph, fanouts=fanouts, hidden=hidden, batch_size=batch, lr=3e-3, dropout=0.5)
+    task.workers = workers
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "clock.json")
+        Trainer(max_epochs=1, limit_train_batches=warm + steps, progress_bar=False, logger=False,
+                enable_model_summary=False, default_root_dir=tmp, callbacks=[_clock_class()(warm, path)],
+                **trainer_kwargs).fit(task)
+        clock = json.loads(open(path).read())
+    ranks = trainer_kwargs.get("num_procs") or 1
+    clock["seeds_per_s"] = ranks * batch * clock["steps"] / clock["seconds"]
+    clock["step_ms"] = 1e3 * clock["seconds"] / clock["steps"]
+    return clock
+
+
+def train_part(graph: Any, name: str, args: Any) -> Dict[str, Any]:
+    steps, warm = args.steps, 5
+    arms: Dict[str, Any] = {}
+    plan = [("GPU rank, sampling on the GPU", dict(gpus=1, sampling="device")),
+            ("GPU rank, DGL sampling on the CPU", dict(gpus=1, sampling="cpu"))]
+    plan += [(f"GPU rank, DGL sampling, {w} workers", dict(gpus=1, sampling="cpu", workers=w)) for w in args.workers]
+    plan.append(("2 CPU ranks (DGL sampling)", dict(num_procs=2, sampling="cpu")))
+    for label, kwargs in plan:
+        cpu_ranks = "num_procs" in kwargs
+        try:
+            arms[label] = train_arm(graph, name, max(4, steps // 4) if cpu_ranks else steps, 2 if cpu_ranks else warm,
+                                    **kwargs)
+            print(f"[device_sampling] {name} {label}: {arms[label]['seeds_per_s']:,.0f} seeds/s", flush=True)
+        except Exception as err:  # keep the other arms' figures: a device call is short
+            arms[label] = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
+            print(f"[device_sampling] {name} {label}: FAILED {arms[label]['error']}", flush=True)
+    return arms
+
+
+def render(results: Dict[str, Any], device: str) -> str:
+    text = f"Device: {device}\n\nPer batch (median ms; sampling plus gathering features and labels):\n\n"
+    rows = []
+    for key, r in results["per_batch"].items():
+        rows.append([key, f"{r['edges_per_batch']:,.0f}", f"{r['ms']['dgl']:.2f}", f"{r['ms']['floyd']:.2f}",
+                     f"{r['ms']['sort']:.2f}", report.fmt_ratio(r["torch_vs_dgl"]), report.fmt_ratio(r["sort_vs_floyd"])])
+    text += report.markdown_table(["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "torch, sort",
+                                   "Floyd / DGL", "sort / Floyd"], rows)
+    for name, arms in results.get("training", {}).items():
+        ok = {k: v for k, v in arms.items() if "error" not in v}
+        cpu_best = max([v["seeds_per_s"] for k, v in ok.items() if "CPU" in k or "DGL" in k] or [float("nan")])
+        dev = ok.get("GPU rank, sampling on the GPU")
+        text += f"\n\nTraining, {name} graph ({GRAPHS[name][0]}): seeds/s\n\n" + report.markdown_table(
+            ["arm", "seeds/s", "step (ms)", "peak GPU memory (GiB)", "vs best CPU-sampling arm"],
+            [[k, f"{v['seeds_per_s']:,.0f}", f"{v['step_ms']:.1f}", f"{v['peak_bytes'] / 2**30:.2f}",
+              report.fmt_ratio(v["seeds_per_s"] / cpu_best)] if "error" not in v else [k, v["error"], "", "", ""]
+             for k, v in arms.items()])
+        share = results["per_batch"].get(f"{name} on cuda:0")
+        if dev and share:
+            text += (f"\n\nSampling share of a device-arm step: {share['ms']['floyd']:.2f} ms of "
+                     f"{dev['step_ms']:.2f} ms ({100 * share['ms']['floyd'] / dev['step_ms']:.0f}%)")
+    return text
+
+
+def main(argv: Any = None) -> Dict[str, Any]:
+    import torch
+
+    args = parse_args(argv)
+    cuda = torch.cuda.device_count() > 0
+    if args.gpu and not cuda:
+        raise SystemExit("--gpu needs a CUDA device; without it the script runs the per-batch part on the CPU")
+    started, machine = time.perf_counter(), sysinfo.machine_info()
+    results: Dict[str, Any] = {"per_batch": {}, "training": {}}
+    graphs = {name: build(name) for name in args.graphs}
+    for name, graph in graphs.items():
+        workload.split_ids(graph, "train")
+        from overhead import cap_train
+
+        cap_train(graph, GRAPHS[name][5])
+    if args.gpu:  # before this process touches CUDA: the ranks fork
+        for name, graph in graphs.items():
+            results["training"][name] = train_part(graph, name, args)
+    devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
+    for name, graph in graphs.items():
+        for device in devices:
+            if device.type == "cpu" and name == "products" and not args.tiny:
+                continue  # the CPU comparison runs on the 50k graph; the products graph is for the GPU
+            results["per_batch"][f"{name} on {device}"] = per_batch(graph, name, device, args.batches)
+    device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({machine.get('cpu_model')})"
+    markdown = render(results, device)
+    if not args.gpu:
+        markdown += "\n\nTraining part: not run (needs --gpu and a CUDA device)."
+    print(markdown, flush=True)
+    payload = {"benchmark": "device_sampling", "device": device, "args": {k: str(v) for k, v in vars(args).items()},
+               "machine": machine, "versions": sysinfo.versions(), **results,
+               "wall_s": time.perf_counter() - started}
+    def plot(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        keys = list(results["per_batch"])
+        for j, m in enumerate(("dgl", "floyd", "sort")):
+            ax.bar([i + 0.27 * (j - 1) for i in range(len(keys))], [results["per_batch"][k]["ms"][m] for k in keys],
+                   0.27, label=m)
+        ax.set_xticks(range(len(keys)), keys)
+        ax.set_ylabel("ms per batch (median)")
+        ax.legend()
+
+    report.write_outputs(args.out, "device_sampling", payload, markdown, plot, figsize=(7, 4))
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""The torch neighbour sampler (graphtrainer.data.device) against DGL's meaning of a sample:
+structure, exclusion, layout, and the distribution of the draws (on the CPU; the same ops run
+on a GPU in tests/integration/test_gpu.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphtrainer  # noqa: F401  (DGL's compatibility layer first)
+import dgl
+
+from graphtrainer.data.device.batches import node_maps
+from graphtrainer.data.device.graph import device_graph
+from graphtrainer.data.device.neighbors import Excluded, floyd, sample_layer
+from graphtrainer.data.device.sampler import DeviceSampler, Unsupported
+
+CPU = torch.device("cpu")
+
+
+def skewed_graph(seed: int = 0, n: int = 300) -> dgl.DGLGraph:
+    """In-degrees 0 (nodes 0-9), low (random edges) and high (nodes 10-12: 40, 80, 200)."""
+    gen = torch.Generator().manual_seed(seed)
+    src = [torch.randint(0, n, (900,), generator=gen)]
+    dst = [torch.randint(13, n, (900,), generator=gen)]
+    for node, deg in ((10, 40), (11, 80), (12, 200)):
+        src.append(torch.randint(0, n, (deg,), generator=gen))  # repeats: a multigraph, as DGL allows
+        dst.append(torch.full((deg,), node))
+    g = dgl.graph((torch.cat(src), torch.cat(dst)), num_nodes=n)
+    g.ndata["feat"] = torch.randn(n, 4, generator=gen)
+    g.ndata["label"] = torch.arange(n) % 3
+    g.edata["w"] = torch.rand(g.num_edges(), generator=gen)
+    return g
+
+
+def sample(g, fanouts, seeds, seed=0, replace=False, exclude=None, **prefetch):
+    s = DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler(fanouts, replace=replace, **prefetch), g)
+    dg = device_graph(g, CPU, s.node_keys(), s.edge_keys())
+    seeds = seeds if isinstance(seeds, dict) else {g.ntypes[0]: seeds}
+    return s.sample(dg, node_maps(dg), seeds, torch.Generator().manual_seed(seed), exclude)
+
+
+def check_block(g, block, k, replace=False, excluded=()):
+    """Every edge exists with its id; per destination the count DGL gives; layout as DGL's."""
+    src_ids, dst_ids = block.srcdata["_ID"], block.dstdata["_ID"]
+    assert torch.equal(src_ids[:block.num_dst], dst_ids)  # destinations first
+    assert src_ids.unique().numel() == block.num_src
+    s, d = block.edges()
+    eids = block.edata["_ID"]
+    u, v = g.find_edges(eids)
+    assert torch.equal(u, src_ids[s]) and torch.equal(v, dst_ids[d])
+    assert not set(eids.tolist()) & set(excluded)
+    kept = torch.ones(g.num_edges(), dtype=torch.bool)
+    kept[list(excluded)] = False
+    _, all_dst, all_eid = g.in_edges(dst_ids, form="all")
+    deg = torch.bincount(all_dst[kept[all_eid]], minlength=g.num_nodes())[dst_ids]
+    got = block.in_degrees()
+    if k == -1:
+        assert torch.equal(got, deg)
+    elif replace:
+        assert torch.equal(got, torch.where(deg > 0, k, 0))
+    else:
+        assert torch.equal(got, deg.clamp(max=k))
+        for node in range(block.num_dst):  # no edge twice
+            ids = eids[block.indptr[node]:block.indptr[node + 1]]
+            assert ids.unique().numel() == ids.numel()
+
+
+@pytest.mark.parametrize("fanouts,replace", [([5, 3], False), ([5, 3], True), ([-1, 4], False), ([-1, -1], False)])
+def test_blocks_have_dgl_structure_and_layout(fanouts, replace):
+    g = skewed_graph()
+    seeds = torch.tensor([0, 1, 10, 11, 12, 50, 77, 299])
+    inputs, blocks = sample(g, fanouts, seeds, replace=replace)
+    assert len(blocks) == len(fanouts)
+    assert torch.equal(blocks[-1].dstdata["_ID"], seeds)
+    assert torch.equal(inputs["_N"], blocks[0].srcdata["_ID"])
+    for block, k in zip(blocks, fanouts):
+        check_block(g, block, k, replace)
+    for outer, inner in zip(blocks, blocks[1:]):  # each layer's sources are the next one's... destinations
+        assert torch.equal(outer.dstdata["_ID"], inner.srcdata["_ID"])
+
+
+def test_features_labels_and_edge_data_are_gathered():
+    g = skewed_graph()
+    seeds = torch.tensor([10, 11, 40])
+    _, blocks = sample(g, [4, 4], seeds, prefetch_node_feats=["feat"], prefetch_labels=["label"],
+                       prefetch_edge_feats=["w"])
+    assert torch.equal(blocks[0].srcdata["feat"], g.ndata["feat"][blocks[0].srcdata["_ID"]])
+    assert torch.equal(blocks[-1].dstdata["label"], g.ndata["label"][seeds])
+    for b in blocks:
+        assert torch.equal(b.edata["w"], g.edata["w"][b.edata["_ID"]])
+
+
+def test_excluded_edges_never_appear_and_the_rest_fill_the_fanout():
+    g = skewed_graph()
+    _, _, hub_eids = g.in_edges(torch.tensor([10, 11, 12]), form="all")
+    excluded = hub_eids[::3].tolist() + [0, 1, 2]
+    for seed in range(5):
+        _, blocks = sample(g, [-1, 30], torch.tensor([10, 11, 12, 20]), seed=seed,
+                           exclude={g.canonical_etypes[0]: torch.tensor(excluded)})
+        for block, k in zip(blocks, [-1, 30]):
+            check_block(g, block, k, excluded=excluded)
+
+
+def test_exclusion_selects_the_rth_free_edge():
+    g = dgl.graph((torch.arange(6), torch.zeros(6, dtype=torch.int64)), num_nodes=6)
+    dg = device_graph(g, CPU, {}, {})
+    rel = dg.relations[g.canonical_etypes[0]]
+    ex = Excluded(rel, torch.tensor([1, 2, 4]))  # free positions among 0..5: 0, 3, 5
+    start = torch.zeros(3, dtype=torch.int64)
+    assert ex.count(torch.zeros(1, dtype=torch.int64), torch.tensor([6])).tolist() == [3]
+    assert rel.eids[ex.select(start, torch.arange(3))].tolist() == [0, 3, 5]
+
+
+def test_floyd_draws_distinct_offsets_below_the_degree():
+    deg = torch.tensor([0, 3, 7, 8, 100, 10**6])
+    out = floyd(deg, 7, torch.Generator().manual_seed(0))
+    for row, d in zip(out, deg.tolist()):
+        if d > 7:
+            assert row.unique().numel() == 7 and int(row.min()) >= 0 and int(row.max()) < d
+        else:
+            assert row.tolist() == list(range(7))
+
+
+def chi_square(counts: torch.Tensor, expected: float) -> float:
+    return float(((counts.double() - expected) ** 2 / expected).sum())
+
+
+# 39 degrees of freedom: the 0.999 quantile of chi-square is 72.05.
+CHI2_39_999 = 72.05
+
+
+def _frequencies(eids: torch.Tensor, dst: torch.Tensor, deg: int, k: int) -> torch.Tensor:
+    """How often each of the ``deg`` in-edges was drawn, checking each draw took ``k`` distinct ones."""
+    order = torch.argsort(dst * deg + eids % deg)
+    per_draw = (eids % deg)[order].view(-1, k)
+    assert (per_draw[:, 1:] != per_draw[:, :-1]).all()  # without replacement: no edge twice
+    return torch.bincount(eids % deg, minlength=deg)
+
+
+def test_draws_are_uniform_like_dgls_and_the_test_fails_a_biased_sampler():
+    """Each in-edge of a degree-40 destination, k=5, over 4000 draws (4000 copies of the
+    destination, sampled at once): chosen with frequency k/deg, as with DGL's sampler on the
+    same graph; first-k fails the same test."""
+    deg, k, trials = 40, 5, 4000
+    g = dgl.graph((torch.arange(deg).repeat(trials), torch.arange(trials).repeat_interleave(deg)), num_nodes=trials)
+    dg = device_graph(g, CPU, {}, {})
+    rel = dg.relations[g.canonical_etypes[0]]
+    seeds = torch.arange(trials)
+    ours = sample_layer(rel, seeds, k, False, torch.Generator().manual_seed(0))
+    ours_dst = torch.arange(trials).repeat_interleave(k)
+    dgl.seed(0)
+    frontier = g.sample_neighbors(seeds, k)
+    theirs_eid = frontier.edata["_ID"]
+    expected = trials * k / deg
+    ours_freq = _frequencies(ours.eid, ours_dst, deg, k)
+    theirs_freq = _frequencies(theirs_eid, g.find_edges(theirs_eid)[1], deg, k)
+    assert chi_square(ours_freq, expected) < CHI2_39_999, ours_freq
+    assert chi_square(theirs_freq, expected) < CHI2_39_999, theirs_freq
+    first_k = _frequencies(torch.arange(k).repeat(trials), ours_dst, deg, k)
+    assert chi_square(first_k, expected) > CHI2_39_999
+
+
+def test_heterograph_per_relation_fanouts():
+    g = dgl.heterograph({("user", "follows", "user"): (torch.randint(0, 30, (200,)), torch.randint(0, 30, (200,))),
+                         ("item", "bought-by", "user"): (torch.randint(0, 20, (150,)), torch.randint(0, 30, (150,))),
+                         ("user", "buys", "item"): (torch.randint(0, 30, (150,)), torch.randint(0, 20, (150,)))})
+    g.nodes["user"].data["feat"] = torch.randn(30, 3)
+    g.nodes["item"].data["feat"] = torch.randn(20, 3)
+    fanouts = [{"follows": 2, "bought-by": 3, "buys": -1}, {"follows": 1, "bought-by": 2, "buys": 4}]
+    seeds = {"user": torch.tensor([0, 5, 9]), "item": torch.tensor([1, 2])}
+    inputs, blocks = sample(g, fanouts, seeds, prefetch_node_feats=["feat"])
+    for block, fanout in zip(blocks, fanouts):
+        for et in g.canonical_etypes:
+            rel = block[et]
+            s, d = rel.edges()
+            src_ids, dst_ids = block.srcdata["_ID"][et[0]], block.dstdata["_ID"][et[2]]
+            u, v = g.find_edges(block.edata["_ID"][et], etype=et)
+            assert torch.equal(u, src_ids[s]) and torch.equal(v, dst_ids[d])
+            deg = g.in_degrees(dst_ids, etype=et)
+            k = fanout[et[1]]
+            assert torch.equal(rel.in_degrees(), deg if k == -1 else deg.clamp(max=k))
+        for nt in g.ntypes:
+            n = block.dstdata["_ID"][nt].numel()
+            assert torch.equal(block.srcdata["_ID"][nt][:n], block.dstdata["_ID"][nt])
+    for nt in g.ntypes:
+        assert torch.equal(blocks[0].srcdata["feat"][nt], g.nodes[nt].data["feat"][inputs[nt]])
+
+
+def test_samplers_it_cannot_reproduce_are_named():
+    g = skewed_graph()
+
+    class MySampler(dgl.dataloading.NeighborSampler):
+        pass
+
+    for sampler, name in ((MySampler([3]), "MySampler"),
+                          (dgl.dataloading.NeighborSampler([3], edge_dir="out"), "edge_dir='out'"),
+                          (dgl.dataloading.NeighborSampler([3], prob="w"), "prob=")):
+        with pytest.raises(Unsupported, match=name):
+            DeviceSampler.from_dgl(sampler, g)
+    full = DeviceSampler.from_dgl(dgl.dataloading.MultiLayerFullNeighborSampler(2), g)
+    assert full.fanouts == [-1, -1]
