@@ -75,13 +75,18 @@ def device_batches(loader: Any, device: torch.device) -> Any:
     return batches
 
 
+def auto_samples_on(device: torch.device) -> bool:
+    """Whether ``"auto"`` tries the device sampler on ``device`` (GPUs only)."""
+    return device.type == "cuda"
+
+
 def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
     """Set where ``loader`` samples (``"device"`` or ``"cpu"``; anything not a graphtrainer
     node or edge loader is left alone and gives ``"cpu"``). ``announce``: this rank says
     what ``"auto"`` chose on a GPU."""
     if not hasattr(loader, "use_device_sampling"):
         return "cpu"
-    if mode == "cpu" or (mode == "auto" and device.type != "cuda"):
+    if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):
         loader.use_device_sampling(None)
         return "cpu"
     name = type(loader).__name__

@@ -1,0 +1,172 @@
+"""``Trainer(sampling="device")`` on CPU ranks (the torch sampler runs wherever torch runs):
+the loaders' promises kept, refusals named, runs repeatable, and training as good as with
+DGL's sampler."""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+import graphtrainer  # noqa: F401
+import dgl
+
+from graphtrainer import ModelCheckpoint, RankFailedError, Trainer
+from graphtrainer.data.device import mode
+from graphtrainer.data.node_loader import NodeLoader, default_sampler
+from graphtrainer.examples.node_classification import NodeClassification, standardize_features
+
+from conftest import rank_children
+from link_tasks import LinkTask
+from tasks import SageTask, make_graph
+
+CPU = torch.device("cpu")
+
+
+def _loaders(graph, ids, sampler, batch_size=16):
+    cpu = NodeLoader(graph, ids, sampler, batch_size)
+    dev = NodeLoader(graph, ids, sampler, batch_size)
+    assert mode.place(cpu, CPU, "cpu", announce=False) == "cpu"
+    assert mode.place(dev, CPU, "device", announce=False) == "device" and dev.sampling_mode == "device"
+    return cpu, dev
+
+
+def test_device_loader_keeps_the_loaders_split_and_evaluation_order():
+    g = make_graph()
+    ids = torch.arange(0, 150, 2)
+    cpu, dev = _loaders(g, ids, default_sampler(g, [3, 3]))
+    for epoch in (0, 1):
+        cpu.set_epoch(epoch)
+        dev.set_epoch(epoch)
+        a, b = list(cpu), list(dev)
+        assert len(a) == len(b) == len(dev)
+        for (_, seeds_a, blocks_a), (inputs, seeds_b, blocks_b) in zip(a, b):
+            assert torch.equal(seeds_a, seeds_b)  # the same permutation and batches
+            assert type(blocks_b[0]).__name__ == "TorchBlock" and type(blocks_a[0]).__name__ == "DGLBlock"
+            assert torch.equal(blocks_b[-1].dstdata["label"], g.ndata["label"][seeds_b])
+            assert torch.equal(blocks_b[0].srcdata["feat"], g.ndata["feat"][inputs])
+    dev.for_evaluation()
+    seen = torch.cat([seeds for _, seeds, _ in dev])
+    assert torch.equal(seen, ids)  # every id once, in order
+
+
+def test_refusals_name_the_part_and_auto_falls_back_saying_so(monkeypatch, capsys):
+    g = make_graph()
+
+    class MySampler(dgl.dataloading.NeighborSampler):
+        pass
+
+    loader = NodeLoader(g, torch.arange(20), MySampler([3]), 8)
+    with pytest.raises(ValueError, match=r"sampling='device'.*MySampler.*Trainer\(sampling='cpu'\)"):
+        mode.place(loader, CPU, "device", announce=True)
+    workers = NodeLoader(g, torch.arange(20), default_sampler(g, [3]), 8, num_workers=2)
+    with pytest.raises(ValueError, match=r"num_workers"):
+        mode.place(workers, CPU, "device", announce=True)
+    monkeypatch.setattr(mode, "auto_samples_on", lambda device: True)  # as on a GPU rank
+    assert mode.place(loader, CPU, "auto", announce=True) == "cpu"
+    assert loader.sampling_mode == "cpu"
+    err = capsys.readouterr().err
+    assert "sampling='auto': NodeLoader samples on the CPU because the sampler MySampler" in err
+    ok = NodeLoader(g, torch.arange(20), default_sampler(g, [3]), 8)
+    assert mode.place(ok, CPU, "auto", announce=True) == "device"
+    assert "NodeLoader samples on cpu (structure and gathered data" in capsys.readouterr().err
+
+
+class _Steps(SageTask):
+    def training_step(self, batch, batch_idx):
+        raise AssertionError("a batch was trained although the loader was refused")
+
+
+@pytest.mark.timeout(120)
+def test_a_graph_over_the_memory_budget_is_refused_before_the_first_batch(monkeypatch, root_dir):
+    monkeypatch.setenv(mode.BUDGET_ENV, "1000")
+    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=1, sampling="device", progress_bar=False,
+                      logger=False, default_root_dir=root_dir)
+    with pytest.raises(RankFailedError) as err:
+        trainer.fit(_Steps(make_graph()))
+    text = str(err.value)
+    assert "need" in text and "more than the 0.00 GiB allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" in text, text
+    assert "Trainer(sampling='cpu')" in text and "a batch was trained" not in text
+    assert not rank_children()
+
+
+def _history(root_dir, launcher, seed=3):
+    trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=2, seed=seed, sampling="device",
+                      threads_per_proc=1, progress_bar=False, logger=False, default_root_dir=root_dir)
+    trainer.fit(SageTask(make_graph(), fanouts=(3, 3)))
+    return trainer.history
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_device_sampling_runs_repeat_and_fork_equals_spawn(root_dir):
+    fork = _history(root_dir, "fork")
+    assert fork == _history(root_dir, "fork")
+    assert fork == _history(root_dir, "spawn")
+    assert fork != _history(root_dir, "fork", seed=4)  # the batches do follow the seed
+    assert not rank_children()
+
+
+# ---- training quality: device sampling against DGL's sampler, 3 seeds each ---------------------
+NODE = {  # dataset: (task kwargs, epochs, metric name)
+    "cora": (dict(fanouts=[10, 10], hidden=128, dropout=0.5, lr=1e-2, weight_decay=5e-4, batch_size=32), 30, "acc"),
+    "citeseer": (dict(fanouts=[10, 10], hidden=128, dropout=0.5, lr=1e-2, weight_decay=5e-4, batch_size=32), 30,
+                 "acc"),
+    "tolokers": (dict(fanouts=[10, 10], hidden=64, dropout=0.2, lr=3e-3, batch_size=512), 6, "auc"),
+}
+
+
+def _within_noise(cpu, dev):
+    """Rule: the means differ by at most the larger of 0.01 and the sum of the two standard deviations."""
+    gap = abs(statistics.mean(cpu) - statistics.mean(dev))
+    assert gap <= max(0.01, statistics.stdev(cpu) + statistics.stdev(dev)), (cpu, dev)
+
+
+def _node_run(graph, dataset, sampling, seed, root_dir):
+    kwargs, epochs, metric = NODE[dataset]
+    task = NodeClassification(graph, metric="roc_auc" if metric == "auc" else "accuracy", **kwargs)
+    ckpt = ModelCheckpoint(monitor=f"val_{metric}", mode="max")
+    trainer = Trainer(max_epochs=epochs, seed=seed, sampling=sampling, progress_bar=False, logger=False,
+                      enable_model_summary=False, default_root_dir=root_dir, callbacks=[ckpt])
+    trainer.fit(task)
+    return trainer.test(task, ckpt_path="best")[f"test_{metric}"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("dataset", list(NODE))
+def test_node_classification_with_device_sampling_matches_dgl_sampling(dataset, root_dir, tmp_path, monkeypatch):
+    from graphtrainer import datasets
+
+    monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "cache"))
+    graph = datasets.load(dataset)
+    if dataset == "tolokers":
+        standardize_features(graph)
+        for s in ("train", "val", "test"):
+            graph.ndata[f"{s}_mask"] = graph.ndata[f"{s}_mask"][:, 0].contiguous()
+    runs = {m: [_node_run(graph, dataset, m, seed, root_dir) for seed in range(3)] for m in ("cpu", "device")}
+    print(dataset, runs)
+    _within_noise(runs["cpu"], runs["device"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_link_prediction_with_device_sampling_matches_dgl_sampling(root_dir, tmp_path, monkeypatch):
+    from graphtrainer import datasets
+
+    monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "cache"))
+    split = datasets.link_split(datasets.load("cora"), seed=0)
+    runs = {}
+    for sampling in ("cpu", "device"):
+        runs[sampling] = []
+        for seed in range(3):
+            task = LinkTask(split.graph, split.train_eids, split.val, split.test, reverse_eids=split.reverse_eids,
+                            exclude="reverse_id", fanouts=[10, 10], hidden=64, batch_size=512, lr=5e-3,
+                            negatives=1, eval_negatives=20)
+            trainer = Trainer(max_epochs=10, seed=seed, sampling=sampling, progress_bar=False, logger=False,
+                              enable_model_summary=False, default_root_dir=root_dir,
+                              callbacks=[ModelCheckpoint(monitor="val_auc", mode="max")])
+            trainer.fit(task)
+            runs[sampling].append(trainer.test(task, ckpt_path="best")["test_auc"])
+    print("cora links", runs)
+    _within_noise(runs["cpu"], runs["device"])
