@@ -181,6 +181,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.add_argument("--num-procs", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=None)
     parser.add_argument("--launcher", default="auto", choices=("auto", "fork", "spawn"))
+    parser.add_argument("--sampling", default="auto", choices=("auto", "device", "cpu"),
+                        help="where loaders sample: 'auto' is the GPU on GPU ranks, DGL on CPU ranks")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--fanouts", default="10,10")
     parser.add_argument("--hidden", type=int, default=256)
@@ -201,6 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                               dropout=args.dropout, lr=args.lr, batch_size=args.batch_size, metric=metric)
     ckpt = ModelCheckpoint(monitor=monitor, mode="max", filename="{epoch}-{" + monitor + ":.4f}")
     trainer = Trainer(gpus=args.gpus, num_procs=None if args.gpus else args.num_procs, launcher=args.launcher,
+                      sampling=args.sampling,
                       max_epochs=args.epochs, seed=args.seed, default_root_dir=args.root_dir,
                       callbacks=[ckpt, PrintMetrics(["train_loss", "val_loss", monitor])])
     print(f"{args.dataset}: {graph.num_nodes()} nodes, {graph.num_edges()} edges; "

@@ -359,14 +359,29 @@ def test_nn_gpu_script_runs_on_cpu_too(tmp_path):
 @pytest.mark.parametrize("case", ["node", "link", "hetero"])
 def test_device_sampling_on_gpu_trains_each_shape_and_repeats(tmp_path, case):
     """Batches sampled on GPU 0 (torch blocks there from the first layer on); a second run with
-    the same seed gives the same history (each batch has its own seeded CUDA generator)."""
+    the same seed gives the same history (each batch has its own seeded CUDA generator; the
+    layers' CUDA scatter-adds sum in any order, hence float32 tolerance)."""
     from nn_fit_cases import CASES
 
     first = _fit_shape(tmp_path, "first", case, "gpu1", "--sampling", "device")
     again = _fit_shape(tmp_path, "again", case, "gpu1", "--sampling", "device")
     assert first["ranks"][0] == {"kinds": sorted(CASES[case][2]), "devices": ["cuda:0"], "params": ["cuda:0"]}
-    assert first["history"] == again["history"]
+    _assert_same_history(first["history"], again["history"], f"{case}, sampled on the GPU twice")
     assert all(math.isfinite(v) for row in first["history"] for v in row.values())
+
+
+@NEEDS_CUDA
+@pytest.mark.timeout(300)
+def test_device_sampler_structure_and_distribution_on_gpu():
+    """The sampler's unit tests (structure, exclusion, layout, chi-square against DGL) with
+    every sampled tensor on GPU 0, in a child pytest (this process stays off CUDA)."""
+    pytest.importorskip("dgl", reason="DGL is not installed on this GPU machine")
+    unit = ROOT / "tests" / "unit" / "data" / "test_device_sampler.py"
+    env = dict(os.environ, GRAPHTRAINER_SAMPLER_DEVICE="cuda",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(unit)],
+                          env=env, capture_output=True, text=True, timeout=280, cwd=str(ROOT))
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 @NEEDS_CUDA
@@ -388,9 +403,10 @@ def test_auto_sampling_picks_the_gpu_and_says_so(tmp_path):
 @pytest.mark.timeout(600)
 def test_two_ranks_on_one_gpu_with_device_sampling_reach_cpu_accuracy(tmp_path):
     """``gpus=[0, 0]`` sampling on the GPU against 2 CPU ranks sampling with DGL, node
-    classification on a learnable graph: a GPU's random streams differ from the CPU's, so the
-    batches differ; the final validation accuracy agrees within 0.05."""
+    classification on a small learnable graph: a GPU's random streams differ from the CPU's, so
+    the batches differ; the final validation accuracy agrees within 0.1 (3 of its 32 nodes;
+    chance is about 0.33)."""
     gpu = _fit_shape(tmp_path, "gpu", "node", "gpu2", "--sampling", "device", "--epochs", "6")
     cpu = _fit_shape(tmp_path, "cpu", "node", "cpu2", "--sampling", "cpu", "--epochs", "6")
     assert all(r["devices"] == ["cuda:0"] for r in gpu["ranks"]) and len(gpu["ranks"]) == 2
-    assert abs(gpu["history"][-1]["val_acc"] - cpu["history"][-1]["val_acc"]) <= 0.05
+    assert abs(gpu["history"][-1]["val_acc"] - cpu["history"][-1]["val_acc"]) <= 0.1

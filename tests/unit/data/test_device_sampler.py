@@ -1,7 +1,9 @@
 """The torch neighbour sampler (graphtrainer.data.device) against DGL's meaning of a sample:
-structure, exclusion, layout, and the distribution of the draws (on the CPU; the same ops run
-on a GPU in tests/integration/test_gpu.py)."""
+structure, exclusion, layout, and the distribution of the draws. On the CPU here; on a GPU
+tests/integration/test_gpu.py runs this file again with ``GRAPHTRAINER_SAMPLER_DEVICE=cuda``."""
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from graphtrainer.data.device.graph import device_graph
 from graphtrainer.data.device.neighbors import Excluded, floyd, sample_layer
 from graphtrainer.data.device.sampler import DeviceSampler, Unsupported
 
-CPU = torch.device("cpu")
+DEV = torch.device(os.environ.get("GRAPHTRAINER_SAMPLER_DEVICE", "cpu"))
 
 
 def skewed_graph(seed: int = 0, n: int = 300) -> dgl.DGLGraph:
@@ -34,9 +36,12 @@ def skewed_graph(seed: int = 0, n: int = 300) -> dgl.DGLGraph:
 
 def sample(g, fanouts, seeds, seed=0, replace=False, exclude=None, **prefetch):
     s = DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler(fanouts, replace=replace, **prefetch), g)
-    dg = device_graph(g, CPU, s.node_keys(), s.edge_keys())
+    dg = device_graph(g, DEV, s.node_keys(), s.edge_keys())
     seeds = seeds if isinstance(seeds, dict) else {g.ntypes[0]: seeds}
-    return s.sample(dg, node_maps(dg), seeds, torch.Generator().manual_seed(seed), exclude)
+    seeds = {nt: ids.to(DEV) for nt, ids in seeds.items()}
+    exclude = None if exclude is None else {et: ids.to(DEV) for et, ids in exclude.items()}
+    inputs, blocks = s.sample(dg, node_maps(dg), seeds, torch.Generator(DEV).manual_seed(seed), exclude)
+    return {nt: ids.cpu() for nt, ids in inputs.items()}, [b.to("cpu") for b in blocks]
 
 
 def check_block(g, block, k, replace=False, excluded=()):
@@ -103,18 +108,18 @@ def test_excluded_edges_never_appear_and_the_rest_fill_the_fanout():
 
 def test_exclusion_selects_the_rth_free_edge():
     g = dgl.graph((torch.arange(6), torch.zeros(6, dtype=torch.int64)), num_nodes=6)
-    dg = device_graph(g, CPU, {}, {})
+    dg = device_graph(g, DEV, {}, {})
     rel = dg.relations[g.canonical_etypes[0]]
-    ex = Excluded(rel, torch.tensor([1, 2, 4]))  # free positions among 0..5: 0, 3, 5
-    start = torch.zeros(3, dtype=torch.int64)
-    assert ex.count(torch.zeros(1, dtype=torch.int64), torch.tensor([6])).tolist() == [3]
-    assert rel.eids[ex.select(start, torch.arange(3))].tolist() == [0, 3, 5]
+    ex = Excluded(rel, torch.tensor([1, 2, 4], device=DEV))  # free positions among 0..5: 0, 3, 5
+    start = torch.zeros(3, dtype=torch.int64, device=DEV)
+    assert ex.count(start[:1], torch.tensor([6], device=DEV)).tolist() == [3]
+    assert rel.eids[ex.select(start, torch.arange(3, device=DEV))].tolist() == [0, 3, 5]
 
 
 def test_floyd_draws_distinct_offsets_below_the_degree():
-    deg = torch.tensor([0, 3, 7, 8, 100, 10**6])
-    out = floyd(deg, 7, torch.Generator().manual_seed(0))
-    for row, d in zip(out, deg.tolist()):
+    deg = torch.tensor([0, 3, 7, 8, 100, 10**6], device=DEV)
+    out = floyd(deg, 7, torch.Generator(DEV).manual_seed(0)).cpu()
+    for row, d in zip(out, deg.cpu().tolist()):
         if d > 7:
             assert row.unique().numel() == 7 and int(row.min()) >= 0 and int(row.max()) < d
         else:
@@ -143,16 +148,16 @@ def test_draws_are_uniform_like_dgls_and_the_test_fails_a_biased_sampler():
     same graph; first-k fails the same test."""
     deg, k, trials = 40, 5, 4000
     g = dgl.graph((torch.arange(deg).repeat(trials), torch.arange(trials).repeat_interleave(deg)), num_nodes=trials)
-    dg = device_graph(g, CPU, {}, {})
+    dg = device_graph(g, DEV, {}, {})
     rel = dg.relations[g.canonical_etypes[0]]
     seeds = torch.arange(trials)
-    ours = sample_layer(rel, seeds, k, False, torch.Generator().manual_seed(0))
+    ours = sample_layer(rel, seeds.to(DEV), k, False, torch.Generator(DEV).manual_seed(0))
     ours_dst = torch.arange(trials).repeat_interleave(k)
     dgl.seed(0)
     frontier = g.sample_neighbors(seeds, k)
     theirs_eid = frontier.edata["_ID"]
     expected = trials * k / deg
-    ours_freq = _frequencies(ours.eid, ours_dst, deg, k)
+    ours_freq = _frequencies(ours.eid.cpu(), ours_dst, deg, k)
     theirs_freq = _frequencies(theirs_eid, g.find_edges(theirs_eid)[1], deg, k)
     assert chi_square(ours_freq, expected) < CHI2_39_999, ours_freq
     assert chi_square(theirs_freq, expected) < CHI2_39_999, theirs_freq
