@@ -19,18 +19,20 @@ from ..nn.transfer import BatchTransfer
 from ..state import BatchLimit, RunState, TrainerConfig
 
 
-def check_loaders(state: RunState, training: Any = None, evaluation: Any = None, sampling: str = "cpu") -> None:
+def check_loaders(state: RunState, training: Any = None, evaluation: Any = None,
+                  config: Optional[TrainerConfig] = None) -> None:
     """Check a stage's loaders before the first batch (``evaluation``: every id scored
-    once) and choose where they sample (``Trainer(sampling=...)``). In ranks launched from a
-    prepared graph, rank 0 also warns about sparse formats their sampling reads that were
-    not built before launch (each rank would build its own)."""
+    once) and choose where they sample (``config.sampling``; without a config, on the CPU).
+    In ranks launched from a prepared graph, rank 0 also warns about sparse formats their
+    sampling reads that were not built before launch (each rank would build its own)."""
     if training is not None:
         check_loader(training, state.world_size)
     if evaluation is not None:
         check_loader(evaluation, state.world_size, evaluation=True)
     for loader in (training, evaluation):
         if loader is not None:
-            place_sampling(loader, state.device, sampling, announce=state.rank == 0)
+            place_sampling(loader, state.device, config.sampling if config is not None else "cpu",
+                           announce=state.rank == 0, ahead=config is None or config.prefetch_batches)
     if state.launched and state.world_size > 1 and state.rank == 0:
         for loader in (training, evaluation):
             if loader is not None:

@@ -65,7 +65,7 @@ def run_evaluation(ctx: RankContext, stage: Stage, ckpt_path: Optional[str]) -> 
     if loader is None:
         raise ValueError(f"Trainer.{stage.name} needs {type(task).__name__}.{stage.loader_method}() to "
                          "return a loader; it returned None")
-    check_loaders(state, evaluation=loader, sampling=ctx.config.sampling)
+    check_loaders(state, evaluation=loader, config=ctx.config)
     metrics, outputs = eval_epoch(ctx, stage, loader)
     state.callback_metrics.update(metrics)
     limited = stage.limit(ctx.config) is not None

@@ -122,7 +122,7 @@ def _setup(ctx: RankContext, module: nn.Module, ddp: Optional[DDP], checkpoint: 
     require_training_loader(train_loader, type(task).__name__)
     heartbeat.beat("val_dataloader")
     val_loader = for_evaluation(task.val_dataloader())
-    check_loaders(state, training=train_loader, evaluation=val_loader, sampling=ctx.config.sampling)
+    check_loaders(state, training=train_loader, evaluation=val_loader, config=ctx.config)
     state.has_val_loader = val_loader is not None
     call_hook(ctx, "on_fit_start")
     return _Fit(ctx, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),

@@ -38,6 +38,11 @@ def dgl_only(obj: Any, name: str) -> AttributeError:
         f"or when Trainer(block_type='torch')), and DGL code such as a dgl.nn layer cannot run on it. Fix: {FIXES}.")
 
 
+def _pinned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in page-locked memory; a tensor already on a device (sampled there) stays."""
+    return t if t.device.type != "cpu" or t.is_pinned() else t.pin_memory()
+
+
 def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
     return {k: (_move(v, fn) if isinstance(v, dict) else fn(v)) for k, v in data.items()}
 
@@ -162,7 +167,7 @@ class TorchBlock:
     def pin_memory(self) -> "TorchBlock":
         """A copy whose tensors are in page-locked memory (needs CUDA), so ``to(cuda,
         non_blocking=True)`` copies asynchronously."""
-        return self._map(lambda t: t if t.is_pinned() else t.pin_memory())
+        return self._map(_pinned)
 
     def tensors(self) -> Dict[str, torch.Tensor]:
         """Every tensor held, by a descriptive name (for checks and tests)."""
@@ -288,7 +293,7 @@ class TorchHeteroBlock:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "TorchHeteroBlock":
-        return self._map(lambda t: t if t.is_pinned() else t.pin_memory())
+        return self._map(_pinned)
 
     def tensors(self) -> Dict[str, torch.Tensor]:
         out: Dict[str, torch.Tensor] = {}

@@ -65,17 +65,16 @@ class Excluded:
 def floyd(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
     """``[n, k]`` offsets: ``k`` distinct values in ``[0, deg)`` per row, uniform over the
     ``k``-subsets, for rows with ``deg > k``; ``0..k-1`` for the others."""
-    n = deg.numel()
-    out = torch.empty((n, k), dtype=torch.int64, device=deg.device)
-    u = torch.rand((n, k), generator=gen, device=deg.device, dtype=torch.float64)
-    for j in range(k):
-        limit = (deg - (k - 1 - j)).clamp(min=1)  # t uniform in [0, limit)
-        t = (u[:, j] * limit).to(torch.int64)
-        if j:
-            t = torch.where((out[:, :j] == t.unsqueeze(1)).any(1), limit - 1, t)
-        out[:, j] = t
-    small = (deg <= k).unsqueeze(1)
-    return torch.where(small, torch.arange(k, device=deg.device).expand(n, k), out)
+    n, dev = deg.numel(), deg.device
+    steps = torch.arange(k, device=dev)
+    # Round j draws t uniform in [0, deg - k + j]; all rounds' draws are made at once.
+    limit = (deg.unsqueeze(1) - (k - 1) + steps).clamp(min=1)
+    draws = (torch.rand((n, k), generator=gen, device=dev, dtype=torch.float64) * limit).to(torch.int64)
+    out = draws.clone()
+    for j in range(1, k):
+        taken = (out[:, :j] == draws[:, j:j + 1]).any(1)
+        out[:, j] = torch.where(taken, limit[:, j] - 1, draws[:, j])
+    return torch.where((deg <= k).unsqueeze(1), steps.expand(n, k), out)
 
 
 def sort_keys(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
