@@ -20,6 +20,7 @@ steps; the step's sampling share is the GPU per-batch sampling time over the dev
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -46,6 +47,9 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--gpu", action="store_true", help="also the training part (needs CUDA)")
     p.add_argument("--steps", type=int, default=40, help="timed training steps per GPU-rank arm")
     p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
+    p.add_argument("--arms", nargs="+", default=None, help="only the training arms whose label holds one of these")
+    p.add_argument("--per-batch", action=argparse.BooleanOptionalAction, default=True,
+                   help="the per-batch part (default on)")
     p.add_argument("--cpu-arms", action="store_true",
                    help="the training part with one CPU rank in place of the GPU rank (checks the script anywhere)")
     args = p.parse_args(argv)
@@ -192,26 +196,33 @@ def train_arm(graph: Any, name: str, steps: int, warm: int, workers: int = 0, **
     return clock
 
 
-def train_part(graph: Any, name: str, args: Any) -> Dict[str, Any]:
-    steps, warm = args.steps, 1 if args.tiny else 5
-    arms: Dict[str, Any] = {}
+def train_plan(args: Any) -> List[Any]:
     one = dict(num_procs=1) if args.cpu_arms else dict(gpus=1)
-    # 2 CPU ranks first: later arms may leave CUDA initialised here, and then CPU ranks could not fork.
     plan = [("2 CPU ranks (DGL sampling)", dict(num_procs=2, sampling="cpu", launcher="fork")),
             ("GPU rank, sampling on the GPU", dict(one, sampling="device")),
             ("GPU rank, sampling on the GPU, not ahead", dict(one, sampling="device", prefetch_batches=False)),
             ("GPU rank, DGL sampling on the CPU", dict(one, sampling="cpu"))]
     plan += [(f"GPU rank, DGL sampling, {w} workers", dict(one, sampling="cpu", workers=w)) for w in args.workers]
+    return [(label, kwargs) for label, kwargs in plan if not args.arms or any(a in label for a in args.arms)]
+
+
+def train_part(graphs: Dict[str, Any], args: Any) -> Dict[str, Any]:
+    """Every graph's arms; the 2-CPU-rank arms of all graphs first: a GPU rank trained in this
+    process leaves autograd's device threads here, and CPU ranks cannot be forked after that."""
+    out: Dict[str, Dict[str, Any]] = {name: {} for name in graphs}
+    plan = sorted(train_plan(args), key=lambda arm: arm[1].get("num_procs") != 2)
     for label, kwargs in plan:
-        cpu_ranks = kwargs.get("num_procs") == 2
-        try:
-            arms[label] = train_arm(graph, name, max(3, steps // 4) if cpu_ranks else steps, min(2, warm) if cpu_ranks else warm,
-                                    **kwargs)
-            print(f"[device_sampling] {name} {label}: {arms[label]['seeds_per_s']:,.0f} seeds/s", flush=True)
-        except Exception as err:  # keep the other arms' figures: a device call is short
-            arms[label] = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
-            print(f"[device_sampling] {name} {label}: FAILED {arms[label]['error']}", flush=True)
-    return arms
+        for name, graph in graphs.items():
+            cpu_ranks = kwargs.get("num_procs") == 2
+            steps = max(3, args.steps // 4) if cpu_ranks else args.steps
+            warm = 1 if args.tiny else (2 if cpu_ranks else 5)
+            try:
+                out[name][label] = train_arm(graph, name, steps, warm, **kwargs)
+                print(f"[device_sampling] {name} {label}: {out[name][label]['seeds_per_s']:,.0f} seeds/s", flush=True)
+            except Exception as err:  # keep the other arms' figures: a device call is short
+                out[name][label] = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
+                print(f"[device_sampling] {name} {label}: FAILED {out[name][label]['error']}", flush=True)
+    return out
 
 
 def render(results: Dict[str, Any], device: str) -> str:
@@ -255,10 +266,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
 
         cap_train(graph, GRAPHS[name][5])
     if args.gpu:  # before this process touches CUDA: the ranks fork
-        for name, graph in graphs.items():
-            results["training"][name] = train_part(graph, name, args)
+        results["training"] = train_part(graphs, args)
     devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
-    for name, graph in graphs.items():
+    for name, graph in graphs.items() if args.per_batch else ():
         for device in devices:
             if device.type == "cpu" and name == "products" and not args.tiny:
                 continue  # the CPU comparison runs on the 50k graph; the products graph is for the GPU
