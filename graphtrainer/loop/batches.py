@@ -32,7 +32,7 @@ def check_loaders(state: RunState, training: Any = None, evaluation: Any = None,
     for loader in (training, evaluation):
         if loader is not None:
             place_sampling(loader, state.device, config.sampling if config is not None else "cpu",
-                           announce=state.rank == 0, ahead=config is None or config.prefetch_batches)
+                           announce=state.rank == 0)
     if state.launched and state.world_size > 1 and state.rank == 0:
         for loader in (training, evaluation):
             if loader is not None:

@@ -4,9 +4,12 @@
 Each batch draws from its own generator on the device, seeded from ``(seed, rank, epoch,
 batch index)`` as DGL is on the CPU path, so a rerun on the same device gives the same
 batches, whichever launcher started the rank, and a resumed epoch skips to the same ones.
-The share moves to the device once per epoch; nothing else crosses per batch. On a GPU the
-batches are sampled one ahead of the step, in a thread (:mod:`.ahead`), unless
-``Trainer(prefetch_batches=False)``.
+The share moves to the device once per epoch; nothing else crosses per batch.
+
+Batches are sampled in the training loop, not ahead of it in a thread: on the H100 a thread
+sampling one batch ahead on its own CUDA stream gave the same seeds/s (62,251 against 61,494
+on the products-sized graph: the sampler's host work holds the GIL) for 0.27 GiB more peak
+memory (``benchmarks/results/gpu/h100-device-sampling/run2``), so it was not kept.
 """
 from __future__ import annotations
 
@@ -16,22 +19,17 @@ import torch
 
 from ..hetero import split_flat
 from ..workers import batch_seed
-from .ahead import Scratch, sample_ahead
 from .compact import NodeMaps
 from .graph import DeviceGraph, device_graph
 from .sampler import DeviceSampler
 
-def scratch(dg: DeviceGraph) -> Scratch:
-    """A device graph's sampling scratch: one set of id maps, one lock, one CUDA stream."""
-    found = getattr(dg, "_scratch", None)
-    if found is None:
-        found = dg._scratch = Scratch(NodeMaps(dg.num_nodes, dg.device), dg.device)  # type: ignore[attr-defined]
-    return found
-
-
 def node_maps(dg: DeviceGraph) -> NodeMaps:
-    """The scratch id maps of a device graph (one set: a rank samples one batch at a time)."""
-    return scratch(dg).maps
+    """The scratch id maps of a device graph (one set: a rank samples one batch at a time,
+    and each batch leaves them clear)."""
+    maps = getattr(dg, "_maps", None)
+    if maps is None:
+        maps = dg._maps = NodeMaps(dg.num_nodes, dg.device)  # type: ignore[attr-defined]
+    return maps
 
 
 def batch_generator(device: torch.device, seed: int, rank: int, epoch: int, index: int) -> torch.Generator:
@@ -50,10 +48,10 @@ class DeviceNodeBatches:
     ``types``: the heterograph's ``(type, offset, count)`` spans of the flat ids (or None)."""
 
     def __init__(self, graph: Any, sampler: DeviceSampler, batch_size: int, drop_last: bool,
-                 types: Optional[Sequence[Tuple[str, int, int]]], device: torch.device, ahead: bool = True):
+                 types: Optional[Sequence[Tuple[str, int, int]]], device: torch.device):
         self.sampler, self.batch_size, self.drop_last, self.types = sampler, batch_size, drop_last, types
         self.graph = device_graph(graph, device, sampler.node_keys(), sampler.edge_keys())
-        self.device, self.ahead = device, ahead
+        self.device = device
 
     def seeds(self, ids: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Every node type's seeds (empty where the batch has none), on the device."""
@@ -64,19 +62,13 @@ class DeviceNodeBatches:
         return {nt: typed.get(nt, empty).to(self.device, non_blocking=True) for nt in self.graph.ntypes}
 
     def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int) -> Iterator[Any]:
-        """The share's batches; sampled one ahead in a thread on a GPU with ``ahead`` (see :mod:`.ahead`)."""
-        work = scratch(self.graph)
-        make = lambda: self._batches(share, seed, rank, epoch, work)  # noqa: E731
-        return sample_ahead(make, work, self.device) if self.ahead else make()
-
-    def _batches(self, share: torch.Tensor, seed: int, rank: int, epoch: int, work: Scratch) -> Iterator[Any]:
         if self.types is None:
             share = share.to(self.device)
+        maps = node_maps(self.graph)
         for i, lo, hi in batch_ranges(share.numel(), self.batch_size, self.drop_last):
             gen = batch_generator(self.device, seed, rank, epoch, i)
             seeds = self.seeds(share[lo:hi])
-            with work.lock:
-                inputs, blocks = self.sampler.sample(self.graph, work.maps, seeds, gen)
+            inputs, blocks = self.sampler.sample(self.graph, maps, seeds, gen)
             if self.types is None:
                 yield inputs[self.graph.ntypes[0]], next(iter(seeds.values())), blocks
             else:

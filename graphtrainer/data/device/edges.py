@@ -15,8 +15,7 @@ import torch
 
 from ...nn.blocks import TorchBlock
 from ..edge_loader import PerEdgeUniform, edge_hash
-from .ahead import Scratch, sample_ahead
-from .batches import batch_generator, batch_ranges, scratch
+from .batches import batch_generator, batch_ranges, node_maps
 from .graph import device_graph
 from .sampler import DeviceSampler, Unsupported
 
@@ -36,14 +35,14 @@ class DeviceEdgeBatches:
     """``(input_nodes, pair_graph, neg_pair_graph, blocks)`` batches (no ``neg_pair_graph``
     without negatives) of an :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s share."""
 
-    def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device, ahead: bool = True):
+    def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device):
         if loader.typed is not None:
             raise Unsupported("a heterograph edge loader samples on the CPU (device sampling of typed seed "
                               "edges is not built yet)")
         if loader.negatives is not None and not isinstance(loader.negatives, PerEdgeUniform):
             raise Unsupported(f"negatives={type(loader.negatives).__name__}: the device sampler draws uniform "
                               "negatives (negatives=k)")
-        self.loader, self.sampler, self.device, self.ahead = loader, sampler, device, ahead
+        self.loader, self.sampler, self.device = loader, sampler, device
         self.graph = device_graph(loader.graph, device, sampler.node_keys(), sampler.edge_keys())
         (self.etype, self.rel), = self.graph.relations.items()
         self.pairs = None if loader.pairs is None else tuple(p.to(device) for p in loader.pairs)
@@ -51,12 +50,8 @@ class DeviceEdgeBatches:
         self.reverse = rev.to(device) if rev is not None and loader.exclude == "reverse_id" else None
 
     def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int) -> Iterator[Tuple[Any, ...]]:
-        work = scratch(self.graph)
-        make = lambda: self._batches(share, seed, rank, epoch, work)  # noqa: E731
-        return sample_ahead(make, work, self.device) if self.ahead else make()
-
-    def _batches(self, share: torch.Tensor, seed: int, rank: int, epoch: int, work: Scratch) -> Iterator[Tuple[Any, ...]]:
         share = share.to(self.device)
+        maps = node_maps(self.graph)
         nt = self.graph.ntypes[0]
         num_nodes = self.graph.num_nodes[nt]
         negatives = self.loader.negatives
@@ -74,9 +69,8 @@ class DeviceEdgeBatches:
             if self.loader.exclude is not None:
                 excluded = ids if self.reverse is None else torch.cat([ids, self.reverse[ids]])
                 exclude = {self.etype: excluded}
-            with work.lock:
-                inputs, blocks = self.sampler.sample(self.graph, work.maps, {nt: nodes}, batch_generator(
-                    self.device, seed, rank, epoch, i), exclude)
+            inputs, blocks = self.sampler.sample(self.graph, maps, {nt: nodes}, batch_generator(
+                self.device, seed, rank, epoch, i), exclude)
             if negatives is None:
                 yield inputs[nt], pair, blocks
             else:

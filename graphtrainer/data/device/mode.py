@@ -51,7 +51,7 @@ def _gb(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def device_batches(loader: Any, device: torch.device, ahead: bool = True) -> Any:
+def device_batches(loader: Any, device: torch.device) -> Any:
     """The device sampling of a node or edge loader, or :class:`Unsupported` naming why not."""
     from .batches import DeviceNodeBatches
     from .edges import DeviceEdgeBatches
@@ -68,9 +68,9 @@ def device_batches(loader: Any, device: torch.device, ahead: bool = True) -> Any
         raise Unsupported(f"the graph's structure and gathered data need {_gb(need)} on {device}, more than "
                           f"the {_gb(allowed)} allowed ({source})", )
     if hasattr(loader, "pairs"):
-        batches: Any = DeviceEdgeBatches(loader, sampler, device, ahead)
+        batches: Any = DeviceEdgeBatches(loader, sampler, device)
     else:
-        batches = DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device, ahead)
+        batches = DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device)
     batches.footprint = f"structure and gathered data {_gb(need)} of the {_gb(allowed)} allowed ({source})"
     return batches
 
@@ -80,10 +80,10 @@ def auto_samples_on(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def place(loader: Any, device: torch.device, mode: str, announce: bool, ahead: bool = True) -> str:
+def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
     """Set where ``loader`` samples (``"device"`` or ``"cpu"``; anything not a graphtrainer
     node or edge loader is left alone and gives ``"cpu"``). ``announce``: this rank says
-    what ``"auto"`` chose on a GPU. ``ahead``: sample one batch ahead on a GPU (:mod:`.ahead`)."""
+    what ``"auto"`` chose on a GPU."""
     if not hasattr(loader, "use_device_sampling"):
         return "cpu"
     if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):
@@ -91,7 +91,7 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool, ahead: b
         return "cpu"
     name = type(loader).__name__
     try:
-        batches = device_batches(loader, device, ahead)
+        batches = device_batches(loader, device)
     except Unsupported as why:
         if mode == "device":
             raise ValueError(f"sampling='device' cannot sample this {name} on {device}: {why}. Fix: change that, "
