@@ -8,8 +8,9 @@ The share moves to the device once per epoch; nothing else crosses per batch.
 
 Batches are sampled in the training loop, not ahead of it in a thread: on the H100 a thread
 sampling one batch ahead on its own CUDA stream gave the same seeds/s (62,251 against 61,494
-on the products-sized graph: the sampler's host work holds the GIL) for 0.27 GiB more peak
-memory (``benchmarks/results/gpu/h100-device-sampling/run2``), so it was not kept.
+on the products-sized graph: the sampler's host work holds the GIL) and a higher peak (3.34 GiB
+against 3.07 GiB for the same arm without it in ``run1``; results in
+``benchmarks/results/gpu/h100-device-sampling/``), so it was not kept.
 """
 from __future__ import annotations
 
