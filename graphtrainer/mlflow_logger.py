@@ -114,9 +114,11 @@ class MLflowLogger:
         from mlflow.entities import Param
 
         logged = self.experiment.get_run(self.run_id).data.params
-        fresh = [Param(k, v) for k, v in self._params.items() if logged.get(k) != v]
+        # A resumed run has them already, and MLflow refuses to change a param: its first value
+        # stays (a resume's larger trainer/max_epochs is not logged again).
+        fresh = [Param(k, v) for k, v in self._params.items() if k not in logged]
         self._params = {}
-        if fresh:  # a resumed run has them already: MLflow refuses to log a param twice
+        if fresh:
             self.experiment.log_batch(self.run_id, params=fresh)
 
     def log_hyperparams(self, params: Dict[str, Any]) -> None:
