@@ -117,7 +117,8 @@ def main(argv: List[str]) -> int:
     text = render()
     if "--check" in argv:
         same = PAGE.is_file() and PAGE.read_text(encoding="utf-8") == text
-        print("docs/api.md is up to date" if same else "docs/api.md is out of date: run python scripts/api_reference.py")
+        print("docs/api.md is up to date" if same else
+              "docs/api.md is out of date: run python scripts/api_reference.py")
         return 0 if same else 1
     PAGE.write_text(text, encoding="utf-8")
     print(f"wrote {PAGE.relative_to(ROOT)}")

@@ -4,7 +4,8 @@
 ``log_metrics(metrics, step)``; these methods are called when present: ``log_hyperparams(params)``
 (at the start of ``fit``: the task's hyper-parameters, and the Trainer's settings under
 ``"trainer"``; ``hparams.yaml`` holds the task's only), ``check()`` (in the caller, when the
-``Trainer`` is made, before any rank starts: raise there for a store that cannot work), ``after_save_checkpoint(checkpoint_callback)`` (after
+``Trainer`` is made, before any rank starts: raise there for a store that cannot work),
+``after_save_checkpoint(checkpoint_callback)`` (after
 :class:`~graphtrainer.ModelCheckpoint` wrote a file), ``save()`` (after each epoch's row),
 ``finalize(status)`` (``"success"`` or ``"failed"``), and ``state_dict()``/``load_state_dict()``
 (kept in the checkpoint, so a resumed fit continues the same external run; after a launched
