@@ -167,6 +167,19 @@ class Metrics(Dict[str, float]):
         return self[new]
 
 
+def _dump_as_a_dict() -> None:
+    """YAML writes a :class:`Metrics` as the plain dict it is (its dumpers know exact types only)."""
+    try:
+        import yaml
+    except ImportError:
+        return
+    for dumper in (yaml.SafeDumper, yaml.Dumper):
+        dumper.add_representer(Metrics, yaml.SafeDumper.represent_dict)
+
+
+_dump_as_a_dict()
+
+
 def metric_key(key: str, metrics: Mapping[str, Any], who: str) -> str:
     """``key``, or its new name when only that one is in ``metrics`` (warning ``who`` asked for the old one)."""
     if key in metrics:

@@ -120,3 +120,13 @@ def test_old_metric_names_read_their_new_ones_with_a_warning():
         assert _moved.renamed_metric(key) is None
     with pytest.raises(KeyError, match="test_nope"):
         metrics["test_nope"]
+    # Still a plain dict to everything else: equality, JSON, YAML, pickling.
+    import json
+    import pickle
+
+    import yaml
+
+    plain = {"test_pooled_hits@20": 0.5, "test_per_edge_hits@20": 0.25, "test_mrr": 0.4}
+    assert metrics == plain and json.loads(json.dumps(metrics)) == plain
+    assert yaml.safe_load(yaml.safe_dump(metrics)) == plain == yaml.safe_load(yaml.dump(metrics))
+    assert pickle.loads(pickle.dumps(metrics)) == plain

@@ -64,3 +64,10 @@ def test_a_monitor_that_does_not_exist_raises_at_the_first_epoch_end_naming_the_
     with pytest.raises(KeyError, match=r"ModelCheckpoint monitors 'val_acc', which was not logged by the end of "
                                        r"epoch 0; logged metrics: \['train_loss', 'val_loss', 'val_pooled_hits@20'\]"):
         _fit(root_dir, [ModelCheckpoint(monitor="val_acc")])
+
+
+def test_the_metrics_validate_returns_read_an_old_name_as_its_new_one(root_dir):
+    trainer = Trainer(max_epochs=1, progress_bar=False, enable_model_summary=False, default_root_dir=root_dir)
+    metrics = trainer.validate(RegressionTask(n=16, script={"val_pooled_hits@20": [0.3]}))
+    with pytest.warns(DeprecationWarning, match=r"'val_hits@20' is now called 'val_pooled_hits@20'"):
+        assert metrics["val_hits@20"] == pytest.approx(0.3)
