@@ -12,6 +12,10 @@ from ._compat.dgl_2_1_streams import install_dgl_stream_claim  # noqa: E402
 
 install_dgl_stream_claim()  # keeps forked ranks' DGL sampling independent of the driver's history
 
+from ._moved import install as _install_moved  # noqa: E402
+
+_install_moved()  # old import paths (graphtrainer.metrics, graphtrainer.inference, ...) warn and work
+
 from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary,
                         PrintMetrics, ProgressBar)
 from .checkpoint.file import CheckpointError

@@ -8,12 +8,16 @@ same run rather than opening a new one.
 
 A local store needs no server: ``tracking_uri="file:///path/mlruns"``. MLflow 3 refuses its
 file store unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set (it prefers ``sqlite:///mlflow.db``,
-which needs the full ``mlflow`` package).
+which needs the full ``mlflow`` package). The Trainer checks the store when it is made
+(:meth:`MLflowLogger.check`), in the caller, so a store that cannot work fails there with one
+line and no rank starts. After ``fit``, :attr:`MLflowLogger.run_id` holds the run's id in the
+caller too; the Trainer's settings are params beside the task's (``trainer/max_epochs``, ...).
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 from typing import Any, Dict, List, Optional
 
 #: Values longer than this are cut: MLflow refuses longer params.
@@ -58,6 +62,30 @@ class MLflowLogger:
         self._params: Dict[str, str] = {}
         self._checkpoint_callback: Any = None
 
+    def check(self) -> None:
+        """Refuse a store MLflow will not open: a ``file:`` store (or a plain path) without
+        ``MLFLOW_ALLOW_FILE_STORE=true`` under MLflow 3, an unknown scheme, a ``sqlite:`` store
+        without the full ``mlflow`` package. Called by the Trainer, before any rank starts."""
+        import mlflow
+        import mlflow.environment_variables as env
+
+        uri = self.tracking_uri or mlflow.get_tracking_uri()
+        allow = getattr(env, "MLFLOW_ALLOW_FILE_STORE", None)  # MLflow 3 and later
+        if urlparse(str(uri)).scheme in ("", "file") and allow is not None and not allow.get():
+            raise ValueError(f"MLflowLogger(tracking_uri={uri!r}) is a file store, which MLflow "
+                             f"{mlflow.__version__} opens only with MLFLOW_ALLOW_FILE_STORE=true in the "
+                             "environment: set it before fit, or use a tracking server (http://...) or "
+                             "'sqlite:///mlflow.db' (needs the full mlflow package)")
+        try:
+            from mlflow.tracking._tracking_service.utils import _get_store
+        except ImportError:  # another MLflow layout: the rank reports what fails
+            return
+        try:
+            _get_store(str(uri))  # builds the store object only: no run, no request to a server
+        except Exception as err:  # MLflow raises several kinds: one line that names the URI
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"MLflowLogger(tracking_uri={uri!r}) cannot open its store: {first}") from None
+
     # The client holds sockets and locks: built on first use in the rank, never pickled.
     def __getstate__(self) -> Dict[str, Any]:
         return {**self.__dict__, "_client": None}
@@ -86,9 +114,11 @@ class MLflowLogger:
         from mlflow.entities import Param
 
         logged = self.experiment.get_run(self.run_id).data.params
-        fresh = [Param(k, v) for k, v in self._params.items() if logged.get(k) != v]
+        # A resumed run has them already, and MLflow refuses to change a param: its first value
+        # stays (a resume's larger trainer/max_epochs is not logged again).
+        fresh = [Param(k, v) for k, v in self._params.items() if k not in logged]
         self._params = {}
-        if fresh:  # a resumed run has them already: MLflow refuses to log a param twice
+        if fresh:
             self.experiment.log_batch(self.run_id, params=fresh)
 
     def log_hyperparams(self, params: Dict[str, Any]) -> None:

@@ -12,12 +12,19 @@ import argparse
 import pathlib
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import dgl
 
 from . import datasets
+from ._moved import moved_name
 from .distdgl.partition import METHODS, PartitionSummary, partition_graph
+
+
+def __getattr__(name: str) -> Any:
+    """Names that moved to :mod:`graphtrainer.distdgl.partition` still work here, with a warning."""
+    return moved_name(__name__, name)
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m graphtrainer.partition",

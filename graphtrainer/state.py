@@ -179,6 +179,8 @@ class RunResult:
     metrics: Dict[str, float] = field(default_factory=dict)
     #: ``predict`` outputs, one row per id in the order given.
     predictions: Optional[torch.Tensor] = None
+    #: Rank 0's logger states (``fit``), for the caller's logger objects (an MLflow ``run_id``).
+    logger_states: Optional[Dict[str, Any]] = None
 
 
 def callback_states(callbacks: Sequence[Any]) -> Dict[str, Any]:

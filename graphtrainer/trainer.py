@@ -26,7 +26,7 @@ from .launch.environment import ExistingRanks, detect_external_launch
 from .launch.lean import allocator_option
 from .launch.local import LocalLauncher
 from .loop.ddp import check_ddp_kwargs
-from .loop.loggers import check_logger
+from .loop.loggers import absorb_logger_states, check_logger
 from .loop.context import RankContext
 from .loop.runtime import run_rank
 from .state import RunResult, RunState, RunView, TrainerConfig
@@ -70,7 +70,7 @@ class Trainer(RunView):
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
         logger: True for a CSV logger, False for none, or a logger object (any Lightning-style
-            logger: ``log_metrics(metrics, step)``, see :mod:`graphtrainer.loggers`) or a
+            logger: ``log_metrics(metrics, step)``, see :mod:`graphtrainer.loop.loggers`) or a
             list of them, each beside the CSV logger.
         gradient_clip_val: clip the gradients to this value: their global norm
             (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
@@ -117,7 +117,7 @@ class Trainer(RunView):
             an error that names this option). It walks the autograd graph every step. DDP
             then prints "did not find any unused parameters" once per rank as soon as one
             step used them all, even when other steps need the option (see
-            :mod:`graphtrainer.ddp`); ``ddp_kwargs={"static_graph": True}`` avoids both the
+            :mod:`graphtrainer.loop.ddp`); ``ddp_kwargs={"static_graph": True}`` avoids both the
             walk and the warning where every step uses the same parameters.
         ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
@@ -213,8 +213,7 @@ class Trainer(RunView):
         allocator: str = "default",
         pin_cpus: bool = True,
     ):
-        """The options are in the class docstring. Long because it takes every option, as
-        Lightning does, and checks each before freezing them in one ``TrainerConfig``."""
+        """Options: see the class docstring. Long because it takes and checks every option (as Lightning)."""
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
         if max_epochs < 1 and max_steps <= 0:
@@ -392,6 +391,7 @@ class Trainer(RunView):
         for cb in self.callbacks:
             if cb.state_key in result.callback_states:
                 cb.load_state_dict(result.callback_states[cb.state_key])
+        absorb_logger_states(self.config.logger, result.logger_states)  # e.g. MLflow's run_id
         if result.state_dict is not None:
             if task.module is None:
                 task.model = task.configure_model()

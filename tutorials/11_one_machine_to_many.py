@@ -28,7 +28,7 @@ Step 1: partition
 
     python -m graphtrainer.partition --dataset cora --parts K --out parts/cora-Kparts
 
-(this script calls the same command line, ``graphtrainer.distdgl.partition.main([...])``; its
+(this script calls the same command line, ``graphtrainer.partition.main([...])``; its
 Python API is ``graphtrainer.distdgl.partition.partition_graph(graph, name, parts, out)``). It
 wraps ``dgl.distributed.partition_graph`` (METIS, balancing the training nodes over the
 parts) and prints one row per part: the nodes it owns, its *halo* nodes (copies of

@@ -12,6 +12,7 @@ from ..checkpoint.content import save_checkpoint
 from ..state import RunView
 from ..task import GraphTask
 from .base import Callback
+from .._moved import metric_key
 
 
 class ModelCheckpoint(Callback):
@@ -26,7 +27,11 @@ class ModelCheckpoint(Callback):
     same number the checkpoint's ``"epoch"`` field holds). ``dirpath`` defaults to
     ``<log_dir>/checkpoints``, the run's own folder: a resumed or repeated fit writes into
     its new run folder, never into the one it resumed from. A non-finite monitored value
-    is never recorded as best.
+    is never recorded as best. A ``monitor`` that was not logged raises a ``KeyError`` naming
+    it and the metrics that exist, at the first epoch end where it should be there (one where
+    validation ran, or any with no validation loader), as Lightning does: a run whose best
+    file cannot be chosen should not train on. An old metric name (``val_hits@20``) monitors
+    its new one (``val_pooled_hits@20``), with a ``DeprecationWarning``.
 
     Each ``fit`` starts with no best file and no top-k. Resuming restores the top-k state
     only when the checkpoint came from this same ``dirpath`` (an explicit one): files of
@@ -98,12 +103,13 @@ class ModelCheckpoint(Callback):
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
         metrics = trainer.callback_metrics
-        if self.monitor is not None and self.monitor not in metrics:
+        monitored = metric_key(self.monitor, metrics, "ModelCheckpoint(monitor=...)") if self.monitor else None
+        if monitored is not None and monitored not in metrics:
             if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:
                 return  # monitored metric comes from validation, which did not run this epoch
-            raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which was never logged; "
-                           f"logged metrics: {sorted(metrics)}")
-        decision = gdist.broadcast_object(self._decide(trainer) if trainer.rank == 0 else None)
+            raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which was not logged by the end of "
+                           f"epoch {trainer.current_epoch}; logged metrics: {sorted(metrics)}")
+        decision = gdist.broadcast_object(self._decide(trainer, monitored) if trainer.rank == 0 else None)
         self.load_state_dict(decision["state"])  # before saving: the file holds the state that includes it
         if decision["save"]:
             save_checkpoint(trainer, task, decision["save"])
@@ -119,9 +125,9 @@ class ModelCheckpoint(Callback):
                 except FileNotFoundError:
                     pass
 
-    def _decide(self, trainer: RunView) -> Dict[str, Any]:
+    def _decide(self, trainer: RunView, monitored: Optional[str]) -> Dict[str, Any]:
         metrics = trainer.callback_metrics
-        score = metrics.get(self.monitor) if self.monitor else None
+        score = metrics.get(monitored) if monitored else None
         path = str(self.dirpath / (self._format(trainer) + ".ckpt"))
         save: Optional[str] = None
         delete: List[str] = []

@@ -8,13 +8,17 @@ from .. import comm as gdist
 from ..state import RunView
 from ..task import GraphTask
 from .base import Callback
+from .._moved import metric_key
 
 
 class EarlyStopping(Callback):
     """Stop after ``patience`` checks without an improvement larger than ``min_delta``.
 
     With ``check_finite`` a NaN or infinite monitored value stops training at once, with
-    a message. Rank 0 decides and broadcasts, so all ranks stop at the same epoch.
+    a message. Rank 0 decides and broadcasts, so all ranks stop at the same epoch. A ``monitor``
+    that was not logged raises a ``KeyError`` naming it and the metrics that exist, at the first
+    epoch end where it should be there (as Lightning; an old metric name such as ``val_hits@20``
+    monitors its new one, with a ``DeprecationWarning``).
     """
 
     after_reduction = True
@@ -51,12 +55,13 @@ class EarlyStopping(Callback):
 
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         metrics = trainer.callback_metrics
-        if self.monitor not in metrics:
+        monitored = metric_key(self.monitor, metrics, "EarlyStopping(monitor=...)")
+        if monitored not in metrics:
             if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:
                 return
-            raise KeyError(f"EarlyStopping monitors {self.monitor!r}, which was never logged; "
-                           f"logged metrics: {sorted(metrics)}")
-        decision = gdist.broadcast_object(self._decide(metrics[self.monitor], trainer.current_epoch)
+            raise KeyError(f"EarlyStopping monitors {self.monitor!r}, which was not logged by the end of "
+                           f"epoch {trainer.current_epoch}; logged metrics: {sorted(metrics)}")
+        decision = gdist.broadcast_object(self._decide(metrics[monitored], trainer.current_epoch)
                                           if trainer.rank == 0 else None)
         self.load_state_dict(decision)
         if decision["stop_reason"] and decision["stopped_epoch"] == trainer.current_epoch:

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import fnmatch
 import time
+import warnings
 from typing import List, Mapping, Optional, Sequence
 
 from .base import Callback
+from .._moved import metric_key
 from ..state import RunView
 from ..task import GraphTask
 
@@ -22,8 +24,12 @@ class PrintMetrics(Callback):
         keys: the metrics to print, in this order. An entry may be a shell-style pattern
             (``"train_batches_rank*"``), which prints every matching metric in sorted
             order. Metrics that do not exist (yet) are left out of the line, so one list
-            serves epochs with and without validation. ``None`` prints every metric,
-            sorted by name.
+            serves epochs with and without validation; at the first epoch end where validation
+            ran (or every epoch end, with no validation loader) and an entry matched nothing,
+            a warning names it and the metrics that exist (once per entry: a warning rather
+            than an error, since a printed line never decides the run). An old metric name
+            (``val_hits@20``) prints its new one, with a ``DeprecationWarning``. ``None``
+            prints every metric, sorted by name.
         fmt: format spec of a value (``format(value, fmt)``), ``".4f"`` by default.
         formats: format specs of particular metrics, by name or pattern
             (``{"input_nodes": ".0f"}``); they take precedence over ``fmt``.
@@ -50,6 +56,7 @@ class PrintMetrics(Callback):
         self.formats = dict(formats or {})
         self.elapsed = elapsed
         self._created = time.time()
+        self._warned: set = set()
 
     def selected(self, metrics: Mapping[str, float]) -> List[str]:
         """The names in ``metrics`` that ``keys`` selects, in printing order, each once."""
@@ -82,9 +89,22 @@ class PrintMetrics(Callback):
         if trainer.rank != 0:
             return
         seconds = time.time() - self._created if self.elapsed else None
+        metrics = trainer.callback_metrics
+        if self.keys is not None:
+            self.keys = [k if _is_pattern(k) else metric_key(k, metrics, "PrintMetrics") for k in self.keys]
+            if trainer.state.validated_this_epoch or not trainer.state.has_val_loader:
+                self._warn_missing(trainer.current_epoch, metrics)
         # current_epoch still holds the epoch that just ended: the loop advances it after
         # the callbacks acting on reduced metrics ran.
-        print(self.format_line(trainer.current_epoch, trainer.callback_metrics, seconds), flush=True)
+        print(self.format_line(trainer.current_epoch, metrics, seconds), flush=True)
+
+    def _warn_missing(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        missing = [k for k in self.keys or [] if k not in self._warned
+                   and not (fnmatch.filter(metrics, k) if _is_pattern(k) else k in metrics)]
+        for key in missing:
+            self._warned.add(key)
+            warnings.warn(f"PrintMetrics: {key!r} matched no metric at the end of epoch {epoch} and is left "
+                          f"out of the line; the metrics that exist: {sorted(metrics)}", stacklevel=2)
 
 
 def _is_pattern(key: str) -> bool:

@@ -20,7 +20,7 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``rng_states``         per rank: python, numpy and torch generator states
 ``loggers``            (optional) rank 0's loggers' ``state_dict()`` (an external run's id)
 ``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
-                       fit (:mod:`graphtrainer.preemption`): batches of ``epoch`` trained;
+                       fit (:mod:`graphtrainer.loop.preemption`): batches of ``epoch`` trained;
                        resuming skips them and restores ``rng_states``, so the resumed run
                        equals one never stopped
 ====================== ==============================================================

@@ -8,7 +8,7 @@ zip's own CRC check of every member instead.
 A file is written to ``.<name>.tmp-<host>-<pid>`` in the target folder and renamed over
 the target only when complete, so a crash or a full disk leaves the earlier file intact.
 The partial file is removed on exceptions and, in ranks, on SIGINT (SIGTERM asks a fit to
-stop after the save: see :mod:`graphtrainer.preemption`); one left by a writer that was
+stop after the save: see :mod:`graphtrainer.loop.preemption`); one left by a writer that was
 killed outright is removed by the next fit (:func:`graphtrainer.run_files.remove_dead_partials`)
 or the next save into that folder.
 """

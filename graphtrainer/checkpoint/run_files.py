@@ -68,8 +68,10 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
 
     This trainer's own last fit answers first; otherwise (a fresh process, e.g. after a
     crash) the folders on disk do: the callback's explicit ``dirpath``, or else the newest
-    run under ``root`` that has one. "best" is read from the ModelCheckpoint state saved in
-    that folder's newest checkpoint.
+    run under ``root`` that has one. "last" is that folder's ``last.ckpt`` or, when the
+    ModelCheckpoint kept none (``save_last=False``, the default), its newest checkpoint
+    file: a restart goes on from the latest epoch saved rather than from scratch. "best" is
+    read from the ModelCheckpoint state saved in that folder's newest checkpoint.
     """
     known = callback.best_model_path if which == "best" else callback.last_model_path
     if known and Path(known).is_file():
@@ -98,6 +100,9 @@ def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike,
                          "(none is configured): add one, or pass a file path")
     path = find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last")
     said = f"using {path}" if path else f"{missing_checkpoint(callbacks[0], root)} yet: starting from scratch"
+    if path and which == "last" and Path(path).name != "last.ckpt":
+        said = (f"no last.ckpt in {Path(path).parent} (ModelCheckpoint(save_last=True) keeps one): "
+                f"using its newest checkpoint, {path}")
     return path, said
 
 
@@ -109,7 +114,10 @@ def missing_checkpoint(callback: Any, root: str | os.PathLike, which: str = "las
 
 def _last_in(folder: Path) -> str | None:
     path = folder / "last.ckpt"
-    return str(path) if path.is_file() else None
+    if path.is_file():
+        return str(path)
+    found = sorted(folder.glob("*.ckpt"), key=lambda p: (p.stat().st_mtime, p.name)) if folder.is_dir() else []
+    return str(found[-1]) if found else None  # the newest, when no last.ckpt was kept
 
 
 def _best_in(folder: Path, state_key: str) -> str | None:

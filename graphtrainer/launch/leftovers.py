@@ -94,7 +94,7 @@ def forward_stop_signals_to(pid: int) -> None:
 
 def unwinds_on_sigterm(fn: F) -> F:
     """Run ``fn`` (a launch) with SIGTERM and SIGUSR1 passed on to the ranks, which stop at
-    their next batch boundary and write a checkpoint (:mod:`graphtrainer.preemption`). A
+    their next batch boundary and write a checkpoint (:mod:`graphtrainer.loop.preemption`). A
     SIGTERM before any rank started, or a second one, raises ``SystemExit(143)`` in the main
     thread, as Ctrl-C raises ``KeyboardInterrupt``, so ``fn``'s ``finally`` blocks end the
     ranks and remove temporary files. Handlers someone else set are left alone."""

@@ -8,6 +8,7 @@ import torch
 
 from .. import comm as gdist
 from .. import heartbeat
+from .._moved import Metrics
 from ..checkpoint.content import load_checkpoint
 from ..state import RunResult
 from .batches import batch_limit, batch_transfer, check_loaders, for_evaluation, with_last
@@ -70,7 +71,7 @@ def run_evaluation(ctx: RankContext, stage: Stage, ckpt_path: Optional[str]) -> 
     state.callback_metrics.update(metrics)
     limited = stage.limit(ctx.config) is not None
     predictions = gather_predictions(loader, outputs, state.device, limited) if stage.keeps_outputs else None
-    out = result(ctx, metrics=metrics, predictions=predictions)
+    out = result(ctx, metrics=Metrics(metrics), predictions=predictions)  # old metric names still read
     call_hook(ctx, "teardown", stage.name)
     gdist.barrier()
     return out

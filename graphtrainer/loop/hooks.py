@@ -73,5 +73,6 @@ def result(ctx: RankContext, with_weights: bool = False, **fields: Any) -> RunRe
     weights = None
     if with_weights and state.launched:
         weights = {k: v.detach().cpu() for k, v in ctx.task.module.state_dict().items()}
+    keep = getattr(state.logger, "state_dict", None)
     return RunResult(state=state.for_caller(), callback_states=callback_states(ctx.callbacks),
-                     state_dict=weights, **fields)
+                     state_dict=weights, logger_states=keep() if callable(keep) else None, **fields)

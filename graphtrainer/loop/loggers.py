@@ -2,17 +2,24 @@
 
 ``Trainer(logger=obj)`` (or a list) takes any Lightning-style logger: an object with
 ``log_metrics(metrics, step)``; these methods are called when present: ``log_hyperparams(params)``
-(at the start of ``fit``), ``after_save_checkpoint(checkpoint_callback)`` (after
+(at the start of ``fit``: the task's hyper-parameters, and the Trainer's settings under
+``"trainer"``; ``hparams.yaml`` holds the task's only), ``check()`` (in the caller, when the
+``Trainer`` is made, before any rank starts: raise there for a store that cannot work),
+``after_save_checkpoint(checkpoint_callback)`` (after
 :class:`~graphtrainer.ModelCheckpoint` wrote a file), ``save()`` (after each epoch's row),
 ``finalize(status)`` (``"success"`` or ``"failed"``), and ``state_dict()``/``load_state_dict()``
-(kept in the checkpoint, so a resumed fit continues the same external run). An
-``experiment`` attribute is not needed. Only rank 0 holds a logger; other ranks get none.
+(kept in the checkpoint, so a resumed fit continues the same external run; after a launched
+``fit`` the caller's logger objects are given rank 0's state, so an MLflow logger knows its
+``run_id``). An ``experiment`` attribute is not needed. Only rank 0 holds a logger; other ranks
+get none.
 :class:`~graphtrainer.mlflow_logger.MLflowLogger` is one such object.
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -74,6 +81,18 @@ class TensorBoardLogger(Logger):
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self._writer: Any = None
 
+    def check(self) -> None:
+        """Refuse, in the caller, an explicit ``log_dir`` that cannot be written."""
+        if self.log_dir is None:
+            return  # the run's own folder, whose root the Trainer checks before launching
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=self.log_dir).close()
+        except OSError as err:
+            raise PermissionError(f"TensorBoardLogger(log_dir={str(self.log_dir)!r}) cannot be written "
+                                  f"({err.strerror or err}): give it a writable folder, or none to write "
+                                  "into the run's folder") from None
+
     def bind(self, log_dir: Path) -> "TensorBoardLogger":
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -108,8 +127,12 @@ class _Many(Logger):
             if callable(call):
                 call(*args)
 
-    def log_hyperparams(self, params: Dict[str, Any]) -> None:
-        self._each("log_hyperparams", params)
+    def log_hyperparams(self, params: Dict[str, Any], trainer: Optional[Dict[str, Any]] = None) -> None:
+        """``params`` to every logger; ``trainer`` (the settings) beside them, except in hparams.yaml."""
+        for lg in self.loggers:
+            call = getattr(lg, "log_hyperparams", None)
+            if callable(call):
+                call(params if trainer is None or isinstance(lg, CSVLogger) else {**params, "trainer": trainer})
 
     def log_metrics(self, metrics: Dict[str, float], step: int) -> None:
         self._each("log_metrics", metrics, step)
@@ -134,7 +157,7 @@ class _Many(Logger):
 
 def check_logger(option: Any) -> None:
     """Refuse, before any rank starts, a ``logger`` that is not True/False/None, a logger
-    object with ``log_metrics(metrics, step)``, or a list of them."""
+    object with ``log_metrics(metrics, step)``, or a list of them; run each one's ``check()``."""
     extra = option if isinstance(option, (list, tuple)) else [option]
     for lg in extra:
         if lg is True or lg is False or lg is None:
@@ -142,6 +165,14 @@ def check_logger(option: Any) -> None:
         if not callable(getattr(lg, "log_metrics", None)):
             raise TypeError(f"logger={lg!r}: give True (CSV), False (none) or a logger object with "
                             "log_metrics(metrics, step), e.g. graphtrainer.mlflow_logger.MLflowLogger(...)")
+        if callable(getattr(lg, "check", None)):
+            lg.check()
+
+
+def _extra(option: Any) -> List[Any]:
+    """The logger objects given besides the CSV logger, in order (positions in the state)."""
+    extra = option if isinstance(option, (list, tuple)) else ([] if option in (True, False, None) else [option])
+    return [lg for lg in extra if not isinstance(lg, CSVLogger)]
 
 
 def make_logger(option: Any, log_dir: Path, rank: int) -> Optional[Logger]:
@@ -149,11 +180,24 @@ def make_logger(option: Any, log_dir: Path, rank: int) -> Optional[Logger]:
     if option is False or option is None or rank != 0:
         return None
     loggers: List[Logger] = [CSVLogger(log_dir)]
-    extra = option if isinstance(option, (list, tuple)) else ([] if option is True else [option])
-    for lg in extra:
+    for lg in _extra(option):
         if isinstance(lg, TensorBoardLogger):
             lg.bind(log_dir)
-        elif isinstance(lg, CSVLogger):
-            continue
         loggers.append(lg)
     return _Many(loggers)
+
+
+def absorb_logger_states(option: Any, states: Optional[Dict[str, Any]]) -> None:
+    """Give the caller's logger objects the state rank 0's copies ended with (``run_id``...)."""
+    if states:
+        _Many([CSVLogger(Path("."))] + _extra(option)).load_state_dict(states)
+
+
+def trainer_settings(config: Any) -> Dict[str, Any]:
+    """The Trainer's options as loggable params: plain values kept, others as text."""
+    out: Dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.name != "logger":  # logger objects are not settings
+            out[f.name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out

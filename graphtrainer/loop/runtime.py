@@ -25,7 +25,7 @@ from .context import RankContext
 from .evaluate import run_evaluation
 from .fit import run_fit
 from .hooks import call_hook
-from .loggers import make_logger
+from .loggers import make_logger, trainer_settings
 from .precision import Precision
 from .profiler import Profiler
 from .seeding import seed_all
@@ -174,4 +174,4 @@ def _attach(ctx: RankContext, stage: str) -> None:
         state.log_dir = Path(gdist.broadcast_object(made))
     state.logger = make_logger(ctx.config.logger, state.log_dir, state.rank)
     if state.logger is not None:
-        state.logger.log_hyperparams(dict(getattr(task, "hparams", {})))
+        state.logger.log_hyperparams(dict(getattr(task, "hparams", {})), trainer_settings(ctx.config))

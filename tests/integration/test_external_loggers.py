@@ -83,8 +83,9 @@ def test_mlflow_run_gets_params_epoch_metrics_best_checkpoint_and_resumes(root_d
     from graphtrainer.mlflow_logger import MLflowLogger
 
     ckpt = ModelCheckpoint(monitor="val_loss", save_last=True)
+    logger = MLflowLogger("exp", tracking_uri=mlflow_store)
     first = Trainer(num_procs=2, launcher="fork", max_epochs=2, progress_bar=False, default_root_dir=root_dir,
-                    callbacks=[ckpt], logger=MLflowLogger("exp", tracking_uri=mlflow_store))
+                    callbacks=[ckpt], logger=logger)
     task = RegressionTask(n=32, hidden=6)
     first.fit(task)
     client = MlflowClient(tracking_uri=mlflow_store)
@@ -92,7 +93,12 @@ def test_mlflow_run_gets_params_epoch_metrics_best_checkpoint_and_resumes(root_d
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
+    assert logger.run_id == run.info.run_id  # the caller's logger object knows the run the ranks logged to
     assert run.data.params["hidden"] == "6" and run.data.params["n"] == "32"
+    # The Trainer's settings beside the task's; hparams.yaml keeps the task's only.
+    assert run.data.params["trainer/max_epochs"] == "2" and run.data.params["trainer/num_procs"] == "2"
+    assert run.data.params["trainer/launcher"] == "fork"
+    assert "trainer" not in (root_dir / "version_0" / "hparams.yaml").read_text()
     # One value per epoch at the step it ended on: rank 1 logged nothing (else two each).
     steps = [row["step"] for row in first.history]
     assert _history(client, run.info.run_id, "val_loss") == [(s, h["val_loss"]) for s, h in zip(steps, first.history)]
@@ -112,3 +118,27 @@ def test_mlflow_run_gets_params_epoch_metrics_best_checkpoint_and_resumes(root_d
     assert [r.info.run_id for r in runs] == [run.info.run_id]
     assert [v for _, v in _history(client, run.info.run_id, "epoch")] == [0.0, 1.0, 2.0, 3.0]
     assert len(_history(client, run.info.run_id, "val_loss")) == 4
+
+
+def test_mlflow_file_store_without_its_setting_is_refused_before_any_rank_starts(root_dir, tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from graphtrainer.mlflow_logger import MLflowLogger
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    store = tmp_path / "mlruns"
+    with pytest.raises(ValueError, match=r"MLflowLogger\(tracking_uri='file://.*mlruns'\) is a file store, which "
+                                         r"MLflow .* opens only with MLFLOW_ALLOW_FILE_STORE=true"):
+        Trainer(num_procs=2, default_root_dir=root_dir, logger=MLflowLogger("exp", tracking_uri=f"file://{store}"))
+    assert not list(root_dir.iterdir()) and not store.exists()  # no run folder, no half-made store
+    with pytest.raises(ValueError, match=r"MLflowLogger\(tracking_uri='nosuch://x'\) cannot open its store: "):
+        Trainer(num_procs=2, default_root_dir=root_dir, logger=MLflowLogger("exp", tracking_uri="nosuch://x"))
+
+
+def test_a_tensorboard_folder_that_cannot_be_written_is_refused_in_the_caller(root_dir, tmp_path):
+    from graphtrainer.loop.loggers import TensorBoardLogger
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")  # a folder under a file cannot be made, even by root
+    with pytest.raises(PermissionError, match=r"TensorBoardLogger\(log_dir='.*a_file/tb'\) cannot be written"):
+        Trainer(num_procs=2, default_root_dir=root_dir, logger=TensorBoardLogger(blocker / "tb"))
+    assert not list(root_dir.iterdir())

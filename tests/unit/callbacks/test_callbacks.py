@@ -170,7 +170,7 @@ def test_early_stopping_patience_and_min_delta(root_dir, mode, patience, min_del
                                   lambda: ModelCheckpoint(monitor="nope")], ids=["early_stopping", "checkpoint"])
 def test_monitor_never_logged_fails_at_first_check(root_dir, make):
     trainer = _trainer(root_dir, 3, [make()])
-    with pytest.raises(KeyError, match=r"'nope', which was never logged; logged metrics: \['train_loss', 'val_loss'\]"):
+    with pytest.raises(KeyError, match=r"'nope', which was not logged by the end of epoch 0; logged metrics: \['train_loss', 'val_loss'\]"):
         trainer.fit(RegressionTask())
     assert trainer.current_epoch == 0 and trainer.history == []
 
