@@ -142,24 +142,18 @@ class Trainer(RunView):
             PyPI wheel), which ``graphtrainer.nn`` layers and ``graphtrainer.models`` take;
             ``"torch"``: always torch blocks (also on CPU ranks, for tests and measurement);
             ``"dgl"``: always DGL graphs (refused on a GPU DGL cannot reach).
-        sampling: where node and edge loaders sample neighbours. ``"auto"`` (default): on a
-            GPU rank, on the GPU in torch ops when the loader's sampler is DGL's
-            ``NeighborSampler``/``MultiLayerFullNeighborSampler`` and the graph's structure
-            plus gathered data fit in half the GPU's free memory, else with DGL on the CPU
-            (rank 0 says why); on CPU ranks, DGL's sampler. ``"device"``: always on the
-            rank's device (also CPU ranks), refusing what it cannot sample; ``"cpu"``: DGL's
-            sampler. See :mod:`graphtrainer.data.device` and docs/gpus.md.
+        sampling: where node and edge loaders sample. ``"auto"``: on GPU ranks the GPU, in torch
+            ops, when the sampler is supported and the graph fits (else DGL on the CPU, rank 0
+            saying why), DGL on CPU ranks; ``"device"``: the rank's device, refusing what it
+            cannot sample; ``"cpu"``: DGL. See :mod:`graphtrainer.data.device.mode`.
         prefetch_batches: with torch blocks on a GPU and the default
             ``transfer_batch_to_device``, pin each batch and copy it on a side CUDA stream
             one batch ahead, so the copy overlaps the step before it.
-        allocator: how each rank's glibc allocator is set (see :mod:`graphtrainer.launch.lean`).
-            ``"default"``: glibc's own thresholds, the heap trimmed once at a launched rank's
-            start and once per training epoch; costs no throughput. ``"lean"``: large
-            tensors mapped and unmapped at every free (fixed 1 MB mmap threshold): about half
-            a rank's private memory (USS) for 1.37x the epoch time at 2 fork ranks and 0.60x
-            the seeds/s of DistDGL trainers (1M nodes, ``benchmarks/README.md``).
-            ``"glibc"``: untouched. ``GRAPHTRAINER_MALLOC_TUNING=0``/``1``, if set, is read
-            as ``"glibc"``/``"lean"`` (with a warning).
+        allocator: each rank's glibc allocator (:mod:`graphtrainer.launch.lean`). ``"default"``:
+            glibc's thresholds, the heap trimmed at a rank's start and per epoch (no cost);
+            ``"lean"``: a 1 MB mmap threshold, about half a rank's private memory for 1.37x the
+            epoch time (``benchmarks/README.md``); ``"glibc"``: untouched.
+            ``GRAPHTRAINER_MALLOC_TUNING=0``/``1`` is read as ``"glibc"``/``"lean"`` (warned).
         pin_cpus: pin each rank this trainer launches (fork, spawn, forkserver, DistDGL
             trainers) to its own ``threads_per_proc`` cores of the launching process's affinity
             mask, wrapping round when ranks outnumber cores; its sampling workers keep the whole
