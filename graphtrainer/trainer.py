@@ -135,13 +135,10 @@ class Trainer(RunView):
         machine_rank: which line of ``ip_config`` this machine is; by default
             ``$GRAPHTRAINER_MACHINE_RANK``, else Slurm's ``$SLURM_NODEID``, else the line
             holding one of this machine's addresses.
-        block_type: how batches holding DGL graphs (blocks, pair graphs, batched graphs)
-            reach the rank's device. ``"auto"`` (default): as DGL graphs where DGL can move
-            them there (CPU ranks; GPU ranks with DGL's CUDA build), else as torch-only
-            blocks (:class:`graphtrainer.nn.TorchBlock`: a GPU rank with DGL's CPU-only
-            PyPI wheel), which ``graphtrainer.nn`` layers and ``graphtrainer.models`` take;
-            ``"torch"``: always torch blocks (also on CPU ranks, for tests and measurement);
-            ``"dgl"``: always DGL graphs (refused on a GPU DGL cannot reach).
+        block_type: how batches holding DGL graphs reach the rank's device. ``"auto"``: as DGL
+            graphs where DGL can move them (CPU ranks; DGL's CUDA build), else as torch blocks
+            (:class:`graphtrainer.nn.TorchBlock`), which ``graphtrainer.nn`` layers take;
+            ``"torch"``: always torch blocks; ``"dgl"``: always DGL graphs.
         sampling: where node and edge loaders sample. ``"auto"``: on GPU ranks the GPU, in torch
             ops, when the sampler is supported and the graph fits (else DGL on the CPU, rank 0
             saying why), DGL on CPU ranks; ``"device"``: the rank's device, refusing what it
