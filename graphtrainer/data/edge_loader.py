@@ -199,7 +199,7 @@ class EdgeLoader(SampledLoader):
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph = graph
         self.reverse_eids = check_reverse_eids(graph, reverse_eids) if reverse_eids is not None else None
-        self.exclude = exclude
+        self.exclude, self.reverse_etypes = exclude, reverse_etypes
         self.negatives: Any = PerEdgeUniform(negatives) if isinstance(negatives, int) else negatives
         if self.pairs is not None and self.negatives is not None and not isinstance(self.negatives, PerEdgeUniform):
             raise ValueError("node pairs take negatives=k (an int); DGL's negative samplers need edge ids")

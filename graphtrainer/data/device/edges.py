@@ -9,69 +9,142 @@ own hash of ``(seed, epoch, edge)``, computed on the device: the same negatives 
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from ...nn.blocks import TorchBlock
+from ...nn.blocks import TorchBlock, TorchHeteroBlock
 from ..edge_loader import PerEdgeUniform, edge_hash
+from ..hetero import split_flat
 from .batches import batch_generator, batch_ranges, node_maps
-from .graph import device_graph
+from .graph import EType, device_graph
 from .sampler import DeviceSampler, Unsupported
+
+
+def _relation(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int, same_set: bool) -> TorchBlock:
+    """Edges ``src -> dst`` (local ids, in that edge order) in CSC form."""
+    order = torch.argsort(dst, stable=True)
+    indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
+    torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=indptr[1:])
+    return TorchBlock(indptr, src[order], order, num_src, num_dst, is_block=not same_set)
 
 
 def pair_graph(src: torch.Tensor, dst: torch.Tensor, nodes: torch.Tensor, eids: Optional[torch.Tensor]) -> TorchBlock:
     """A graph over ``nodes`` with edges ``src -> dst`` (local ids) in that edge order, as DGL's
     compacted pair graphs: ``ndata["_ID"]`` the graph's node ids, ``edata["_ID"]`` its edge ids."""
-    n = nodes.numel()
-    order = torch.argsort(dst, stable=True)
-    indptr = torch.zeros(n + 1, dtype=torch.int64, device=dst.device)
-    torch.cumsum(torch.bincount(dst, minlength=n), 0, out=indptr[1:])
-    edata = {"_ID": eids} if eids is not None else {}
-    return TorchBlock(indptr, src[order], order, n, n, srcdata={"_ID": nodes}, edata=edata, is_block=False)
+    g = _relation(src, dst, nodes.numel(), nodes.numel(), True)
+    g.srcdata = g.dstdata = {"_ID": nodes}
+    g.edata = {"_ID": eids} if eids is not None else {}
+    return g
+
+
+def hetero_pair_graph(edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
+                      eids: Optional[Dict[EType, torch.Tensor]]) -> TorchHeteroBlock:
+    """DGL's compacted heterograph pair graph: every relation (empty where the batch has none of
+    it), every node type, ``ndata["_ID"]`` and ``edata["_ID"]`` per type."""
+    counts = {nt: ids.numel() for nt, ids in nodes.items()}
+    relations = {et: _relation(u, v, counts[et[0]], counts[et[2]], et[0] == et[2]) for et, (u, v) in edges.items()}
+    return TorchHeteroBlock(relations, dict(counts), dict(counts), srcdata={"_ID": dict(nodes)},
+                            edata={"_ID": dict(eids)} if eids is not None else {}, is_block=False)
+
+
+class _Compaction:
+    """Endpoints of several edge sets, numbered per node type in one sorted id list each."""
+
+    def __init__(self, ntypes: List[str], device: torch.device):
+        self.parts: Dict[str, List[torch.Tensor]] = {nt: [] for nt in ntypes}
+        self.device = device
+
+    def add(self, nt: str, ids: torch.Tensor) -> Tuple[str, int]:
+        self.parts[nt].append(ids)
+        return nt, len(self.parts[nt]) - 1
+
+    def run(self) -> Tuple[Dict[str, torch.Tensor], Dict[str, List[torch.Tensor]]]:
+        nodes, local = {}, {}
+        for nt, parts in self.parts.items():
+            if not parts:
+                nodes[nt], local[nt] = torch.empty(0, dtype=torch.int64, device=self.device), []
+                continue
+            nodes[nt], inverse = torch.unique(torch.cat(parts), return_inverse=True)
+            local[nt] = list(torch.split(inverse, [p.numel() for p in parts]))
+        return nodes, local
 
 
 class DeviceEdgeBatches:
     """``(input_nodes, pair_graph, neg_pair_graph, blocks)`` batches (no ``neg_pair_graph``
-    without negatives) of an :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s share."""
+    without negatives) of an :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s share, on a
+    homogeneous graph or a heterograph (typed seed edges, ``exclude="reverse_types"``)."""
 
     def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device):
-        if loader.typed is not None:
-            raise Unsupported("a heterograph edge loader samples on the CPU (device sampling of typed seed "
-                              "edges is not built yet)")
         if loader.negatives is not None and not isinstance(loader.negatives, PerEdgeUniform):
             raise Unsupported(f"negatives={type(loader.negatives).__name__}: the device sampler draws uniform "
                               "negatives (negatives=k)")
         self.loader, self.sampler, self.device = loader, sampler, device
         self.graph = device_graph(loader.graph, device, sampler.node_keys(), sampler.edge_keys())
-        (self.etype, self.rel), = self.graph.relations.items()
         self.pairs = None if loader.pairs is None else tuple(p.to(device) for p in loader.pairs)
         rev = loader.reverse_eids
         self.reverse = rev.to(device) if rev is not None and loader.exclude == "reverse_id" else None
+        graph = loader.graph
+        self.reverse_types = {graph.to_canonical_etype(a): graph.to_canonical_etype(b)
+                              for a, b in (getattr(loader, "reverse_etypes", None) or {}).items()}
+        self.offsets = {et: offset for et, offset, _ in (loader.spans or [])}
+
+    def typed_ids(self, ids: torch.Tensor) -> Dict[EType, torch.Tensor]:
+        if self.loader.spans is None:
+            return {next(iter(self.graph.relations)): ids}
+        return {et: part.to(self.device, non_blocking=True) for et, part in split_flat(ids, self.loader.spans).items()}
+
+    def _excluded(self, ids: Dict[EType, torch.Tensor]) -> Optional[Dict[EType, torch.Tensor]]:
+        if self.loader.exclude is None:
+            return None
+        out: Dict[EType, List[torch.Tensor]] = {}
+        for et, eids in ids.items():
+            out.setdefault(et, []).append(eids)
+            if self.reverse is not None:
+                out[et].append(self.reverse[eids])
+            if et in self.reverse_types:  # a relation's reverse edge has the same id in the reverse relation
+                out.setdefault(self.reverse_types[et], []).append(eids)
+        return {et: torch.cat(parts) for et, parts in out.items()}
 
     def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int) -> Iterator[Tuple[Any, ...]]:
-        share = share.to(self.device)
+        if self.loader.spans is None:
+            share = share.to(self.device)
         maps = node_maps(self.graph)
-        nt = self.graph.ntypes[0]
-        num_nodes = self.graph.num_nodes[nt]
         negatives = self.loader.negatives
         for i, lo, hi in batch_ranges(share.numel(), self.loader.batch_size, self.loader.drop_last):
-            ids = share[lo:hi]
-            src, dst = (self.pairs[0][ids], self.pairs[1][ids]) if self.pairs is not None else self.rel.endpoints(ids)
-            ends = [src, dst]
-            if negatives is not None:
-                ends += [src.repeat_interleave(negatives.k),
-                         (edge_hash(negatives.seed, negatives.epoch, ids, negatives.k) % num_nodes).reshape(-1)]
-            nodes, local = torch.unique(torch.cat(ends), return_inverse=True)
-            parts = torch.split(local, [e.numel() for e in ends])
-            pair = pair_graph(parts[0], parts[1], nodes, ids if self.pairs is None else None)
-            exclude = None
-            if self.loader.exclude is not None:
-                excluded = ids if self.reverse is None else torch.cat([ids, self.reverse[ids]])
-                exclude = {self.etype: excluded}
-            inputs, blocks = self.sampler.sample(self.graph, maps, {nt: nodes}, batch_generator(
-                self.device, seed, rank, epoch, i), exclude)
-            if negatives is None:
-                yield inputs[nt], pair, blocks
-            else:
-                yield inputs[nt], pair, pair_graph(parts[2], parts[3], nodes, None), blocks
+            ids = self.typed_ids(share[lo:hi])
+            compaction = _Compaction(self.graph.ntypes, self.device)
+            slots = {}
+            for et, eids in ids.items():
+                if self.pairs is not None:
+                    src, dst = self.pairs[0][eids], self.pairs[1][eids]
+                else:
+                    src, dst = self.graph.relations[et].endpoints(eids)
+                ends = [compaction.add(et[0], src), compaction.add(et[2], dst)]
+                if negatives is not None:
+                    keys = eids + self.offsets.get(et, 0)
+                    far = edge_hash(negatives.seed, negatives.epoch, keys, negatives.k) % self.graph.num_nodes[et[2]]
+                    ends += [compaction.add(et[0], src.repeat_interleave(negatives.k)),
+                             compaction.add(et[2], far.reshape(-1))]
+                slots[et] = ends
+            nodes, local = compaction.run()
+            edges = [{et: (local[s[j][0]][s[j][1]], local[s[j + 1][0]][s[j + 1][1]]) for et, s in slots.items()}
+                     for j in ((0, 2) if negatives is not None else (0,))]
+            inputs, blocks = self.sampler.sample(self.graph, maps, nodes, batch_generator(
+                self.device, seed, rank, epoch, i), self._excluded(ids))
+            graphs = [self._pair(e, nodes, ids if (k == 0 and self.pairs is None) else None)
+                      for k, e in enumerate(edges)]
+            yield (self._one(inputs), *graphs, blocks)
+
+    def _pair(self, edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
+              eids: Optional[Dict[EType, torch.Tensor]]) -> Any:
+        if not self.graph.hetero:
+            (u, v), = edges.values()
+            return pair_graph(u, v, nodes[self.graph.ntypes[0]], None if eids is None else next(iter(eids.values())))
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        every = {et: edges.get(et, (empty, empty)) for et in self.graph.relations}
+        full_eids = None if eids is None else {et: eids.get(et, empty) for et in self.graph.relations}
+        return hetero_pair_graph(every, nodes, full_eids)
+
+    def _one(self, inputs: Dict[str, torch.Tensor]) -> Any:
+        return inputs if self.graph.hetero else inputs[self.graph.ntypes[0]]

@@ -1,0 +1,106 @@
+"""Link-prediction batches sampled on the device against what the CPU path (DGL's
+``as_edge_prediction_sampler``) promises: pair graphs over the seed edges, the same negatives,
+and the seed edges (and reverses) kept out of every block; homogeneous and heterograph."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import graphtrainer  # noqa: F401  (DGL's compatibility layer first)
+import dgl
+
+from graphtrainer.data.device import mode
+from graphtrainer.data.edge_loader import EdgeLoader
+
+CPU = torch.device("cpu")
+
+
+def _symmetric(n=60, m=300, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    src, dst = torch.randint(0, n, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)
+    g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
+    g.ndata["feat"] = torch.randn(n, 4, generator=gen)
+    reverse = torch.cat([torch.arange(m, 2 * m), torch.arange(m)])
+    return g, reverse
+
+
+def _sorted_pairs(u, v):
+    """Edges as sorted (u, v) keys: DGL orders a pair graph's edges its own way when it excludes."""
+    return torch.sort(u * 100_000 + v).values
+
+
+def _on_device(loader):
+    assert mode.place(loader, CPU, "device", announce=False) == "device"
+    return loader
+
+
+def _graph_ids(pair, etype=None):
+    u, v = pair.edges(etype=etype) if etype is not None else pair.edges()
+    nodes = pair.srcdata["_ID"]
+    if etype is not None:
+        return nodes[etype[0]][u], nodes[etype[2]][v]
+    return nodes[u], nodes[v]
+
+
+@pytest.mark.parametrize("exclude", [None, "self", "reverse_id"])
+def test_pairs_negatives_and_exclusion_on_a_homogeneous_graph(exclude):
+    g, reverse = _symmetric()
+    seeds = torch.arange(0, 600, 3)
+    kwargs = dict(negatives=2, exclude=exclude, reverse_eids=reverse if exclude == "reverse_id" else None, seed=7)
+    cpu = EdgeLoader(g, seeds, [4, 4], 32, **kwargs)
+    dev = _on_device(EdgeLoader(g, seeds, [4, 4], 32, **kwargs))
+    for (_, pos_c, neg_c, _), (inputs, pos, neg, blocks) in zip(cpu, dev):
+        eids = pos.edata["_ID"]
+        assert torch.equal(eids.sort().values, pos_c.edata["_ID"].sort().values)  # the same seed edges
+        u, v = _graph_ids(pos)
+        gu, gv = g.find_edges(eids)
+        assert torch.equal(u, gu) and torch.equal(v, gv)
+        cu, cv = neg_c.ndata["_ID"][neg_c.edges()[0]], neg_c.ndata["_ID"][neg_c.edges()[1]]
+        assert torch.equal(_sorted_pairs(*_graph_ids(neg)), _sorted_pairs(cu, cv))  # the same negatives
+        assert torch.equal(blocks[-1].dstdata["_ID"], pos.srcdata["_ID"])  # blocks end at the pair nodes
+        assert torch.equal(blocks[0].srcdata["feat"], g.ndata["feat"][inputs])
+        banned = set()
+        if exclude is not None:
+            banned = set(eids.tolist()) | (set(reverse[eids].tolist()) if exclude == "reverse_id" else set())
+        for b in blocks:
+            assert not banned & set(b.edata["_ID"].tolist())
+
+
+def test_node_pairs_that_are_not_edges():
+    g, _ = _symmetric()
+    src, dst = torch.tensor([0, 5, 7, 59]), torch.tensor([1, 1, 40, 2])
+    dev = _on_device(EdgeLoader(g, (src, dst), [3], 2, negatives=1, seed=3).for_evaluation())
+    seen = [torch.stack(_graph_ids(pos)) for _, pos, _, _ in dev]
+    assert torch.equal(torch.cat(seen, 1), torch.stack([src, dst]))
+
+
+def test_heterograph_typed_seeds_and_reverse_types():
+    gen = torch.Generator().manual_seed(1)
+    u, i = torch.randint(0, 30, (120,), generator=gen), torch.randint(0, 20, (120,), generator=gen)
+    g = dgl.heterograph({("user", "buys", "item"): (u, i), ("item", "bought-by", "user"): (i, u),
+                         ("user", "follows", "user"): (torch.randint(0, 30, (50,), generator=gen),
+                                                       torch.randint(0, 30, (50,), generator=gen))})
+    g.nodes["user"].data["feat"] = torch.randn(30, 3, generator=gen)
+    g.nodes["item"].data["feat"] = torch.randn(20, 3, generator=gen)
+    loader = _on_device(EdgeLoader(g, {"buys": torch.arange(120), "follows": torch.arange(50)}, [3, 3], 16,
+                                   negatives=1, exclude="reverse_types",
+                                   reverse_etypes={"buys": "bought-by", "bought-by": "buys"}, seed=2))
+    cpu = EdgeLoader(g, {"buys": torch.arange(120), "follows": torch.arange(50)}, [3, 3], 16, negatives=1,
+                     exclude="reverse_types", reverse_etypes={"buys": "bought-by", "bought-by": "buys"}, seed=2)
+    buys = ("user", "buys", "item")
+    for (_, pos_c, neg_c, _), (inputs, pos, neg, blocks) in zip(cpu, loader):
+        assert set(pos.canonical_etypes) == set(g.canonical_etypes)
+        for et in (buys, ("user", "follows", "user")):
+            eids = pos.edata["_ID"][et]
+            assert torch.equal(eids.sort().values, pos_c.edges[et].data["_ID"].sort().values)
+            gu, gv = g.find_edges(eids, etype=et)
+            assert torch.equal(torch.stack(_graph_ids(pos, et)), torch.stack([gu, gv]))
+            nc_u, nc_v = neg_c.edges(etype=et)
+            expected = torch.stack([neg_c.ndata["_ID"][et[0]][nc_u], neg_c.ndata["_ID"][et[2]][nc_v]])
+            assert torch.equal(_sorted_pairs(*_graph_ids(neg, et)), _sorted_pairs(*expected))
+        banned = set(pos.edata["_ID"][buys].tolist())
+        for b in blocks:  # a bought edge and its reverse share an id
+            assert not banned & set(b.edata["_ID"][buys].tolist())
+            assert not banned & set(b.edata["_ID"][("item", "bought-by", "user")].tolist())
+        for nt in g.ntypes:
+            assert torch.equal(blocks[-1].dstdata["_ID"][nt], pos.srcdata["_ID"][nt])
