@@ -145,6 +145,8 @@ def _train_epoch(fit: _Fit) -> None:
         fit.stop.start_epoch()
     with fit.uneven.epoch(joining, section):
         _train_batches(fit)
+        if fit.resume is not None:  # only the first epoch after a resume skips batches
+            fit.resume = fit.resume.finish(state.rank)
     fit.nonfinite.report(state)
 
 

@@ -162,6 +162,15 @@ class MidEpochResume:
         self.batches_done = -1  # (only the first epoch after the resume)
         return False
 
+    def finish(self, rank: int) -> None:
+        """At the end of the resumed epoch: a stop after its last batch skipped every batch,
+        and the generators are set as they were at the stop only now. Returns None, the
+        resume done."""
+        if self.rngs is not None:
+            set_rng_state(self.rngs[rank])
+            self.rngs = None
+        return None
+
 
 def requeue_if_asked() -> Optional[str]:
     """Under Slurm with :data:`REQUEUE_ENV` set to 1: requeue this job; returns what was done."""

@@ -3,6 +3,8 @@ the loaders' promises kept, refusals named, runs repeatable, and training as goo
 DGL's sampler."""
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 
 import pytest
@@ -11,7 +13,9 @@ import torch
 import graphtrainer  # noqa: F401
 import dgl
 
-from graphtrainer import ModelCheckpoint, RankFailedError, Trainer
+from graphtrainer import ModelCheckpoint, Preempted, RankFailedError, Trainer
+from graphtrainer.checkpoint.content import read_checkpoint
+from graphtrainer.loop import preemption
 from graphtrainer.data.device import mode
 from graphtrainer.data.node_loader import NodeLoader, default_sampler
 from graphtrainer.examples.node_classification import NodeClassification, standardize_features
@@ -104,6 +108,46 @@ def test_device_sampling_runs_repeat_and_fork_equals_spawn(root_dir):
     assert fork == _history(root_dir, "fork")
     assert fork == _history(root_dir, "spawn")
     assert fork != _history(root_dir, "fork", seed=4)  # the batches do follow the seed
+    assert not rank_children()
+
+
+class _Stopped(SageTask):
+    """Rank 1 sends itself SIGTERM at step ``stop_at`` (mid-epoch: 3 batches per epoch)."""
+
+    def __init__(self, stop_at=None):
+        super().__init__(make_graph(), fanouts=(3, 3))
+        self.stop_at = stop_at
+
+    def training_step(self, batch, batch_idx):
+        if self.stop_at is not None and self.rank == 1 and self.global_step == self.stop_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+def _resumable(root, folder, sampling):
+    return Trainer(num_procs=2, launcher="fork", max_epochs=3, seed=5, sampling=sampling, threads_per_proc=1,
+                   progress_bar=False, logger=False, enable_model_summary=False, default_root_dir=root,
+                   callbacks=[ModelCheckpoint(dirpath=folder, save_last=True, save_top_k=0)])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sampling,stop_at,done", [("device", 3, 2), ("device", 4, 3), ("cpu", 4, 3)])
+def test_a_run_stopped_mid_epoch_resumes_to_the_same_weights(tmp_path, monkeypatch, sampling, stop_at, done):
+    """Stopped by SIGTERM inside epoch 1 (``done`` of its 3 batches trained; 3: after its last
+    batch, before its end) and resumed from last.ckpt: the resumed epoch samples the batches it
+    would have (each from its own seeded generator), and the final weights equal a run never
+    stopped, bit for bit. With every batch of the epoch done, the next epoch must not skip too."""
+    monkeypatch.setattr(preemption, "AGREE_EVERY_S", 0)  # stop at the next step (forked ranks inherit it)
+    _resumable(tmp_path / "a", tmp_path / "whole", sampling).fit(_Stopped())
+    with pytest.raises(Preempted):
+        _resumable(tmp_path / "b", tmp_path / "parts", sampling).fit(_Stopped(stop_at=stop_at), ckpt_path="last")
+    mid = read_checkpoint(tmp_path / "parts" / "last.ckpt")
+    assert (mid["epoch"], mid["batches_done_in_epoch"], mid["epoch_finished"]) == (1, done, False)
+    _resumable(tmp_path / "b", tmp_path / "parts", sampling).fit(_Stopped(), ckpt_path="last")
+    whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")["state_dict"]
+    resumed = read_checkpoint(tmp_path / "parts" / "last.ckpt")["state_dict"]
+    assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
     assert not rank_children()
 
 
