@@ -73,7 +73,7 @@ def kill_all(procs: Iterable[psutil.Process], wait_s: float = 10.0) -> None:
     psutil.wait_procs(procs, timeout=wait_s)
 
 
-def session_leftovers(token: str, grace_s: float = 1.0) -> List[psutil.Process]:
+def session_leftovers(token: str, grace_s: float = 0.5) -> List[psutil.Process]:
     """What the session ``token`` started that still runs: this process's descendants and
     every process marked with ``token``, except multiprocessing's lifelong helpers of this
     process. Those found get ``grace_s`` to finish exiting before they count."""

@@ -52,14 +52,16 @@ def _pids(path: Path, count: int) -> list:
     raise AssertionError(f"{path}: expected {count} pids")
 
 
-# The generated test starts a process tree the way a launcher does, then fails: a direct child
-# (the "launcher"), a grandchild in a session of its own (escapes the group), and an orphan
-# whose parent already exited (re-parented: no longer anyone's descendant).
-_FAILING_TEST = '''
+# Two generated tests. The first starts a process tree the way a launcher does, then fails: a
+# direct child (the "launcher"), a grandchild in a session of its own (out of the group), and an
+# orphan whose parent already exited (re-parented: no longer anyone's descendant); the
+# process_owner fixture must end all three. The second passes but leaves a child and an orphan
+# running, without the fixture: the session-end check must name both, end them and fail.
+_GENERATED = '''
     import subprocess, sys, time
     from pathlib import Path
 
-    PIDS = Path({pids!r})
+    OUT = Path({out!r})
     LAUNCHER = """
     import subprocess, sys
     out = open(sys.argv[1], "a")
@@ -70,56 +72,34 @@ _FAILING_TEST = '''
     """
 
     def test_starts_a_run_then_fails(process_owner):
-        proc = process_owner.start([sys.executable, "-c", LAUNCHER, str(PIDS)])
-        while len(PIDS.read_text().split() if PIDS.exists() else []) < 2:
+        pids = OUT / "owned"
+        proc = process_owner.start([sys.executable, "-c", LAUNCHER, str(pids)])
+        while len(pids.read_text().split() if pids.exists() else []) < 2:
             time.sleep(0.02)
-        PIDS.write_text(PIDS.read_text() + str(proc.pid))
+        pids.write_text(pids.read_text() + str(proc.pid))
         assert False, "deliberately failing with its processes running"
-'''
-
-
-@pytest.mark.timeout(120)
-def test_a_failing_test_leaves_no_process_behind(tmp_path, process_owner):
-    pids_file = tmp_path / "pids"
-    done = _child_pytest(process_owner, tmp_path, _FAILING_TEST.format(pids=str(pids_file)))
-    out = done.stdout + done.stderr
-    assert "1 failed" in out and "deliberately failing" in out, out
-    pids = _pids(pids_file, 3)  # the grandchild in its own session, the orphan, the launcher
-    assert not [p for p in pids if _alive(p)], out
-    assert "processes left running" not in out, out  # ended by the fixture, not by the session check
-
-
-_LEAVES_A_SLEEP = '''
-    import subprocess
-    from pathlib import Path
 
     def test_leaves_processes_running():
         child = subprocess.Popen(["sleep", "302"])  # still pytest's child at the session's end
         orphan = subprocess.run(["sh", "-c", "sleep 303 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
-        Path({pids!r}).write_text(f"{{child.pid}} {{orphan.stdout.strip()}}")
+        (OUT / "left").write_text(f"{{child.pid}} {{orphan.stdout.strip()}}")
 '''
 
 
 @pytest.mark.timeout(120)
-def test_the_session_fails_naming_each_process_left_running_and_ends_it(tmp_path, process_owner):
-    pids_file = tmp_path / "pids"
-    done = _child_pytest(process_owner, tmp_path, _LEAVES_A_SLEEP.format(pids=str(pids_file)))
+def test_a_failing_test_leaves_nothing_and_the_session_names_what_another_left(tmp_path, process_owner):
+    done = _child_pytest(process_owner, tmp_path, _GENERATED.format(out=str(tmp_path)))
     out = done.stdout + done.stderr
-    child, orphan = _pids(pids_file, 2)
-    assert done.returncode == pytest.ExitCode.TESTS_FAILED and "1 passed" in out, out
-    assert "processes left running" in out, out
-    assert f"pid {child}: sleep 302" in out and f"pid {orphan}: sleep 303" in out, out
-    assert not _alive(child) and not _alive(orphan)
-
-
-def test_a_session_that_leaves_nothing_passes(tmp_path, process_owner):
-    done = _child_pytest(process_owner, tmp_path, """
-        import subprocess
-
-        def test_runs_a_command():
-            subprocess.run(["true"], check=True)
-    """)
-    assert done.returncode == 0 and "processes left running" not in done.stdout, done.stdout + done.stderr
+    assert "1 failed, 1 passed" in out and "deliberately failing" in out, out
+    owned = _pids(tmp_path / "owned", 3)  # the grandchild in its own session, the orphan, the launcher
+    child, orphan = _pids(tmp_path / "left", 2)
+    assert not [p for p in owned + [child, orphan] if _alive(p)], out
+    fixture, _, session = out.partition("processes left running")
+    assert all(f"pid {p}:" in fixture for p in owned), out  # the fixture ended (and named) them ...
+    assert not [p for p in owned if f"pid {p}:" in session], out  # ... so the session check did not
+    assert "2 process(es)" in session, out
+    assert f"pid {child}: sleep 302" in session and f"pid {orphan}: sleep 303" in session, out
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.mark.slow
