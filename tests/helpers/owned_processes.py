@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import psutil
@@ -65,12 +66,15 @@ def describe(procs: Iterable[psutil.Process]) -> List[str]:
 
 
 def kill_all(procs: Iterable[psutil.Process], wait_s: float = 10.0) -> None:
-    """SIGKILL each of ``procs`` and wait up to ``wait_s`` for them to end."""
+    """SIGKILL each of ``procs`` and wait up to ``wait_s`` for them to end (a zombie has:
+    reaping an orphan is up to init, which may take its time)."""
     procs = list(procs)
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(procs, timeout=wait_s)
+    deadline = time.monotonic() + wait_s
+    while any(_running(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def session_leftovers(token: str, grace_s: float = 0.5) -> List[psutil.Process]:
@@ -90,9 +94,10 @@ def session_leftovers(token: str, grace_s: float = 0.5) -> List[psutil.Process]:
         except psutil.Error:
             continue
         left.append(proc)
-    if left:
-        _, left = psutil.wait_procs(left, timeout=grace_s)
-    return [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    deadline = time.monotonic() + grace_s
+    while any(_running(p) for p in left) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [p for p in left if _running(p)]
 
 
 class ProcessOwner:
