@@ -22,6 +22,8 @@ _tests = itertools.count()
 #: SIGINT's disposition as this session inherited it: SIG_IGN in a background job of a
 #: non-interactive shell (``nohup pytest ... &`` from a script), where Ctrl-C reaches nothing.
 _INHERITED_SIGINT = signal.getsignal(signal.SIGINT)
+#: The session-end check's findings, for the terminal summary.
+_LEFT_KEY = pytest.StashKey[list]()
 
 
 def own_temp_folders() -> set:
@@ -62,7 +64,6 @@ def _no_external_launch_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-
 @pytest.fixture
 def process_owner():
     """Starts the test's processes (:class:`owned_processes.ProcessOwner`) and SIGKILLs
@@ -87,13 +88,6 @@ def terminal_sigint():
         signal.signal(signal.SIGINT, previous)
 
 
-def pytest_report_header(config):
-    if _INHERITED_SIGINT == signal.SIG_IGN:
-        return ("SIGINT is ignored (inherited, as in a background job of a non-interactive shell): tests "
-                "that send SIGINT to a run restore it for that run (fixture terminal_sigint)")
-    return None
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     """Fail the session if a process it started still runs after its last test; end those."""
@@ -105,6 +99,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _INHERITED_SIGINT == signal.SIG_IGN:
+        terminalreporter.write_line("SIGINT is ignored (inherited, as in a background job of a non-interactive "
+                                    "shell): the tests that send SIGINT to a run restored it for that run "
+                                    "(fixture terminal_sigint)")
     left = config.stash.get(_LEFT_KEY, None)
     if left:
         terminalreporter.section("processes left running", sep="=", red=True, bold=True)
@@ -113,5 +111,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in left:
             terminalreporter.line(f"  {line}")
 
-
-_LEFT_KEY = pytest.StashKey[list]()

@@ -147,11 +147,15 @@ def warn_if_sigint_ignored() -> None:
     if _sigint_warned or signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
         return
     _sigint_warned.append(True)
-    warnings.warn("SIGINT is ignored in this process (inherited: a background job of a non-interactive shell), "
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 2  # shown at the first caller outside graphtrainer: the fit
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn("SIGINT is ignored in this process (as a background job of a non-interactive shell inherits it), "
                   "and the ranks inherit that, so Ctrl-C (SIGINT) will not stop this run. SIGTERM stops it "
                   f"(kill {os.getpid()}: the ranks stop at their next batch and checkpoint); to take Ctrl-C, "
                   "call signal.signal(signal.SIGINT, signal.default_int_handler) before fit",
-                  RuntimeWarning, stacklevel=3)
+                  RuntimeWarning, stacklevel=level)
 
 
 def die_with_parent() -> None:

@@ -109,7 +109,7 @@ def test_ctrl_c_tests_pass_when_pytest_starts_with_sigint_ignored(tmp_path, proc
     pass (before: the run ignored it and trained on, left behind by the failed test)."""
     nodes = ["tests/integration/test_faults_launcher.py::test_ctrl_c_to_the_process_group_leaves_nothing",
              "tests/integration/test_faults.py::test_signal_during_save_leaves_no_partial_file[SIGINT]"]
-    argv = IGNORING_SIGINT + ["-m", "pytest", "-p", "no:cacheprovider", *nodes]
+    argv = IGNORING_SIGINT + ["-m", "pytest", "-q", "-p", "no:cacheprovider", *nodes]
     started = time.monotonic()
     done = process_owner.run(argv, timeout=360, env=_pytest_env(), cwd=ROOT)
     out = done.stdout + done.stderr

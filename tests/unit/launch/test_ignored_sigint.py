@@ -20,7 +20,9 @@ def _fits(root_dir, times: int) -> list:
         for _ in range(times):
             Trainer(num_procs=2, launcher="fork", max_epochs=1, progress_bar=False, logger=False,
                     enable_model_summary=False, default_root_dir=root_dir).fit(RegressionTask(n=32))
-    return [str(w.message) for w in caught if "SIGINT is ignored" in str(w.message)]
+    ours = [w for w in caught if "SIGINT is ignored" in str(w.message)]
+    assert all(w.filename == __file__ for w in ours), [w.filename for w in ours]  # shown at the fit
+    return [str(w.message) for w in ours]
 
 
 @pytest.fixture
