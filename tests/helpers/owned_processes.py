@@ -130,7 +130,8 @@ class ProcessOwner:
 
     def end_all(self) -> List[str]:
         """SIGKILL whatever the started processes and their descendants left running (found
-        by their process groups, by descent and by this test's mark); return what was."""
+        by descent, by this test's mark, and by the process group of a started process not yet
+        reaped); return what was."""
         left: Dict[int, psutil.Process] = {}
         for proc in self.procs:
             if proc.poll() is None:
@@ -141,8 +142,9 @@ class ProcessOwner:
         left.update((p.pid, p) for p in marked(self.token))
         named = describe(p for p in left.values() if _running(p))
         for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # its session's group: ranks that the walk missed
+            if proc.returncode is None:  # not reaped, so its pid (and group id) is still its own
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # its session's group: what the walk missed
         kill_all(left.values())
         for proc in self.procs:
             for stream in (proc.stdin, proc.stdout, proc.stderr):
