@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, Callable, List, TypeVar
 
@@ -101,6 +102,7 @@ def unwinds_on_sigterm(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        warn_if_sigint_ignored()
         stop = (signal.SIGTERM, signal.SIGUSR1)
         if threading.current_thread() is not threading.main_thread() or \
                 any(signal.getsignal(sig) is not signal.SIG_DFL for sig in stop):
@@ -130,6 +132,30 @@ def unwinds_on_sigterm(fn: F) -> F:
                 signal.signal(sig, signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]
+
+
+_sigint_warned: List[bool] = []
+
+
+def warn_if_sigint_ignored() -> None:
+    """Once per process: if SIGINT is ignored here, say that Ctrl-C cannot stop the run.
+
+    A command that a non-interactive shell starts with ``&`` (a script, ``bash -c``, a CI
+    step, ``nohup ... &`` inside them) inherits SIGINT ignored; Python and every rank keep
+    that, as POSIX asks, so the launch does not change it, but says so, with what still
+    stops the run."""
+    if _sigint_warned or signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        return
+    _sigint_warned.append(True)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 2  # shown at the first caller outside graphtrainer: the fit
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn("SIGINT is ignored in this process (as a background job of a non-interactive shell inherits it), "
+                  "and the ranks inherit that, so Ctrl-C (SIGINT) will not stop this run. SIGTERM stops it "
+                  f"(kill {os.getpid()}: the ranks stop at their next batch and checkpoint); to take Ctrl-C, "
+                  "call signal.signal(signal.SIGINT, signal.default_int_handler) before fit",
+                  RuntimeWarning, stacklevel=level)
 
 
 def die_with_parent() -> None:

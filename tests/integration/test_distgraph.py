@@ -161,7 +161,7 @@ def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
+def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts, process_owner, terminal_sigint):
     """SIGINT to the whole process group (a terminal's Ctrl-C) mid-training: the script
     ends, and no rank, server or shared-memory segment is left."""
     script = tmp_path / "run.py"
@@ -181,23 +181,19 @@ def test_ctrl_c_ends_servers_and_ranks(tmp_path, cora_parts):
             Trainer(num_procs=2, max_epochs=10_000, progress_bar=False, default_root_dir={str(tmp_path / 'runs')!r},
                     callbacks=[Announce()]).fit(NodeClassification({str(cora_parts)!r}, **CORA))
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "TRAINING" in line:
-                break
-        assert "TRAINING" in line, "".join(lines)
-        family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-        assert any("graphtrainer.distdgl.servers" in " ".join(psutil.Process(p).cmdline()) for p in family[1:])
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    # process_owner: its own session (a group to signal), ended whatever the outcome
+    proc = process_owner.start([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "TRAINING" in line:
+            break
+    assert "TRAINING" in line, "".join(lines)
+    family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert any("graphtrainer.distdgl.servers" in " ".join(psutil.Process(p).cmdline()) for p in family[1:])
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
     deadline = time.monotonic() + 10
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in family) \
             and time.monotonic() < deadline:

@@ -329,8 +329,9 @@ class _BigCheckpoint(RegressionTask):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_during_save_leaves_no_partial_file(root_dir, tmp_path, sig):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_during_save_leaves_no_partial_file(root_dir, tmp_path, sig, terminal_sigint):
+    # terminal_sigint: rank 0 takes SIGINT as under a terminal even in a background job's session
     folder, pid_file = tmp_path / "ck", tmp_path / "rank0.pid"
     trainer = _trainer(root_dir, epochs=50, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)])
     outcome = {}

@@ -76,10 +76,10 @@ def _driver(cora_config, workdir, *extra):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_what_a_killed_distdgl_launcher_left_is_removed_by_the_next_run(tmp_path, cora_config):
+def test_what_a_killed_distdgl_launcher_left_is_removed_by_the_next_run(tmp_path, cora_config, process_owner):
     (tmp_path / "tmp").mkdir()
     argv, env = _driver(cora_config, tmp_path)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = process_owner.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 200
     while not all((tmp_path / f"rank{r}.pid").exists() for r in (0, 1)):
         assert proc.poll() is None, proc.communicate()
@@ -94,7 +94,7 @@ def test_what_a_killed_distdgl_launcher_left_is_removed_by_the_next_run(tmp_path
     folders = sorted(p.name for p in (tmp_path / "tmp").iterdir())
     assert left and any(name.startswith(f"graphtrainer-servers-{proc.pid}-") for name in folders), (left, folders)
     argv, env = _driver(cora_config, tmp_path, "1")
-    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=200)
+    again = process_owner.run(argv, env=env, timeout=200)
     assert again.returncode == 0, again.stderr
     assert "removed what a run that no longer runs left behind" in again.stderr
     for name in left:
@@ -104,11 +104,11 @@ def test_what_a_killed_distdgl_launcher_left_is_removed_by_the_next_run(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_sigterm_to_a_distdgl_launcher_stops_the_ranks_which_checkpoint(tmp_path, cora_config):
+def test_sigterm_to_a_distdgl_launcher_stops_the_ranks_which_checkpoint(tmp_path, cora_config, process_owner):
     (tmp_path / "tmp").mkdir()
     before = _segments()
     argv, env = _driver(cora_config, tmp_path)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = process_owner.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 200
     while not all((tmp_path / f"rank{r}.pid").exists() for r in (0, 1)):
         assert proc.poll() is None, proc.communicate()

@@ -1,8 +1,10 @@
 """The launching process itself killed or stopped (SIGKILL, SIGTERM as schedulers send):
 nothing of the run goes on, and what a killed run left is removed by the next one.
 
-Each test runs ``fault_driver.py`` in a process of its own, waits for the files the ranks
-write once they train, signals that process, then watches the processes it had started."""
+Each test runs ``fault_driver.py`` in a process of its own (in a session of its own, started by
+the ``process_owner`` fixture, which ends whatever is left when the test ends, passed or
+failed), waits for the files the ranks write once they train, signals that process, then
+watches the processes it had started."""
 from __future__ import annotations
 
 import os
@@ -27,16 +29,16 @@ TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modul
 DRIVER = TESTS / "fault_driver.py"
 
 
-def _start(launcher: str, workdir: Path, *extra: str, session: bool = False) -> tuple:
-    """Start the driver with its own temp folder; return it and its descendants once both ranks train.
+def _start(owner, launcher: str, workdir: Path, *extra: str) -> tuple:
+    """Start the driver with its own temp folder through ``owner`` (the ``process_owner``
+    fixture); return it and its descendants once both ranks train.
     ``launcher="torchrun"``: torchrun's agent starts two drivers."""
     tmp = workdir / "tmp"
     tmp.mkdir(exist_ok=True)
     env = env_without_launch(TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)]))
     agent = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     argv = (agent if launcher == "torchrun" else [sys.executable]) + [str(DRIVER), launcher, str(workdir), *extra]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=session)
+    proc = owner.start(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 100
     while not all((workdir / f"rank{r}.pid").exists() for r in (0, 1)):
         if proc.poll() is not None:
@@ -64,8 +66,8 @@ def _gone_within(procs: list, seconds: float) -> float:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("launcher,sig", [("forkserver", signal.SIGKILL), ("forkserver", signal.SIGTERM),
                                           ("fork", signal.SIGTERM), ("spawn", signal.SIGKILL)])
-def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, sig):
-    proc, descendants = _start(launcher, tmp_path)
+def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, sig, process_owner):
+    proc, descendants = _start(process_owner, launcher, tmp_path)
     ranks = [int((tmp_path / f"rank{r}.pid").read_text()) for r in (0, 1)]
     assert set(ranks) <= {p.pid for p in descendants}
     signalled = time.monotonic()
@@ -85,8 +87,10 @@ def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, si
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("launcher", ["fork", "forkserver"])
-def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher):
-    proc, descendants = _start(launcher, tmp_path, session=True)
+def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher, process_owner, terminal_sigint):
+    # terminal_sigint: the run takes SIGINT as under a terminal even when this session inherited it
+    # ignored (a background job), which the run would keep (tests/unit/test_suite_hygiene.py)
+    proc, descendants = _start(process_owner, launcher, tmp_path)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: every process of the group
     proc.communicate(timeout=60)
     took = _gone_within(descendants, 20)
@@ -97,8 +101,8 @@ def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_torchrun_ranks_end_when_the_agent_is_killed(tmp_path):
-    agent, descendants = _start("torchrun", tmp_path)
+def test_torchrun_ranks_end_when_the_agent_is_killed(tmp_path, process_owner):
+    agent, descendants = _start(process_owner, "torchrun", tmp_path)
     ranks = [psutil.Process(int((tmp_path / f"rank{r}.pid").read_text())) for r in (0, 1)]
     agent.kill()
     agent.communicate(timeout=60)
@@ -108,8 +112,8 @@ def test_torchrun_ranks_end_when_the_agent_is_killed(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_next_run_removes_what_a_killed_run_left(tmp_path):
-    proc, descendants = _start("fork", tmp_path)
+def test_next_run_removes_what_a_killed_run_left(tmp_path, process_owner):
+    proc, descendants = _start(process_owner, "fork", tmp_path)
     proc.kill()
     proc.communicate(timeout=60)
     _gone_within(descendants, 20)
@@ -119,10 +123,9 @@ def test_next_run_removes_what_a_killed_run_left(tmp_path):
     live.mkdir()
     for name in ("rank0.pid", "rank1.pid"):
         (tmp_path / name).unlink()
-    again = subprocess.run([sys.executable, str(DRIVER), "fork", str(tmp_path), "1"], capture_output=True,
-                           text=True, timeout=120,
-                           env=dict(os.environ, TMPDIR=str(tmp_path / "tmp"),
-                                    PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)])))
+    again = process_owner.run([sys.executable, str(DRIVER), "fork", str(tmp_path), "1"], timeout=120,
+                              env=dict(os.environ, TMPDIR=str(tmp_path / "tmp"),
+                                       PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)])))
     assert again.returncode == 0, again.stderr
     assert f"removed what a run that no longer runs left behind: {left[0]}" in again.stderr
     assert list((tmp_path / "tmp").iterdir()) == [live]

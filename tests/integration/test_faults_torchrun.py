@@ -9,7 +9,6 @@ intervals are tested on every stack."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,11 +26,11 @@ ROOT_CAUSE = {"raise": "RuntimeError: planned failure in training_step at step 3
               "sleep": EXPECTED["sleep"]}
 
 
-def _run(tmp_path, how, *agent_args):
+def _run(owner, tmp_path, how, *agent_args):
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *agent_args,
             str(TESTS / "torchrun_fault_script.py"), how, str(tmp_path)]
     start = time.monotonic()
-    done = subprocess.run(argv, env=env_without_launch(), capture_output=True, text=True, timeout=200)
+    done = owner.run(argv, env=env_without_launch(), timeout=200)
     took = time.monotonic() - start
     assert done.returncode != 0
     return done.stderr[done.stderr.rfind("Root Cause"):], took
@@ -40,8 +39,8 @@ def _run(tmp_path, how, *agent_args):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("how", ["raise", "kill", "sleep"])
-def test_torchruns_root_cause_is_rank_1_with_its_failure(tmp_path, how):
-    root_cause, took = _run(tmp_path, how)  # the agent's own default interval
+def test_torchruns_root_cause_is_rank_1_with_its_failure(tmp_path, how, process_owner):
+    root_cause, took = _run(process_owner, tmp_path, how)  # the agent's own default interval
     print(f"torchrun, rank 1 {how}: run over in {took:.1f} s")
     by_rank_1 = "rank      : 1 (local_rank: 1)" in root_cause and ROOT_CAUSE[how] in root_cause
     assert by_rank_1 or "rank 1 failed: " + EXPECTED[how] in root_cause, root_cause  # or rank 0's report naming it
@@ -50,8 +49,8 @@ def test_torchruns_root_cause_is_rank_1_with_its_failure(tmp_path, how):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("how", ["raise", "kill", "sleep"])
-def test_rank_0_names_rank_1_when_the_agent_lets_it(tmp_path, how):
-    root_cause, took = _run(tmp_path, how)
+def test_rank_0_names_rank_1_when_the_agent_lets_it(tmp_path, how, process_owner):
+    root_cause, took = _run(process_owner, tmp_path, how)
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     print(f"torchrun --monitor-interval 5, rank 1 {how}: run over in {took:.1f} s; rank 0 raised "
           f"{rank0['text'][:160]!r}")

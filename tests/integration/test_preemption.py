@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -135,22 +134,23 @@ def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
     _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
 
 
-def _torchrun(out, *extra):
+def _torchrun(owner, out, *extra):
     # Two restarts allowed where the script needs one: on torch 2.15 a restarted rank has once
     # aborted in C++ ("terminate called without an active exception", CI of 2026-11-26); a
     # further restart resumes from the same last.ckpt, so the run must still equal the unstopped one.
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "--max-restarts", "2", str(TESTS / "torchrun_restart_script.py"), str(out), *extra]
-    done = subprocess.run(argv, env=env_without_launch(), capture_output=True, text=True, timeout=200)
+    done = owner.run(argv, env=env_without_launch(), timeout=200)
     assert done.returncode == 0, done.stdout + done.stderr
     return torch.load(out / "final.pt", weights_only=True), done.stdout + done.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(480)
-def test_torchrun_restart_after_a_killed_rank_resumes_from_last_and_equals_a_run_never_stopped(tmp_path):
-    whole, _ = _torchrun(tmp_path / "whole")
-    restarted, log = _torchrun(tmp_path / "restarted", "kill")
+def test_torchrun_restart_after_a_killed_rank_resumes_from_last_and_equals_a_run_never_stopped(tmp_path,
+                                                                                                process_owner):
+    whole, _ = _torchrun(process_owner, tmp_path / "whole")
+    restarted, log = _torchrun(process_owner, tmp_path / "restarted", "kill")
     assert "ckpt_path='last': using" in log and "starting from scratch" in log  # first start, then resume
     assert "restart" in log.lower()
     _same(whole["params"], restarted["params"])

@@ -67,7 +67,7 @@ def _check_summary(out: Path, launched_by: str, threads: int) -> dict:
     return summary
 
 
-def test_two_torchrun_nodes(tmp_path):
+def test_two_torchrun_nodes(tmp_path, process_owner):
     out = tmp_path / "t06"
     port = free_port()
     procs = []
@@ -75,8 +75,8 @@ def test_two_torchrun_nodes(tmp_path):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
                str(SCRIPT), "--fast", "--threads-per-proc", "1", "--out", str(out)]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        procs.append(process_owner.start(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True))
     outputs = _finish(procs, TIMEOUT)
     for node, (proc, text) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"node {node} failed:\n{text[-3000:]}"
@@ -105,7 +105,7 @@ echo "${3//,/$'\\n'}"
 """
 
 
-def test_sbatch_under_stand_in_srun(tmp_path):
+def test_sbatch_under_stand_in_srun(tmp_path, process_owner):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
@@ -115,8 +115,8 @@ def test_sbatch_under_stand_in_srun(tmp_path):
     env = _env(PATH=f"{bindir}:{os.environ['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="127.0.0.1",
                SLURM_NTASKS="2", SLURM_NNODES="2", SLURM_SUBMIT_DIR=str(ROOT), SLURM_CPUS_PER_TASK="1",
                MASTER_PORT=str(free_port()), GPUS_PER_NODE="0", OUT=str(out))
-    proc = subprocess.Popen(["bash", str(SBATCH), "--fast"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = process_owner.start(["bash", str(SBATCH), "--fast"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
     (text,) = _finish([proc], TIMEOUT)
     assert proc.returncode == 0, text[-3000:]
     assert "rendezvous 127.0.0.1:" in text
