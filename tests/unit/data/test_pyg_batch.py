@@ -215,3 +215,35 @@ def test_the_engine_does_not_import_torch_geometric():
             "assert 'torch_geometric' not in sys.modules, 'imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+class _PygTask(graphtrainer.GraphTask):
+    batch_format = "pyg"
+
+    def __init__(self, graph):
+        super().__init__()
+        self.graph, self.model = graph, torch.nn.Linear(1, 1)
+
+    def train_dataloader(self):
+        return self.node_dataloader(torch.arange(2), [2], 2)
+
+    def training_step(self, batch, batch_idx):
+        return self.model.weight.sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+
+def test_fit_refuses_pyg_batches_before_any_rank_starts(monkeypatch, root_dir):
+    from conftest import rank_children
+
+    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0, 1]), torch.tensor([1, 0])),
+                              ("b", "s", "a"): (torch.tensor([0]), torch.tensor([1]))})
+    trainer = graphtrainer.Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir)
+    with pytest.raises(ValueError, match="batch_format='pyg' takes a homogeneous graph"):
+        trainer.fit(_PygTask(hetero))
+    for name in ("torch_geometric", "torch_geometric.data"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[pyg\]'"):
+        trainer.fit(_PygTask(random_graph(29)))
+    assert not rank_children() and not any(root_dir.iterdir())  # nothing launched, no run folder
