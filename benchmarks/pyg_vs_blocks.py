@@ -67,9 +67,9 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("200kx10"),
                    help="synthetic graph NODESxDEGREE (default 200kx10)")
     p.add_argument("--feat-dim", type=int, default=64)
-    p.add_argument("--max-train-nodes", type=int, default=20_000)
-    p.add_argument("--epochs", type=int, default=4, help="per run; the first is warm-up (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="A B pairs, interleaved (default %(default)s)")
+    p.add_argument("--max-train-nodes", type=int, default=10_000)
+    p.add_argument("--epochs", type=int, default=3, help="per run; the first is warm-up (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=2, help="A B pairs, interleaved (default %(default)s)")
     p.add_argument("--trim-arm", action="store_true", help="add PyG's GraphSAGE with per-layer trimming (B-T)")
     p.add_argument("--fanouts", default="10,10")
     p.add_argument("--hidden", type=int, default=128)
@@ -150,8 +150,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
           f"{args.fanouts}, hidden {args.hidden}, batch {args.batch_size}, 2 CPU ranks, {args.rounds} rounds)\n\n"
           + report.markdown_table(["arm", "median epoch (s)", "time vs A", "test acc"], rows)
           + f"\n\nTarget for B: at most {TARGET:.2f}x A's epoch time.\n")
-    payload = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "machine": machine, "runs": runs, **result, "target": TARGET}
+    import torch_geometric
+
+    versions = {**sysinfo.versions(), "torch_geometric": torch_geometric.__version__}
+    payload = {"benchmark": NAME, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+               "machine": machine, "versions": versions, "runs": runs, **result, "target": TARGET}
 
     def plot(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)

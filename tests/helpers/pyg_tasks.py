@@ -37,13 +37,21 @@ class PygNodeClassification(NodeClassification):
 
 
 class PygLinkPredictor(nn.Module):
-    """PyG's GraphSAGE encoder and a dot-product score of each ``edge_label_index`` pair."""
+    """PyG's GraphSAGE encoder and a dot-product score of each ``edge_label_index`` pair.
+
+    Its weights start as DGL's ``SAGEConv`` (and graphtrainer's) start them, Xavier-uniform with
+    ReLU's gain, so that the test compares batch formats, not initialisations: with PyG's own
+    (about 3x smaller on Cora's 1,433 inputs) the dot-product scores grow slowly and 20 epochs
+    reached test ROC-AUC 0.84-0.85 where this reaches 0.91, as the DGL format does."""
 
     def __init__(self, in_feats: int, hidden: int, num_layers: int, dropout: float):
         super().__init__()
         from torch_geometric.nn import GraphSAGE
 
         self.encoder = GraphSAGE(in_feats, hidden, num_layers=num_layers, dropout=dropout)
+        for conv in self.encoder.convs:
+            for lin in (conv.lin_l, conv.lin_r):
+                nn.init.xavier_uniform_(lin.weight, gain=nn.init.calculate_gain("relu"))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_label_index: torch.Tensor) -> torch.Tensor:
         h = self.encoder(x, edge_index)
