@@ -11,10 +11,12 @@ from . import comm as gdist
 from .data.edge_loader import EdgeLoader
 from .data.graph_loader import GraphLoader
 from .data.node_loader import NodeLoader, default_sampler
+from .data.pyg_loader import PygLoader, check_batch_format, check_pyg_ready, with_batch_format
 from .distdgl.graph import is_dist_graph
 from .distdgl.loader import DistEdgeLoader, DistNodeLoader
 from .loop.context import StepLog
 from .loop.optim import OptimizersSpec
+from .nn.pyg import is_pyg_data
 from .state import RunView
 
 
@@ -82,6 +84,9 @@ class GraphTask:
     #: ranks, or ``"all"``. Formats not built are built by DGL on first use, privately in
     #: each rank. See :mod:`graphtrainer.data.formats`.
     graph_formats: Union[str, Sequence[str], None] = None
+    #: The loader helpers' default batches: ``"dgl"``, or ``"pyg"`` (PyG's ``Data``, :mod:`graphtrainer.nn.pyg`;
+    #: set here, ``Trainer.fit`` checks torch-geometric and ``self.graph`` before any rank starts).
+    batch_format: str = "dgl"
 
     def __init__(self) -> None:
         self.model = None
@@ -229,7 +234,8 @@ class GraphTask:
 
     def node_dataloader(self, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
-                        **dataloader_kwargs: Any) -> Union[NodeLoader, DistNodeLoader]:
+                        batch_format: Optional[str] = None,
+                        **dataloader_kwargs: Any) -> Union[NodeLoader, DistNodeLoader, PygLoader]:
         """A :class:`~graphtrainer.data.node_loader.NodeLoader` over this rank's share of ``ids``.
 
         ``sampler`` is a DGL block sampler, or a list of fanouts for a ``NeighborSampler``
@@ -254,6 +260,9 @@ class GraphTask:
         (see :class:`~graphtrainer.data.node_loader.NodeLoader`). ``dataloader_kwargs`` go to DGL's
         ``DataLoader``: ``num_workers=k`` samples in ``k`` worker processes per rank with the
         same batches as ``k=0``, and ``persistent_workers=True`` keeps them across epochs.
+
+        ``batch_format="pyg"`` (default :attr:`batch_format`) yields PyG's ``Data`` in place of
+        DGL's tuple (:class:`~graphtrainer.data.pyg_loader.PygLoader`; fanouts list the input layer first).
         """
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
@@ -266,14 +275,18 @@ class GraphTask:
             if dataloader_kwargs:
                 raise ValueError(f"node_dataloader on a DistGraph takes no DataLoader options "
                                  f"({sorted(dataloader_kwargs)}): it samples in the rank and on the graph servers")
-            return DistNodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last, seed=seed)
-        return NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
-                          seed=seed, **dataloader_kwargs)
+            loader: Any = DistNodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
+                                         seed=seed)
+        else:
+            loader = NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
+                                seed=seed, **dataloader_kwargs)
+        return with_batch_format(loader, batch_format or self.batch_format)
 
     def edge_dataloader(self, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
-                        **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader]:
+                        batch_format: Optional[str] = None,
+                        **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader, PygLoader]:
         """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
 
@@ -294,7 +307,8 @@ class GraphTask:
 
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
-        :class:`~graphtrainer.data.edge_loader.EdgeLoader`).
+        :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: PyG's ``Data``
+        with ``edge_label_index`` and ``edge_label``, as ``LinkNeighborLoader`` gives them.
         """
         graph = graph if graph is not None else getattr(self, "graph", None)
         if graph is None:
@@ -304,11 +318,13 @@ class GraphTask:
         if is_dist_graph(graph):
             if reverse_eids is not None or dataloader_kwargs:
                 raise ValueError("edge_dataloader on a DistGraph takes no reverse_eids or DataLoader options")
-            return DistEdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
-                                  shuffle=shuffle, drop_last=drop_last, seed=seed)
-        return EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
-                          reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
-                          **dataloader_kwargs)
+            loader: Any = DistEdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
+                                         shuffle=shuffle, drop_last=drop_last, seed=seed)
+        else:
+            loader = EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
+                                reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
+                                **dataloader_kwargs)
+        return with_batch_format(loader, batch_format or self.batch_format)
 
     def graph_dataloader(self, dataset: Any, batch_size: int, indices: Any = None, *, shuffle: bool = True,
                          drop_last: bool = False, seed: Optional[int] = None) -> GraphLoader:
@@ -353,6 +369,8 @@ def check_task(task: Any, stage: str) -> None:
     if task.module is None and type(task).configure_model is GraphTask.configure_model:
         raise NotImplementedError(f"{type(task).__name__} has no model: override configure_model() "
                                   "or assign self.model in __init__")
+    if check_batch_format(task.batch_format) == "pyg":
+        check_pyg_ready(getattr(task, "graph", None))
 
 
 def _is_plain(value: Any) -> bool:
@@ -374,7 +392,7 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
     if isinstance(batch, dict):
         return {k: move_to_device(v, device) for k, v in batch.items()}
-    if hasattr(batch, "to") and hasattr(batch, "device"):
-        return batch if batch.device == device else batch.to(device)
+    if hasattr(batch, "to") and (hasattr(batch, "device") or is_pyg_data(batch)):  # PyG's Data has no .device
+        return batch if getattr(batch, "device", None) == device else batch.to(device)
     return batch
 

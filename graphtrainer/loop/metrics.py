@@ -311,7 +311,8 @@ def infer_batch_size(batch: object) -> Optional[int]:
       heterograph, the seeds of every type together).
     - A batched graph (``dgl.batch``), alone or first in a tuple such as
       ``(graphs, labels)``: the number of graphs.
-    - A tensor: its rows. A dict: its first value.
+    - A tensor: its rows. A dict: its first value. Anything with an int ``batch_size``
+      (PyG's batches, ``batch_format="pyg"``): that.
     """
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else 1
@@ -328,7 +329,8 @@ def infer_batch_size(batch: object) -> Optional[int]:
         return infer_batch_size(batch[0])
     if isinstance(batch, dict) and batch:
         return infer_batch_size(next(iter(batch.values())))
-    return None
+    size = getattr(batch, "batch_size", None)  # a PyG batch: its seed nodes (seed edges for links)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _is_graph(obj: object) -> bool:

@@ -150,6 +150,20 @@ class TorchBlock:
         dst[self.edge_ids.long()] = self.dst_index().to(dst.dtype)
         return src, dst
 
+    # ---- PyG's names: a MessagePassing layer runs on a block --------------------------------
+    @property
+    def edge_index(self) -> torch.Tensor:
+        """``[2, E]`` int64 (source, destination) of every edge in edge-id order (so ``edata``
+        rows line up), ids local to the block: with a PyG layer,
+        ``conv((x, x[:block.num_dst]), block.edge_index)`` (source and destination inputs), or
+        ``size=block.size`` for a layer that takes one input and a ``size``."""
+        return torch.stack(self.edges()).long()
+
+    @property
+    def size(self) -> Tuple[int, int]:
+        """``(num_src, num_dst)``: PyG's ``size`` argument for message passing on a block."""
+        return self.num_src, self.num_dst
+
     # ---- moving ----------------------------------------------------------------------------
     def _map(self, fn: Any) -> "TorchBlock":
         src = _move(self.srcdata, fn)

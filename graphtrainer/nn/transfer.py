@@ -14,6 +14,9 @@ the step of the batch before it runs, so copies overlap compute:
 - every copied tensor is marked as used by the compute stream (``record_stream``), so the
   caching allocator does not reuse its memory while a kernel there may still read it.
 
+PyG batches (``batch_format="pyg"``, :mod:`graphtrainer.nn.pyg`) hold torch tensors already:
+they are pinned, copied and prefetched the same way, whatever ``block_type`` says.
+
 On CPU ranks, ``"torch"`` only converts (for tests and measurement); ``"dgl"`` keeps DGL's
 graphs and the task's hook as they are. A ``dgl.nn`` layer fed a torch graph fails at its
 first batch with an error naming the fixes (see :func:`graphtrainer.nn.blocks.dgl_only`).
@@ -27,6 +30,7 @@ import torch
 
 from .blocks import is_torch_graph
 from .convert import contains_dgl_graph, convert_batch, is_dgl_graph
+from .pyg import is_pyg_data
 
 BLOCK_TYPES = ("auto", "torch", "dgl")
 _DGL_DEVICES: Dict[str, bool] = {}
@@ -76,6 +80,8 @@ def pin(batch: Any) -> Any:
         return batch.pin_memory() if batch.device.type == "cpu" and not batch.is_pinned() else batch
     if is_torch_graph(batch):
         return batch.pin_memory()
+    if is_pyg_data(batch):  # a PyG batch (batch_format="pyg"): its tensors, in place
+        return batch.apply(lambda t: t if t.is_pinned() else t.pin_memory())
     if isinstance(batch, (list, tuple)):
         items = [pin(b) for b in batch]
         return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
@@ -86,7 +92,7 @@ def pin(batch: Any) -> Any:
 
 def copy_to(batch: Any, device: torch.device) -> Any:
     """``batch`` on ``device``: tensors and torch graphs with ``non_blocking=True``."""
-    if isinstance(batch, torch.Tensor) or is_torch_graph(batch):
+    if isinstance(batch, torch.Tensor) or is_torch_graph(batch) or is_pyg_data(batch):
         return batch.to(device, non_blocking=True)
     if is_dgl_graph(batch):
         return batch.to(device)
@@ -103,6 +109,8 @@ def device_tensors(batch: Any) -> Iterator[torch.Tensor]:
         yield batch
     elif is_torch_graph(batch):
         yield from batch.tensors().values()
+    elif is_pyg_data(batch):
+        yield from (value for _, value in batch if isinstance(value, torch.Tensor))
     elif isinstance(batch, (list, tuple)):
         for b in batch:
             yield from device_tensors(b)
@@ -170,6 +178,8 @@ class BatchTransfer:
                 self.resolved = "torch"
             elif contains_dgl_graph(batch):
                 self.resolved = resolve_block_type(self.block_type, self.device)
+            elif is_pyg_data(batch):  # torch tensors only: pinned, copied and prefetched here
+                self.resolved = "torch"
             else:
                 return "dgl"  # nothing to convert (yet): a plain-torch batch
         return self.resolved

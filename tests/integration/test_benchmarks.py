@@ -112,6 +112,17 @@ def test_overhead_tiny(tmp_path):
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_pyg_vs_blocks_tiny(tmp_path):
+    proc = run_bench("pyg_vs_blocks.py", "--tiny", "--trim-arm", "--out", str(tmp_path))
+    data = outputs(tmp_path, "pyg_vs_blocks", proc)
+    assert data["versions"]["torch_geometric"] and set(data["runs"]) == {"blocks", "pyg", "pyg_trim"}
+    for arm, (run,) in data["runs"].items():
+        assert len(run["epoch_times_s"]) == 2 and all(positive(t) for t in run["epoch_times_s"])
+        assert 0.0 <= run["test_acc"] <= 1.0 and positive(data["ratios"][arm])
+    assert data["ratios"]["blocks"] == 1.0
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_tutorial_vs_task_tiny(tmp_path):
     proc = run_bench("tutorial_vs_task.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "tutorial_vs_task", proc)

@@ -1,0 +1,90 @@
+"""``batch_format="pyg"``: any of graphtrainer's node or edge loaders, yielding PyG batches.
+
+:class:`PygLoader` wraps a loader and turns each batch it yields into PyG's ``Data`` (see
+:mod:`graphtrainer.nn.pyg` for the fields and the sampling semantics). Everything else
+(the split between ranks, epochs, evaluation mode, ``len``, the graph formats it reads) is
+the wrapped loader's, so the trainer treats it as that loader.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Tuple
+
+import torch
+
+from ..nn.pyg import PYG_INSTALL, pyg_data_class, to_pyg
+from .sharded_loader import ShardedLoader
+
+BATCH_FORMATS = ("dgl", "pyg")
+
+
+def check_batch_format(batch_format: Any) -> str:
+    if batch_format not in BATCH_FORMATS:
+        raise ValueError(f"batch_format={batch_format!r}: choose 'dgl' (DGL's blocks and pair graphs) or 'pyg' "
+                         f"(PyG's Data, as NeighborLoader/LinkNeighborLoader yield it; needs {PYG_INSTALL})")
+    return batch_format
+
+
+def check_pyg_ready(graph: Any = None, typed: bool = False) -> None:
+    """Raise before any batch (and, from ``Trainer.fit``, before any rank starts) when
+    ``batch_format="pyg"`` cannot work: torch-geometric missing, or a heterograph (or typed ids)."""
+    pyg_data_class()
+    ntypes = list(getattr(graph, "ntypes", None) or [])
+    etypes = list(getattr(graph, "canonical_etypes", None) or [])
+    if typed or len(ntypes) > 1 or len(etypes) > 1:
+        raise ValueError(f"batch_format='pyg' takes a homogeneous graph; this one has node types {ntypes} and "
+                         f"{len(etypes)} edge types (PyG's HeteroData batches are not built here). Fix: keep DGL's "
+                         "batches (batch_format='dgl') with graphtrainer.nn.HeteroGraphConv, or train on "
+                         "dgl.to_homogeneous(graph)")
+
+
+class PygLoader(ShardedLoader):
+    """A node or edge loader whose batches are PyG ``Data`` objects.
+
+    Node batches carry ``x``, ``edge_index``, ``y``, ``batch_size``, ``n_id``, ``e_id``,
+    ``num_sampled_nodes`` and ``num_sampled_edges``; edge batches also ``edge_label_index``
+    and ``edge_label``. ``feat_key``/``label_key``: the node data read as ``x`` and ``y``.
+    """
+
+    def __init__(self, loader: ShardedLoader, feat_key: str = "feat", label_key: str = "label"):
+        check_pyg_ready(getattr(loader, "graph", None), typed=getattr(loader, "typed", None) is not None)
+        self.inner, self.feat_key, self.label_key = loader, feat_key, label_key
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything not defined here is the wrapped loader's (graph, sampler, ids, epoch, ...).
+        if name in ("inner", "feat_key", "label_key") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    typed = property(lambda self: self.inner.typed)  # type: ignore[assignment]
+    spans = property(lambda self: self.inner.spans)  # type: ignore[assignment]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.inner.set_epoch(epoch)
+
+    def for_evaluation(self) -> "PygLoader":
+        self.inner.for_evaluation()
+        return self
+
+    def local_ids(self) -> torch.Tensor:
+        return self.inner.local_ids()
+
+    def split_place(self) -> Tuple[int, int]:
+        return self.inner.split_place()
+
+    def local_batches(self) -> List[torch.Tensor]:
+        return self.inner.local_batches()
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def check_world(self, world_size: int) -> None:
+        self.inner.check_world(world_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.inner:
+            yield to_pyg(batch, self.feat_key, self.label_key)
+
+
+def with_batch_format(loader: Any, batch_format: str) -> Any:
+    """``loader`` as it is (``"dgl"``), or yielding PyG batches (``"pyg"``)."""
+    return PygLoader(loader) if check_batch_format(batch_format) == "pyg" else loader
