@@ -213,3 +213,27 @@ def test_link_prediction_with_device_sampling_matches_dgl_sampling(root_dir, tmp
             runs[sampling].append(trainer.test(task, ckpt_path="best")["test_auc"])
     print("cora links", runs)
     _within_noise(runs["cpu"], runs["device"])
+
+
+def test_pyg_batches_from_device_sampled_blocks():
+    """``batch_format="pyg"`` over a loader sampling on the device: seeds first, every edge an
+    edge of the graph (through ``n_id``/``e_id``), each node's in-edges from one hop only."""
+    pytest.importorskip("torch_geometric")
+    from graphtrainer.data.pyg_loader import PygLoader
+
+    g = make_graph()
+    ids = torch.arange(0, 60, 3)
+    loader = PygLoader(NodeLoader(g, ids, default_sampler(g, [3, 3]), 8))
+    assert mode.place(loader, CPU, "device", announce=False) == "device"
+    seen = []
+    for batch in loader:
+        seeds = batch.n_id[:batch.batch_size]
+        seen.append(seeds)
+        assert seeds.unique().numel() == batch.batch_size and torch.isin(seeds, ids).all()
+        u, v = g.find_edges(batch.e_id)
+        assert torch.equal(batch.n_id[batch.edge_index[0]], u) and torch.equal(batch.n_id[batch.edge_index[1]], v)
+        assert torch.equal(batch.x, g.ndata["feat"][batch.n_id])
+        dst = batch.edge_index[1]
+        assert sum(batch.num_sampled_edges) == dst.numel()
+        assert dst.unique().numel() <= batch.num_sampled_nodes[0] + batch.num_sampled_nodes[1]
+    assert torch.equal(torch.cat(seen).sort().values, ids)  # every seed once over the epoch (one rank)
