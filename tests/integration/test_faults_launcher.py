@@ -97,6 +97,24 @@ def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher):
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["fork", "spawn", "forkserver"])
+def test_ctrl_c_twice_leaves_nothing(tmp_path, launcher):
+    """The second Ctrl-C comes while the launcher ends the ranks (each takes 1.5 s to act on
+    SIGINT): the launcher's cleanup finishes first."""
+    proc, descendants = _start(launcher, tmp_path, "100000", "slow_exit", session=True)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = _gone_within(descendants, 20)
+    print(f"{launcher}: Ctrl-C twice, 0.3 s apart: every process gone {took:.2f} s after the launcher ended")
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_torchrun_ranks_end_when_the_agent_is_killed(tmp_path):
     agent, descendants = _start("torchrun", tmp_path)
     ranks = [psutil.Process(int((tmp_path / f"rank{r}.pid").read_text())) for r in (0, 1)]
