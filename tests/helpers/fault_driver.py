@@ -1,9 +1,10 @@
 """A fit in a process of its own, for tests that signal or kill the launching process.
 
-``python fault_driver.py LAUNCHER READY_DIR [EPOCHS [slow_exit]]``: trains :class:`Marked` on 2 ranks; each
-rank writes ``READY_DIR/rank<r>.pid`` (its pid) once it trains. ``slow_exit``: each rank then takes
-1.5 s to act on SIGINT (as a rank flushing files on its way out), so the launcher is still ending
-them when a second signal comes. LAUNCHER "torchrun": this process is
+``python fault_driver.py LAUNCHER READY_DIR [EPOCHS [slow_exit | hang]]``: trains :class:`Marked` on 2
+ranks; each rank writes ``READY_DIR/rank<r>.pid`` (its pid) once it trains. ``slow_exit``: each rank
+then takes 1.5 s to act on SIGINT (as a rank flushing files on its way out), so the launcher is
+still ending them when a second signal comes. ``hang``: rank 1 hangs at step 3, first writing the
+time into ``READY_DIR/hung_at`` (``hang_timeout=60``). LAUNCHER "torchrun": this process is
 one rank that torchrun started; "distgraph=<partition config>": a DistDGL run on that partition. The test waits for those files, so it signals a run known to be training.
 """
 from __future__ import annotations
@@ -29,6 +30,11 @@ class Marked(RegressionTask):
 
     def training_step(self, idx, batch_idx):
         _mark(self)
+        if os.environ.get("FAULT_DRIVER_HANG") == "1" and self.rank == 1 and self.global_step == 3:
+            import time
+
+            (Path(self.ready_dir) / "hung_at").write_text(repr(time.time()))
+            time.sleep(600)
         return super().training_step(idx, batch_idx)
 
 
@@ -72,6 +78,9 @@ if __name__ == "__main__":
     if sys.argv[4:] == ["slow_exit"]:
         os.environ["FAULT_DRIVER_SLOW_EXIT"] = "1"  # (read by the ranks, spawned ones included)
     procs = {} if launcher == "torchrun" else {"num_procs": 2}
+    if sys.argv[4:] == ["hang"]:
+        os.environ["FAULT_DRIVER_HANG"] = "1"
+        procs["hang_timeout"] = 60
     if launcher.startswith("distgraph="):
         task = _marked_node_classifier(launcher.split("=", 1)[1], ready)
     else:
