@@ -165,11 +165,19 @@ def read_board(board: Any, world_size: int) -> List[RankPlace]:
     return places
 
 
+#: Where a rank is between two batch boundaries of training: a stop waits for the next one.
+BETWEEN_BOUNDARIES = frozenset({"the training loader", "training_step", "backward", "optimizer step",
+                                "on_train_batch_end"})
+
+
 def timeout_after_stop(place: RankPlace, timeout: float) -> float:
-    """The hang timeout of a rank once a stop was asked: :data:`STOP_HANG_MIN_S`, or
-    :data:`STOP_PAUSE_FACTOR` times the longest pause it had so far if longer, at most
-    ``timeout``. A stop waits for the next batch boundary, which comes within a step in a
-    run that moves."""
+    """The hang timeout of a rank once a stop was asked. Between two batch boundaries of
+    training (:data:`BETWEEN_BOUNDARIES`), where the stop waits for the next one, which comes
+    within a step in a run that moves: :data:`STOP_HANG_MIN_S`, or :data:`STOP_PAUSE_FACTOR`
+    times the longest pause the rank had so far if longer, at most ``timeout``. Elsewhere
+    (validation, an epoch's end, a checkpoint being written) ``timeout``."""
+    if place.place not in BETWEEN_BOUNDARIES:
+        return timeout
     return min(timeout, max(STOP_HANG_MIN_S, STOP_PAUSE_FACTOR * place.longest_s))
 
 
