@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from .. import comm as gdist
+from .. import heartbeat
 from .._version import __version__
 from ..state import RunView, callback_states
 from .file import CheckpointError, atomic_save, read_verified
@@ -123,6 +124,7 @@ def _to_cpu(value: Any) -> Any:
 def save_checkpoint(trainer: RunView, task: Any, path: str | os.PathLike,
                     extra: Optional[Dict[str, Any]] = None) -> None:
     """Rank 0 writes ``path`` atomically, then all ranks wait. Must be called on all processes."""
+    heartbeat.beat("save_checkpoint")  # (a long save is no hang between batch boundaries)
     ckpt = build_checkpoint(trainer, task, extra)
     if ckpt is not None:
         atomic_save(ckpt, path)

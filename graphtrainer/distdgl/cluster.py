@@ -239,7 +239,8 @@ def written_ip_config(cluster: Cluster) -> Iterator[Cluster]:
             fh.write(f"{address} {port}\n")
         yield dataclasses.replace(cluster, ip_config_path=path)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        with leftovers.cleanup_first():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _machine_rank(options: DistGraphOptions, machines: Tuple[Tuple[str, int], ...]) -> int:

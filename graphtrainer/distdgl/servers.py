@@ -115,10 +115,11 @@ def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
             yield servers
             clean = True
         finally:
-            for server in servers:
-                server.stop(SHUTDOWN_WAIT_S if clean else 0.0)
-            _remove_left_segments(shm_before, cluster.options.graph_name)  # ours: we hold the machine
-            shutil.rmtree(log_dir, ignore_errors=True)
+            with leftovers.cleanup_first():  # a second Ctrl-C waits for it
+                for server in servers:
+                    server.stop(SHUTDOWN_WAIT_S if clean else 0.0)
+                _remove_left_segments(shm_before, cluster.options.graph_name)  # ours: we hold the machine
+                shutil.rmtree(log_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager

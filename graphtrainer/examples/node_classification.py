@@ -39,6 +39,17 @@ class CrossEntropySteps:
         self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
 
 
+def _refuse_heterograph(graph: Any) -> None:
+    """One clear line for a heterograph (its ``ndata["feat"]`` is a dict per node type)."""
+    ntypes = getattr(graph, "ntypes", ())
+    if len(ntypes) > 1 or len(getattr(graph, "canonical_etypes", ())) > 1:
+        raise ValueError(
+            f"NodeClassification takes a homogeneous graph (one node and one edge type); this one has node "
+            f"types {list(ntypes)} and edge types {list(getattr(graph, 'etypes', ()))}: use "
+            "graphtrainer.examples.hetero_classification.HeteroClassification "
+            "for heterographs")
+
+
 class NodeClassification(CrossEntropySteps, GraphTask):
     """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
     shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``),
@@ -67,6 +78,7 @@ class NodeClassification(CrossEntropySteps, GraphTask):
             graph = PartitionedGraph(graph)  # a partition config: the ranks open the graph
         elif isinstance(graph, str):       # a dataset name, e.g. from a config file
             graph = datasets.load(graph)
+        _refuse_heterograph(graph)
         self.graph = graph                 # shared with the ranks (fork: copy-on-write)
         self.fanouts, self.hidden, self.dropout = list(fanouts), hidden, dropout
         self.lr, self.weight_decay, self.metric = lr, weight_decay, metric

@@ -10,6 +10,10 @@ itself what failed, where its peers can read it.
 - ``Trainer(hang_timeout=...)`` applies too: a thread of each rank watches that rank's own
   progress (the heartbeat a launched rank reports to its launcher), and a rank with none
   for that long outside a collective reports itself as hung, with its stack, and exits.
+  Once a stop signal came (torchrun's agent passes SIGTERM on), a stop waits for a batch
+  boundary that a rank without progress never reaches: the timeout shortens to
+  :func:`graphtrainer.heartbeat.timeout_after_stop`, so the hang is named before the agent's
+  grace period ends in a silent SIGKILL.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from typing import Any, Dict, Optional
 
 from .. import heartbeat, pids
 from ..errors import RankFailedError
-from .supervisor import _is_peer_loss
+from .supervisor import HANG_POLL_S, _is_peer_loss, hang_preamble
 
 _FAILURE = "graphtrainer/failure/{}"
 _PID = "graphtrainer/pid/{}"
@@ -158,12 +162,14 @@ class HangWatch:
         self.stopped.set()
 
     def _watch(self, board: Any, rank: int, timeout: float) -> None:
-        while not self.stopped.wait(min(1.0, timeout / 4)):
+        while not self.stopped.wait(min(HANG_POLL_S, timeout / 4)):
             place = heartbeat.read_board(board, 1)[0]
-            if place.count == 0 or place.waiting or place.idle_s < timeout:
+            stop_asked = place.stop_s is not None  # (SIGTERM from torchrun's agent or the scheduler)
+            if place.count == 0 or place.waiting or \
+                    place.idle_s < (heartbeat.timeout_after_stop(place, timeout) if stop_asked else timeout):
                 continue
             where = place.describe().replace("rank 0 ", f"rank {rank} ", 1)
-            message = f"no progress for {timeout:g} s (Trainer(hang_timeout=...)): {where}"
+            message = f"{hang_preamble(timeout, [place], stop_asked)}: {where}"
             stack = _own_stack()
             store = _store()
             if store is not None:

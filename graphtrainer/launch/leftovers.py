@@ -8,6 +8,7 @@ what they stood for (a DistDGL run's shared memory), and says what it removed.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, List, TypeVar
+from typing import Any, Callable, Iterator, List, TypeVar
 
 from .. import pids
 
@@ -86,6 +87,12 @@ def _remove_segments(folder: Path) -> List[str]:
 
 
 _forward_to: List[int] = []  # pids the stop signals are passed on to (this launch's ranks)
+_forwarded: List[int] = []  # the stop signals passed on during this launch
+
+
+def stop_forwarded() -> bool:
+    """Whether this launch has passed a stop signal on to its ranks (they should stop soon)."""
+    return bool(_forwarded)
 
 
 def forward_stop_signals_to(pid: int) -> None:
@@ -107,7 +114,8 @@ def unwinds_on_sigterm(fn: F) -> F:
         if threading.current_thread() is not threading.main_thread() or \
                 any(signal.getsignal(sig) is not signal.SIG_DFL for sig in stop):
             return fn(*args, **kwargs)
-        forwarded: List[int] = []
+        forwarded = _forwarded
+        forwarded.clear()
 
         def handler(signum: int, frame: Any) -> None:
             if _forward_to and not (signum == signal.SIGTERM and signal.SIGTERM in forwarded):
@@ -128,6 +136,7 @@ def unwinds_on_sigterm(fn: F) -> F:
             return fn(*args, **kwargs)
         finally:
             _forward_to.clear()
+            forwarded.clear()
             for sig in stop:
                 signal.signal(sig, signal.SIG_DFL)
 
@@ -156,6 +165,29 @@ def warn_if_sigint_ignored() -> None:
                   f"(kill {os.getpid()}: the ranks stop at their next batch and checkpoint); to take Ctrl-C, "
                   "call signal.signal(signal.SIGINT, signal.default_int_handler) before fit",
                   RuntimeWarning, stacklevel=level)
+
+
+@contextlib.contextmanager
+def cleanup_first() -> Iterator[None]:
+    """Inside (a launcher's cleanup: ending ranks, removing its folders), SIGINT and SIGTERM
+    are held and take effect when the block ends, so a second Ctrl-C (or a second signal from
+    ``timeout`` or a scheduler) does not cut the cleanup short and leave files behind. Main
+    thread only; elsewhere signals do not interrupt anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: List[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: handler for sig, handler in previous.items() if handler is not None}  # (None: set in C)
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)  # now, with the handler it would have met
 
 
 def die_with_parent() -> None:

@@ -31,7 +31,7 @@ from .lean import import_rank_modules
 from .pickling import start_process
 from .placement import Placement
 from .preflight import prepare_graphs
-from .supervisor import FailureChannel, Watch, WatchedService, end_all
+from .supervisor import TERMINATE_GRACE_S, FailureChannel, Watch, WatchedService, end_all
 from .threads import available_cores, set_threads
 
 #: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
@@ -190,6 +190,7 @@ def launch(
     conns: Dict[int, Any] = {}
     err_conns: Dict[int, Any] = {}
     relay: Optional[rank_stderr.StderrRelay] = None
+    watch: Optional[Watch] = None
     succeeded = False
     # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
     listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
@@ -234,25 +235,34 @@ def launch(
         return result
     finally:
         listener.close()
-        gc.unfreeze()
-        if job is not None:
-            job.close()  # (the watch closes it too; closing twice is harmless)
-        try:
-            # After success the ranks are only tearing down: give them time to exit.
-            end_all(procs, wait_s=30.0 if succeeded else 0.0)
-        finally:
-            if method == "forkserver":
-                forkserver.stop_server()  # no server outlives the launch
-        if relay is not None:
-            relay.close()  # the ranks are gone: what they wrote last is copied out
-        else:
-            for conn in err_conns.values():
-                conn.close()
-        for conn in conns.values():
+        with leftovers.cleanup_first():  # a second Ctrl-C waits for it
+            _clean_up(procs, conns, err_conns, relay, method, stack_dir, job, succeeded,
+                      watch.end_grace_s if watch is not None else TERMINATE_GRACE_S)
+
+
+def _clean_up(procs: List[Any], conns: Dict[int, Any], err_conns: Dict[int, Any],
+              relay: Optional[rank_stderr.StderrRelay], method: str, stack_dir: str,
+              job: Optional[FailureChannel], succeeded: bool, grace_s: float) -> None:
+    """End every rank and the fork server, close the pipes, remove the stacks folder."""
+    gc.unfreeze()
+    if job is not None:
+        job.close()  # (the watch closes it too; closing twice is harmless)
+    try:
+        # After success the ranks are only tearing down: give them time to exit.
+        end_all(procs, wait_s=30.0 if succeeded else 0.0, grace_s=grace_s)
+    finally:
+        if method == "forkserver":
+            forkserver.stop_server()  # no server outlives the launch
+    if relay is not None:
+        relay.close()  # the ranks are gone: what they wrote last is copied out
+    else:
+        for conn in err_conns.values():
             conn.close()
-        for proc in procs:
-            proc.close()  # its sentinel pipe, now rather than at garbage collection
-        shutil.rmtree(stack_dir, ignore_errors=True)
+    for conn in conns.values():
+        conn.close()
+    for proc in procs:
+        proc.close()  # its sentinel pipe, now rather than at garbage collection
+    shutil.rmtree(stack_dir, ignore_errors=True)
 
 
 class LocalLauncher(Launcher):

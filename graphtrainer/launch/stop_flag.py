@@ -15,6 +15,8 @@ import signal
 import threading
 from typing import Any, Dict, Iterator, Optional
 
+from .. import heartbeat
+
 #: Signals that ask a fit to stop at the next batch boundary.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -70,6 +72,7 @@ def _installed() -> bool:
 def _note(signum: int, frame: Any) -> None:
     if _state["training"]:
         _state["signal"] = _state["signal"] or signum
+        heartbeat.stop_requested()  # a rank without progress now will not stop: see heartbeat
         return
     if _state["failing"]:
         return  # the rank ends by the error it is about to report

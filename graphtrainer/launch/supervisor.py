@@ -38,6 +38,11 @@ FINISH_SKEW_S = 60.0
 STARTUP_TIMEOUT_S = 120.0
 #: Seconds to wait for a stuck rank's stack dump.
 STACK_DUMP_WAIT_S = 3.0
+#: After a hang is named, seconds the ranks get to exit on SIGINT before they are killed: a rank
+#: blocked in a collective (C++) never runs Python's handler, and a hung one needs no longer.
+HUNG_GRACE_S = 0.5
+#: How often the watch reads the progress board while a hang timeout applies.
+HANG_POLL_S = 0.25
 
 
 class FailureChannel(Protocol):
@@ -75,6 +80,8 @@ class Watch:
         self.failures: List[tuple] = []  # (time, RankFailedError)
         #: The ranks' stderr, passed through the launcher (its tails explain C++ aborts).
         self.relay: Optional[rank_stderr.StderrRelay] = None
+        #: Seconds the ranks get to exit on SIGINT when the watch ends (shorter after a hang).
+        self.end_grace_s = TERMINATE_GRACE_S
 
     def run(self) -> Any:
         try:
@@ -103,7 +110,8 @@ class Watch:
                 time.sleep(0.1)  # nothing left here to wait on; another machine may still say why
             if self._check_other_machines() and deadline is not None:
                 deadline = min(deadline, time.monotonic() + FAILURE_SETTLE_S)  # the cause is known
-            for ready in wait(waitables, timeout=0.2 if deadline else 1.0):
+            poll = 0.2 if deadline else (HANG_POLL_S if self.hang_timeout is not None else 1.0)
+            for ready in wait(waitables, timeout=poll):
                 rank = next((r for r, c in self.open_conns.items() if c is ready), None)
                 if rank is not None:
                     self._receive(rank)
@@ -139,6 +147,8 @@ class Watch:
         a C++ abort in a collective) and that machine will say so."""
         if self.job is not None and not any(f[1].elsewhere for f in self.failures):
             return OTHER_MACHINE_SETTLE_S
+        if all(f[1].error_type == "Hang" for f in self.failures):
+            return 0.0  # the board named the cause; no rank will report more before it is ended
         return FAILURE_SETTLE_S
 
     def _check_other_machines(self) -> bool:
@@ -207,21 +217,25 @@ class Watch:
         assert self.hang_timeout is not None
         running = [r for r, p in enumerate(self.procs) if r not in self.results and p.exitcode is None]
         places = heartbeat.read_board(self.board, len(self.procs))
+        stopped = [r for r in running if leftovers.is_stopped(self.procs[r].pid)]
+        stop_asked = leftovers.stop_forwarded() or any(p.stop_s is not None for p in places if p.rank in running)
         stuck = heartbeat.find_stuck(places, self.hang_timeout, max(self.hang_timeout, STARTUP_TIMEOUT_S),
-                                     running)
+                                     running, stopped, stop_asked)
         if stuck is None:
             return
         blamed = [p.rank for p in stuck]
         stacks = self._dump_stacks(blamed)
         others = [p.describe() for p in places if p.rank in running and p.rank not in blamed]
-        lines = [p.describe() for p in stuck]
-        message = (f"no progress for {self.hang_timeout:g} s (Trainer(hang_timeout=...)): "
-                   + "; ".join(lines) + "." + (f" Waiting for it: {'; '.join(others)}." if others else ""))
+        lines = [p.describe() + (" (its process is stopped: SIGSTOP, Ctrl-Z or a debugger)" if p.rank in stopped
+                                 else "") for p in stuck]
+        message = hang_preamble(self.hang_timeout, stuck, stop_asked) + ": " + "; ".join(lines) + "." \
+            + (f" Waiting for it: {'; '.join(others)}." if others else "")
         if any(p.place == "graph servers" for p in stuck):
             message += (" DGL's clients wait for the graph servers of every machine of ip_config, and each "
                         "server for every machine's ranks: is the script running on every machine, with the "
                         "same ip_config, and are the ports of ip_config open between the machines?")
         self.failures.append((time.monotonic(), RankFailedError(blamed[0], "Hang", message, stacks, blamed)))
+        self.end_grace_s = HUNG_GRACE_S
 
     def _dump_stacks(self, ranks: List[int]) -> str:
         """Every blamed rank's Python stack (faulthandler), with each frame's source line."""
@@ -246,6 +260,15 @@ class Watch:
             text = path.read_text(errors="replace") if path.exists() else ""
             parts.append(f"rank {rank}:\n" + (_with_source(text) or "(no stack: the rank did not answer SIGUSR2)"))
         return "\n\n".join(parts)
+
+
+def hang_preamble(hang_timeout: float, stuck: List[heartbeat.RankPlace], stop_asked: bool) -> str:
+    """How a hang message starts: the timeout that applied, and why when a stop shortened it."""
+    if not stop_asked or all(p.idle_s >= hang_timeout for p in stuck):
+        return f"no progress for {hang_timeout:g} s (Trainer(hang_timeout=...))"
+    shortest = min(heartbeat.timeout_after_stop(p, hang_timeout) for p in stuck)
+    return (f"no progress for {shortest:g} s after a stop signal (SIGTERM/SIGUSR1), which waits for a batch "
+            "boundary that a rank without progress never reaches")
 
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
@@ -305,8 +328,9 @@ def _died(rank: int, exitcode: int, method: str, stderr_tail: str = "") -> RankF
     return RankFailedError(rank, "ProcessDied", how + "." + hint, tail)
 
 
-def end_all(procs: List[Any], wait_s: float) -> None:
-    """Give children ``wait_s`` to exit, terminate the rest, then reap all of them."""
+def end_all(procs: List[Any], wait_s: float, grace_s: float = TERMINATE_GRACE_S) -> None:
+    """Give children ``wait_s`` to exit, interrupt the rest and give them ``grace_s``, kill
+    what is left, then reap all of them."""
     _join_all(procs, wait_s)
     for proc in procs:
         if proc.exitcode is None:
@@ -314,7 +338,7 @@ def end_all(procs: List[Any], wait_s: float) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGINT)
             leftovers.resume(proc.pid)  # a stopped rank would hold the signal pending until killed
-    _join_all(procs, TERMINATE_GRACE_S)
+    _join_all(procs, grace_s)
     for proc in procs:
         if proc.exitcode is None:
             proc.kill()

@@ -19,9 +19,11 @@ paper and word seeds (every relation in every batch) and failed with paper-only 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -51,9 +53,41 @@ def check_ddp_kwargs(find_unused_parameters: bool, ddp_kwargs: Optional[Dict[str
 
 class GraphDDP(DistributedDataParallel):
     """``DistributedDataParallel`` whose "unused parameters" error names the trainer option,
-    and whose own collectives before a forward (the bucket rebuild after the first step, the
-    buffer broadcast of a model with buffers) mark this rank as waiting on its peers: a
-    hang there is a peer's, and the launcher must not blame this rank for it."""
+    and whose own collectives mark this rank as waiting on its peers: those before a forward
+    (the bucket rebuild after the first step, the buffer broadcast of a model with buffers),
+    and the gradient all-reduce from the moment its last bucket is launched, which is when
+    this rank has computed every gradient and only waits (until then a rank in ``backward``
+    works, and a hang there is its own). A hang where a rank waits is a peer's, and the
+    launcher must not blame this rank for it.
+
+    The mark comes from a communication hook that DDP runs for every bucket. It runs the
+    hook registered with :meth:`register_comm_hook` (the user's, the profiler's), else an
+    all-reduce that scales as DDP's built-in one does, so results are unchanged."""
+
+    #: (state, hook) registered through :meth:`register_comm_hook`; None: the built-in all-reduce.
+    _chosen_hook: Optional[Tuple[Any, Callable[..., Any]]] = None
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        # Straight to the reducer: DDP's own registration would refuse the user's hook later.
+        dist._register_comm_hook(self.reducer, weakref.ref(self), _marked_reduction)
+
+    def register_comm_hook(self, state: object, hook: Callable[..., Any]) -> None:
+        """As DDP's (once, before the first backward); the hook runs inside the marking one."""
+        if self._chosen_hook is not None:
+            raise RuntimeError("register_comm_hook or register_builtin_comm_hook can only be called once.")
+        self._check_comm_hook(hook)
+        if getattr(self, "logger", None) is not None:
+            self.logger._set_comm_hook_name(hook.__qualname__)
+        self._chosen_hook = (state, hook)
+
+    def _register_builtin_comm_hook(self, comm_hook_type: Any) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+        if comm_hook_type == dist.BuiltinCommHookType.FP16_COMPRESS:
+            self.register_comm_hook(self.process_group, fp16_compress_hook)
+        else:
+            self.register_comm_hook(self.process_group, _allreduce_mean)
 
     if hasattr(DistributedDataParallel, "_pre_forward"):
         def _pre_forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -79,6 +113,26 @@ class GraphDDP(DistributedDataParallel):
                 "Trainer(find_unused_parameters=True); it costs a walk of the autograd graph per step. "
                 "Or make every parameter take part in every loss. DDP said: "
                 + str(err).splitlines()[0]) from None
+
+
+def _marked_reduction(ddp_ref: Any, bucket):  # type: ignore[no-untyped-def]  # DDP checks hooks' annotations
+    """DDP's communication hook: the chosen reduction, and once the last bucket is launched
+    the mark that this rank now only waits on its peers (cleared by the next progress)."""
+    ddp = ddp_ref()
+    state, hook = ddp._chosen_hook or (ddp.process_group, _allreduce_mean)
+    future = hook(state, bucket)
+    if bucket.is_last():
+        heartbeat.waiting_from_now("DDP's gradient all-reduce")
+    return future
+
+
+def _allreduce_mean(process_group, bucket):  # type: ignore[no-untyped-def]  # (as above)
+    """DDP's built-in reduction: every gradient times 1/world size (DDP's own rounding: a
+    product, not a division), summed over the ranks."""
+    buffer = bucket.buffer()
+    buffer.mul_(1.0 / dist.get_world_size(process_group))
+    work = dist.all_reduce(buffer, group=process_group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
 
 
 def wrap(module: nn.Module, device: torch.device, kwargs: Dict[str, Any]) -> GraphDDP:

@@ -222,9 +222,10 @@ def _train_batches(fit: _Fit) -> None:
                 out = task.training_step(batch, batch_idx)
             loss = _loss_of(task, out)
             fit.nonfinite.check(loss, batch_idx, state)
-            # DDP all-reduces gradients during backward: a rank there waits on its peers.
-            with section("backward"), (heartbeat.waiting("backward") if ddp is not None and stepping
-                                       else contextlib.nullcontext()):
+            # Computing gradients is this rank's own work; it waits on its peers only once DDP
+            # has launched its last bucket's all-reduce (marked by loop.ddp's comm hook).
+            heartbeat.beat("backward", batch_idx)
+            with section("backward"):
                 precision.backward(loss / acc if acc > 1 else loss)
         if stepping:
             heartbeat.beat("optimizer step", batch_idx)

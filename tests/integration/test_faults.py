@@ -55,7 +55,7 @@ def test_hung_rank_is_named_with_its_hook_batch_and_stack(root_dir):
     assert err.rank == 1 and err.ranks == [1] and err.error_type == "Hang"
     assert "rank 1 in training_step (epoch 0, batch 3)" in err.message
     # Rank 0 waits for it inside DDP's gradient all-reduce and is not blamed.
-    assert "Waiting for it: rank 0 waiting in backward" in err.message
+    assert "Waiting for it: rank 0 waiting in DDP's gradient all-reduce" in err.message
     assert "time.sleep(600)  # the hang the launcher must name" in err.remote_traceback
     assert "in training_step" in err.remote_traceback
     assert not rank_children()

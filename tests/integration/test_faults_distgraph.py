@@ -122,3 +122,28 @@ def test_sigterm_to_a_distdgl_launcher_stops_the_ranks_which_checkpoint(tmp_path
     assert not rank_children()
     assert _segments() <= before  # the servers were stopped and their shared memory removed
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ctrl_c_twice_to_a_distdgl_launcher_leaves_nothing(tmp_path, cora_config):
+    """The second Ctrl-C comes while the launcher ends the ranks (each takes 1.5 s to act on
+    SIGINT): the ranks' stacks folder, the servers' folder and segments, the ip_config folder go."""
+    (tmp_path / "tmp").mkdir()
+    before = _segments()
+    argv, env = _driver(cora_config, tmp_path, "100000", "slow_exit")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 200
+    while not all((tmp_path / f"rank{r}.pid").exists() for r in (0, 1)):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the ranks never started training"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal, twice
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-3000:]
+    assert not rank_children()
+    assert _segments() <= before
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -8,6 +8,7 @@ watches the processes it had started."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,6 +97,49 @@ def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher, process_
     took = _gone_within(descendants, 20)
     print(f"{launcher}: Ctrl-C to the group: every process gone {took:.2f} s after the launcher ended")
     assert proc.returncode != 0
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["fork", "spawn", "forkserver"])
+def test_ctrl_c_twice_leaves_nothing(tmp_path, launcher, process_owner, terminal_sigint):
+    """The second Ctrl-C comes while the launcher ends the ranks (each takes 1.5 s to act on
+    SIGINT): the launcher's cleanup finishes first."""
+    proc, descendants = _start(process_owner, launcher, tmp_path, "100000", "slow_exit")
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = _gone_within(descendants, 20)
+    print(f"{launcher}: Ctrl-C twice, 0.3 s apart: every process gone {took:.2f} s after the launcher ended")
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+def test_sigterm_while_a_rank_hangs_ends_the_run_at_once_naming_the_hang(tmp_path, launcher, process_owner):
+    """A stop waits for a batch boundary that a hung rank never reaches: the launcher names the
+    hang once SIGTERM came (hang_timeout=60 here), and ends the run."""
+    proc, descendants = _start(process_owner, launcher, tmp_path, "100000", "hang")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "hung_at").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "rank 1 never reached its hang"
+        time.sleep(0.05)
+    time.sleep(2.0)  # hung: no progress for 2 s
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    _gone_within(descendants, 20)
+    print(f"{launcher}: SIGTERM while rank 1 hangs: launcher ended {took:.1f} s after it")
+    assert proc.returncode == 1, err[-3000:]
+    assert re.search(r"RankFailedError: rank 1 failed: Hang: no progress for [0-9.]+ s after a stop signal "
+                     r"\(SIGTERM/SIGUSR1\).*: rank 1 in training_step \(epoch 0, batch 3\)", err), err[-3000:]
+    assert took < 5
     assert list((tmp_path / "tmp").iterdir()) == []
 
 

@@ -9,6 +9,9 @@ intervals are tested on every stack."""
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,3 +61,33 @@ def test_rank_0_names_rank_1_when_the_agent_lets_it(tmp_path, how, process_owner
     assert rank0["text"].startswith("rank 1 failed: ") and EXPECTED[how] in rank0["text"]
     # the Root Cause is rank 1's failure, or rank 0's report naming it (a killed rank leaves no report)
     assert "rank      : 1 (local_rank: 1)" in root_cause or "rank 1 failed: " + EXPECTED[how] in root_cause, root_cause
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_while_a_rank_hangs_ends_the_run_at_once_naming_the_hang(tmp_path):
+    """A stop waits for a batch boundary that a hung rank never reaches: once SIGTERM came, a
+    rank without progress is named after 2 s (twice the longest pause it had, if longer), long
+    before hang_timeout (60 s here) and torchrun's 30 s grace with its silent SIGKILL."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            str(TESTS / "torchrun_fault_script.py"), "sleep", str(tmp_path), "60"]
+    agent = subprocess.Popen(argv, env=env_without_launch(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    deadline = time.monotonic() + 150
+    while not (tmp_path / "hung_at").exists():
+        assert agent.poll() is None, agent.communicate()
+        assert time.monotonic() < deadline, "rank 1 never reached its hang"
+        time.sleep(0.05)
+    time.sleep(2.0)  # hung: no progress for 2 s
+    signalled = time.monotonic()
+    agent.send_signal(signal.SIGTERM)  # as a scheduler stops the job
+    _, err = agent.communicate(timeout=120)
+    took = time.monotonic() - signalled
+    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    print(f"torchrun, rank 1 hung, SIGTERM to the agent: run over {took:.1f} s after it; rank 0 raised "
+          f"{rank0['text'][:200]!r}")
+    named = re.compile(r"^rank 1 failed: Hang: no progress for [0-9.]+ s after a stop signal \(SIGTERM/SIGUSR1\)")
+    assert any(named.match(line) for line in err.splitlines()), err[-3000:]
+    assert "rank 1 in training_step (epoch 0, batch 3)" in err
+    assert rank0["rank"] == 1 and named.match(rank0["text"]), rank0
+    assert took < 5
