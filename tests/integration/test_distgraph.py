@@ -89,6 +89,7 @@ def test_one_machine_trains_cora_to_the_floor_and_covers_each_train_id_once_per_
     assert Path(ckpt.best_model_path).is_file() and Path(ckpt.best_model_path).parent.parent == trainer.log_dir
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(240)
 def test_one_partition_is_read_from_shared_memory_and_equals_the_distgraph_reads(tmp_path, cora_parts):
     """One partition holds the whole graph under its own ids: the loaders sample it and read
@@ -119,6 +120,7 @@ def test_predictions_come_back_in_id_order_equal_to_the_in_memory_model(tmp_path
     assert torch.allclose(dist_rows, local_rows, atol=1e-5), (dist_rows - local_rows).abs().max()
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(120)
 def test_a_trainer_raising_ends_the_run_naming_rank_and_machine(tmp_path, cora_parts):
     task = SeedRecorder(cora_parts, str(tmp_path), fail="raise", **CORA)

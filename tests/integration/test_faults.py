@@ -61,6 +61,7 @@ def test_hung_rank_is_named_with_its_hook_batch_and_stack(root_dir):
     assert not rank_children()
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(60)
 def test_process_group_timeout_is_configurable(root_dir):
     # With the launcher's hang check off, the collective timeout ends the run: what applies
@@ -91,6 +92,7 @@ def saved_ckpt(tmp_path_factory) -> Path:
     return root / "ck" / "last.ckpt"
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 def test_every_flipped_byte_is_found(saved_ckpt, tmp_path):
     data = saved_ckpt.read_bytes()
     read_checkpoint(saved_ckpt)  # the intact file loads
@@ -328,6 +330,7 @@ class _BigCheckpoint(RegressionTask):
         checkpoint["ballast"] = torch.ones(50_000_000)
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_during_save_leaves_no_partial_file(root_dir, tmp_path, sig, terminal_sigint):

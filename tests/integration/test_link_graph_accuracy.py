@@ -34,6 +34,7 @@ def _link(name, root_dir, epochs=20):
     return result
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(180)
 def test_cora_link_prediction_roc_auc(root_dir, tmp_path, monkeypatch):
     monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "cache"))

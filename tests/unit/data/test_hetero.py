@@ -138,6 +138,7 @@ def test_unused_parameters_need_the_option(root_dir):
     assert not rank_children()
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("launcher", ["fork", "spawn"])
 def test_every_type_is_prepared_and_shared(root_dir, launcher):

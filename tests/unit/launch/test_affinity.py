@@ -35,6 +35,7 @@ def _fit_and_read(tmp_path, launcher, **kwargs):
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("launcher", ["fork", "spawn"])
 def test_each_rank_runs_on_its_own_cores_and_its_workers_on_all(tmp_path, launcher):
