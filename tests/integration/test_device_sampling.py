@@ -237,3 +237,25 @@ def test_pyg_batches_from_device_sampled_blocks():
         assert sum(batch.num_sampled_edges) == dst.numel()
         assert dst.unique().numel() <= batch.num_sampled_nodes[0] + batch.num_sampled_nodes[1]
     assert torch.equal(torch.cat(seen).sort().values, ids)  # every seed once over the epoch (one rank)
+
+
+def test_loaders_of_one_graph_share_its_copy_and_its_memory_budget(monkeypatch):
+    """The budget covers the copy once: a validation loader of the graph the training loader
+    copied adds nothing, so a budget with room for one copy takes both loaders."""
+    from graphtrainer.data.device.graph import bytes_to_copy
+
+    g = make_graph()
+    sampler = default_sampler(g, [3, 3])
+    keys = ({"_N": ("feat", "label")}, {})
+    once = bytes_to_copy(g, CPU, *keys)
+    assert once > 0
+    monkeypatch.setenv(mode.BUDGET_ENV, str(once))
+    train = NodeLoader(g, torch.arange(40), sampler, 8)
+    val = NodeLoader(g, torch.arange(40, 80), sampler, 8).for_evaluation()
+    assert mode.place(train, CPU, "device", announce=False) == "device"
+    assert bytes_to_copy(g, CPU, *keys) == 0
+    assert mode.place(val, CPU, "device", announce=False) == "device"
+    assert train.device_sampling.graph is val.device_sampling.graph
+    other = make_graph(num_nodes=200, seed=1)  # another graph needs a copy of its own: over the budget
+    with pytest.raises(ValueError, match="more than the"):
+        mode.place(NodeLoader(other, torch.arange(40), default_sampler(other, [3]), 8), CPU, "device", announce=False)

@@ -99,6 +99,18 @@ def data_bytes(graph: Any, node_keys: Keys, edge_keys: Keys) -> int:
     return total
 
 
+def bytes_to_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys) -> int:
+    """Bytes :func:`device_graph` would add on ``device``: the structure and the id maps
+    (``16 x nodes``) unless a loader copied them already, and the data not there yet."""
+    copy = _COPIES.get(graph, {}).get(str(device))
+    if copy is None:
+        return structure_bytes(graph) + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes) \
+            + data_bytes(graph, node_keys, edge_keys)
+    missing_nodes = {nt: tuple(k for k in keys if k not in copy.ndata.get(nt, {})) for nt, keys in node_keys.items()}
+    missing_edges = {et: tuple(k for k in keys if k not in copy.edata.get(et, {})) for et, keys in edge_keys.items()}
+    return data_bytes(graph, missing_nodes, missing_edges)
+
+
 def _relation(graph: Any, etype: EType, device: torch.device) -> Relation:
     from ...nn.convert import csc_tensors
 

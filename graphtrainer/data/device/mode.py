@@ -19,7 +19,7 @@ from typing import Any, Tuple
 
 import torch
 
-from .graph import data_bytes, structure_bytes
+from .graph import bytes_to_copy
 from .sampler import DeviceSampler, Unsupported
 
 SAMPLING_MODES = ("auto", "device", "cpu")
@@ -61,12 +61,12 @@ def device_batches(loader: Any, device: torch.device) -> Any:
                           "DGL's CPU sampling")
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
-    need = structure_bytes(graph) + data_bytes(graph, sampler.node_keys(), sampler.edge_keys()) \
-        + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes)
+    # What this loader adds: a later loader of the same graph (validation after training) shares the copy.
+    need = bytes_to_copy(graph, device, sampler.node_keys(), sampler.edge_keys())
     allowed, source = budget(device)
     if need > allowed:
         raise Unsupported(f"the graph's structure and gathered data need {_gb(need)} on {device}, more than "
-                          f"the {_gb(allowed)} allowed ({source})", )
+                          f"the {_gb(allowed)} allowed ({source})")
     if hasattr(loader, "pairs"):
         batches: Any = DeviceEdgeBatches(loader, sampler, device)
     else:
