@@ -56,6 +56,29 @@ def test_pyg_graphsage_and_gcn_reach_graphtrainers_sage_on_cora(root_dir, tmp_pa
         assert min(acc[model]) >= 0.74, acc  # chance (majority class) is ~0.3
 
 
+@pytest.mark.timeout(900)
+def test_pyg_graphsage_and_gcn_reach_graphtrainers_sage_on_tolokers(root_dir):
+    from graphtrainer.examples.node_classification import standardize_features
+
+    graph = datasets.load("tolokers")
+    standardize_features(graph)
+    hp = dict(fanouts=[10, 10], hidden=64, dropout=0.2, lr=3e-3, batch_size=512, metric="roc_auc")
+
+    def auc(task, seed):
+        trainer = Trainer(num_procs=2, launcher="fork", max_epochs=5, seed=seed, progress_bar=False, logger=False,
+                          default_root_dir=root_dir, enable_model_summary=False, check_val_every_n_epoch=5)
+        trainer.fit(task)
+        return trainer.test(task)["test_auc"]
+
+    aucs = {"sage": [auc(NodeClassification(graph, **hp), s) for s in SEEDS]}
+    for model in ("graphsage", "gcn"):
+        aucs[model] = [auc(PygNodeClassification(graph, model=model, **hp), s) for s in SEEDS]
+    print("tolokers", aucs)
+    for model in ("graphsage", "gcn"):
+        assert within_noise(aucs[model], aucs["sage"]), aucs
+        assert min(aucs[model]) >= 0.7, aucs  # chance is 0.5
+
+
 def _small_fit(graph, root_dir, launcher, epochs, ckpt=None, ckpt_path=None):
     task = PygNodeClassification(graph, fanouts=[5, 5], hidden=16, dropout=0.5, batch_size=64, eval_batch_size=128)
     trainer = Trainer(num_procs=2, launcher=launcher, max_epochs=epochs, seed=3, progress_bar=False, logger=False,
