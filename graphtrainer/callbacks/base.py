@@ -22,6 +22,9 @@ class Callback:
     #: True for callbacks whose ``on_train_epoch_end`` acts on the epoch's reduced metrics
     #: (checkpointing, early stopping, printing them): it then runs after the task's.
     after_reduction: bool = False
+    #: False for a callback whose ``on_train_epoch_end`` never calls ``task.log``: when no
+    #: hook that runs before the reduction may log, the epoch's metrics are reduced once.
+    logs_metrics: bool = True
 
     @property
     def state_key(self) -> str:

@@ -17,6 +17,8 @@ class ProgressBar(Callback):
     ``force``: draw even when stderr is not a terminal.
     """
 
+    logs_metrics = False
+
     def __init__(self, refresh_rate: int = 10, force: bool = False):
         self.refresh_rate = max(1, int(refresh_rate))
         self.force = force

@@ -48,7 +48,7 @@ def eval_epoch(ctx: RankContext, stage: Stage, loader: Any) -> Tuple[Dict[str, f
                         outputs.append(out)
             log.end_steps()
             call_hook(ctx, f"on_{stage.hook}_epoch_end")
-            metrics = log.metrics.reduce()
+            metrics = log.metrics.reduce(stage.hook)
     finally:
         module.train(was_training)
     return metrics, outputs

@@ -1,23 +1,36 @@
 """``fit`` on one rank: setup, then per epoch the training batches and the epoch's end.
 
-The order of hooks is the one written in :class:`~graphtrainer.GraphTask`'s docstring.
+The hooks run in the order written in :class:`~graphtrainer.GraphTask`'s docstring; the
+loops, with what decides each turn::
+
+    setup: DDP, optimizers (and the resumed state), loaders, on_fit_start
+    while not stop.done():                      # max_epochs, or an agreed stop
+        epoch start: seed, loader epoch, batch counts agreed (Join if they differ)
+        for each batch:
+            step(batch)                         # TrainingStep: forward, backward, optimizer
+            on_train_batch_end, step log, mid-epoch validation
+            stop.at_step()                      # max_steps; a signal agreed by the ranks
+        epoch end: metrics reduced, validation, on_train_epoch_end, schedulers, history
+        stop.at_epoch_end()                     # one all-reduce: stop? next batch counts
+    on_fit_end, teardown
+
+Collectives per training epoch besides DDP's and the task's own: the metric reduction (one
+all-reduce once the logged names are known) and :class:`~graphtrainer.loop.stopping.StopController`'s
+agreement, plus a signal exchange every ``AGREE_EVERY_S`` of training in long epochs.
 """
 from __future__ import annotations
 
-import contextlib
-import sys
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Dict, FrozenSet, Iterator, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
-from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import comm as gdist
 from .. import heartbeat
-from ..checkpoint.content import _to_cpu, load_checkpoint, restore_training_state
+from ..checkpoint.content import load_checkpoint, restore_training_state
+from ..launch.lean import trim_after_epoch
 from ..state import RunResult, RunState
 from . import preemption
 from .batches import (batch_limit, batch_transfer, check_loaders, count_batches, exact_len, for_evaluation,
@@ -25,14 +38,15 @@ from .batches import (batch_limit, batch_transfer, check_loaders, count_batches,
 from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
-from .hooks import before_reduction, build_model, call_after_reduction, call_hook, model_as, result
-from ..launch.lean import trim_after_epoch
-from .nonfinite import NonFiniteLosses
+from .hooks import before_reduction, build_model, call_after_reduction, call_hook, may_log, model_as, result
+from .join import UnevenInputs
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
 from .profiler import table as profile_table
 from .seeding import seed_epoch
 from .stages import VALIDATE
+from .step import TrainingStep
+from .stopping import AtStep, StopController
 
 
 @dataclass
@@ -40,31 +54,24 @@ class _Fit:
     """What one rank's ``fit`` holds between epochs."""
 
     ctx: RankContext
-    module: nn.Module
     ddp: Optional[DDP]
     train_loader: Any
     val_loader: Any
-    uneven: "UnevenInputs"
-    nonfinite: "NonFiniteLosses"
-    trace: TorchTrace
-    started: float = 0.0
+    uneven: UnevenInputs
+    step: TrainingStep
+    stop: StopController
+    #: Whether hooks before the after-reduction callbacks may log (then the epoch reduces twice).
+    logs_at_epoch_end: bool
     #: Batch indices after which this epoch validates too (``val_check_interval``).
     val_points: FrozenSet[int] = frozenset()
-    #: Preemption: where a mid-epoch resume starts; the agreement on stopping; this epoch in
-    #: Join; batches trained when the ranks agreed to stop; a stop agreed as the epoch ended.
+    #: Where a mid-epoch resume starts (only in the first epoch after it).
     resume: Optional[preemption.MidEpochResume] = None
-    stop: preemption.StopAgreement = field(default_factory=preemption.StopAgreement)
-    joining: bool = False
+    #: Batches trained when the ranks agreed to stop for a signal, mid-epoch.
     stopped_after: Optional[int] = None
-    stop_after_epoch: bool = False
 
     @property
     def state(self) -> RunState:
         return self.ctx.state
-
-    @property
-    def task(self) -> Any:
-        return self.ctx.task
 
 
 def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
@@ -82,14 +89,14 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
         with model_as(ctx.task, ddp if ddp is not None else module), preemption.stop_signals():
             fit = _setup(ctx, module, ddp, checkpoint, trace)
             state.profiler.start_fit()
-            while state.current_epoch < config.max_epochs and not state.should_stop:
+            while not fit.stop.done():
                 _train_epoch(fit)
                 if fit.stopped_after is not None:
                     preemption.stop_run(ctx, fit.stopped_after)  # raises Preempted
                 _end_epoch(fit)
                 trim_after_epoch(config.allocator)  # allocator='lean' only
-                if fit.stop_after_epoch or (fit.joining and preemption.agreed_stop(False)):
-                    preemption.stop_run(ctx, 0)  # (an epoch in Join stops at its end)
+                if fit.stop.preempted:
+                    preemption.stop_run(ctx, 0)
             with ctx.section("fit end"):
                 call_hook(ctx, "on_fit_end")
                 call_hook(ctx, "teardown", "fit")
@@ -125,8 +132,8 @@ def _setup(ctx: RankContext, module: nn.Module, ddp: Optional[DDP], checkpoint: 
     check_loaders(state, training=train_loader, evaluation=val_loader, config=ctx.config)
     state.has_val_loader = val_loader is not None
     call_hook(ctx, "on_fit_start")
-    return _Fit(ctx, module, ddp, train_loader, val_loader, UnevenInputs(ddp, state),
-                NonFiniteLosses(ctx.config.detect_anomaly), trace, started=time.monotonic(),
+    return _Fit(ctx, ddp, train_loader, val_loader, UnevenInputs(ddp, state), TrainingStep(ctx, module, ddp, trace),
+                StopController(ctx.config, state), may_log(ctx, "on_train_epoch_end"),
                 resume=preemption.MidEpochResume.of(checkpoint, state.world_size))
 
 
@@ -137,145 +144,120 @@ def _train_epoch(fit: _Fit) -> None:
         state.epoch_finished = state.validated_this_epoch = False
         heartbeat.set_epoch(epoch)
         seed_epoch(config.seed, state.rank, epoch)  # makes epoch-boundary resume exact
-        set_epoch(fit.train_loader, 0 if config.overfit_batches else epoch)  # overfitting: the same batches
-        state.num_training_batches = count_batches(fit.train_loader, config.limit_train_batches)
-        fit.val_points = _val_points(fit)
+        state.num_training_batches, trusted = _loader_epoch(fit, epoch)
+        fit.val_points = _val_points(fit, fit.stop.start_epoch(trusted))
+        fit.step.start_epoch()
         call_hook(fit.ctx, "on_train_epoch_start")
-        joining = fit.joining = fit.uneven.needs_join(fit.train_loader)
-        fit.stop.start_epoch()
-    with fit.uneven.epoch(joining, section):
+    with fit.uneven.epoch(fit.stop.joining, section):
         _train_batches(fit)
         if fit.resume is not None:  # only the first epoch after a resume skips batches
             fit.resume = fit.resume.finish(state.rank)
-    fit.nonfinite.report(state)
+    fit.step.nonfinite.report(state)
 
 
-def _end_epoch(fit: _Fit) -> None:
-    """Validation, the epoch's metrics, callbacks, schedulers, the history row and the
-    agreement on stopping."""
-    ctx, state, config = fit.ctx, fit.state, fit.ctx.config
-    section = ctx.section
-    epoch = state.current_epoch
-    with section("epoch end"):
-        metrics = ctx.step_log.metrics.reduce()
-    if fit.val_loader is not None and (epoch + 1) % config.check_val_every_n_epoch == 0:
-        with section("validation"):
-            metrics.update(eval_epoch(ctx, VALIDATE, fit.val_loader)[0])
-        state.validated_this_epoch = True
-    with section("epoch end"):
-        _finish_epoch(fit, metrics)
-
-
-def _finish_epoch(fit: _Fit, metrics: Dict[str, float]) -> None:
-    ctx, state, config = fit.ctx, fit.state, fit.ctx.config
-    epoch = state.current_epoch
-    state.callback_metrics.update(metrics)
-    call_hook(ctx, "on_train_epoch_end", callbacks=before_reduction(ctx.active_callbacks))
-    state.callback_metrics.update(ctx.step_log.metrics.reduce())
-    # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
-    # next epoch uses (an exact resume needs it).
-    step_schedulers(state.lr_schedulers, "epoch", epoch + 1, state.callback_metrics)
-    state.epoch_finished = True  # checkpoints written now resume at the next epoch
-    call_after_reduction(ctx, "on_train_epoch_end")
-    row = {"epoch": epoch, "step": state.global_step,
-           **{k: state.callback_metrics[k] for k in sorted(state.callback_metrics)}}
-    state.history.append(row)
-    if state.logger is not None:
-        state.logger.log_metrics(row, step=state.global_step)
-    state.current_epoch = epoch + 1
-    state.epoch_finished = False
-    if 0 < config.max_steps <= state.global_step:
-        state.should_stop = True
-    if config.max_time is not None and time.monotonic() - fit.started >= config.max_time:
-        state.should_stop = True
-    # One rank wanting to stop stops all, at the same epoch; the same all-reduce settles how
-    # often the ranks exchange stop flags next epoch (the smallest interval proposed).
-    flag = torch.tensor([1.0 if state.should_stop else 0.0, -fit.stop.proposal()], dtype=torch.float64)
-    agreed = gdist.all_reduce(flag, "max")
-    state.should_stop = bool(agreed[0] > 0)
-    fit.stop.agree_interval(-float(agreed[1]))
-    if state.current_epoch < config.min_epochs and not 0 < config.max_steps <= state.global_step:
-        state.should_stop = False
+def _loader_epoch(fit: _Fit, epoch: int) -> Tuple[Optional[int], Optional[int]]:
+    """Point the training loader at ``epoch`` (overfitting: the same batches each epoch); its
+    batch count, and the count when the ranks can trust it (an exact ``len``), else None."""
+    config = fit.ctx.config
+    set_epoch(fit.train_loader, 0 if config.overfit_batches else epoch)
+    count = count_batches(fit.train_loader, config.limit_train_batches)
+    return count, count if exact_len(fit.train_loader) else None
 
 
 def _train_batches(fit: _Fit) -> None:
-    ctx, task, state, config, ddp = fit.ctx, fit.task, fit.state, fit.ctx.config, fit.ddp
-    precision, section, log = state.precision, ctx.section, ctx.step_log
+    ctx, state, log = fit.ctx, fit.state, fit.ctx.step_log
+    for batch_idx, batch, is_last in _batches(fit):
+        log.begin_step("training_step", batch)
+        log.metrics.start_step()
+        out, stepped = fit.step(batch, batch_idx, is_last)
+        with ctx.section("on_train_batch_end"):
+            call_hook(ctx, "on_train_batch_end", out, batch, batch_idx)
+        if stepped:
+            _log_step(fit)
+        if batch_idx in fit.val_points:
+            with ctx.section("validation"):
+                _validate_mid_epoch(fit)
+        verdict = fit.stop.at_step(stepped)
+        if verdict is AtStep.PREEMPTED:
+            fit.stopped_after = batch_idx + 1
+        if verdict is not AtStep.GO_ON:
+            break
+    log.end_steps()
+    fit.stop.end_steps()
+
+
+def _batches(fit: _Fit) -> Iterator[Tuple[int, Any, bool]]:
+    """``(batch_idx, batch on the device, is_last)``; after a mid-epoch resume, without the
+    batches trained before the stop."""
+    state, config, section = fit.state, fit.ctx.config, fit.ctx.section
     limit = batch_limit(fit.train_loader, config.limit_train_batches)
-    acc = config.accumulate_grad_batches
-    micro = 0
-    transfer = batch_transfer(task, state.device, config)
+    transfer = batch_transfer(fit.ctx.task, state.device, config)
     for batch_idx, batch, is_last in with_last(transfer.batches(fit.train_loader), limit, "the training loader",
                                                section):
         if fit.resume is not None and fit.resume.skips(batch_idx, state.rank):
             continue
         with section("to device"):
             batch = transfer.to_device(batch)
-        log.begin_step("training_step", batch)
-        log.metrics.start_step()
-        micro += 1
-        stepping = micro % acc == 0 or is_last
-        sync = ddp.no_sync() if (ddp is not None and not stepping) else contextlib.nullcontext()
-        with sync, torch.autograd.set_detect_anomaly(config.detect_anomaly):
-            heartbeat.beat("training_step", batch_idx)
-            with section("forward"), precision.autocast():
-                out = task.training_step(batch, batch_idx)
-            loss = _loss_of(task, out)
-            fit.nonfinite.check(loss, batch_idx, state)
-            # Computing gradients is this rank's own work; it waits on its peers only once DDP
-            # has launched its last bucket's all-reduce (marked by loop.ddp's comm hook).
-            heartbeat.beat("backward", batch_idx)
-            with section("backward"):
-                precision.backward(loss / acc if acc > 1 else loss)
-        if stepping:
-            heartbeat.beat("optimizer step", batch_idx)
-            micro = 0
-            with section("optimizer"):
-                precision.step(state.optimizers, _clipper(fit))
-                for opt in state.optimizers:
-                    opt.zero_grad(set_to_none=True)
-            state.global_step += 1
-            step_schedulers(state.lr_schedulers, "step", state.global_step, {})
-            fit.trace.step()
-        state.last_loss = loss.detach()
-        with section("on_train_batch_end"):
-            call_hook(ctx, "on_train_batch_end", out, batch, batch_idx)
-        if state.logger is not None and stepping and state.global_step % config.log_every_n_steps == 0:
-            step_row = {f"{k}_step": float(v) for k, v in log.metrics.step_values.items()}
-            step_row.update({"epoch": state.current_epoch, "step": state.global_step})
-            state.logger.log_metrics(step_row, step=state.global_step)
-        if batch_idx in fit.val_points:
-            with section("validation"):
-                _validate_mid_epoch(fit)
-        if 0 < config.max_steps <= state.global_step:
-            break
-        if stepping and not fit.joining and fit.stop.at_boundary(last=is_last):
-            fit.stopped_after = batch_idx + 1
-            break
-    log.end_steps()
-    fit.stop_after_epoch = fit.stop.collect()
+        yield batch_idx, batch, is_last
 
 
-def _clipper(fit: _Fit) -> Optional[Callable[[], None]]:
-    config = fit.ctx.config
-    if not config.gradient_clip_val:
-        return None
-    params, value = fit.module.parameters(), config.gradient_clip_val
-    if config.gradient_clip_algorithm == "value":
-        return lambda: nn.utils.clip_grad_value_(params, value)
-    return lambda: nn.utils.clip_grad_norm_(params, value)
+def _log_step(fit: _Fit) -> None:
+    """This rank's values of the step, every ``log_every_n_steps`` optimizer steps."""
+    state, config = fit.state, fit.ctx.config
+    if state.logger is None or state.global_step % config.log_every_n_steps:
+        return
+    row = {f"{k}_step": float(v) for k, v in fit.ctx.step_log.metrics.step_values.items()}
+    row.update({"epoch": state.current_epoch, "step": state.global_step})
+    state.logger.log_metrics(row, step=state.global_step)
 
 
-def _val_points(fit: _Fit) -> FrozenSet[int]:
+def _end_epoch(fit: _Fit) -> None:
+    """The epoch's metrics, validation, ``on_train_epoch_end``, schedulers, the history row,
+    then the agreement on stopping."""
+    ctx, state, config = fit.ctx, fit.state, fit.ctx.config
+    epoch = state.current_epoch
+    with ctx.section("epoch end"):
+        metrics = ctx.step_log.metrics.reduce("fit")
+    if fit.val_loader is not None and (epoch + 1) % config.check_val_every_n_epoch == 0:
+        with ctx.section("validation"):
+            metrics.update(eval_epoch(ctx, VALIDATE, fit.val_loader)[0])
+        state.validated_this_epoch = True
+    with ctx.section("epoch end"):
+        state.callback_metrics.update(metrics)
+        call_hook(ctx, "on_train_epoch_end", callbacks=before_reduction(ctx.active_callbacks))
+        if fit.logs_at_epoch_end:
+            state.callback_metrics.update(ctx.step_log.metrics.reduce("fit epoch end"))
+        # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
+        # next epoch uses (an exact resume needs it).
+        step_schedulers(state.lr_schedulers, "epoch", epoch + 1, state.callback_metrics)
+        state.epoch_finished = True  # checkpoints written now resume at the next epoch
+        call_after_reduction(ctx, "on_train_epoch_end")
+        _record_epoch(state)
+        state.current_epoch, state.epoch_finished = epoch + 1, False
+        ahead = None if state.current_epoch >= config.max_epochs else _loader_epoch(fit, state.current_epoch)[1]
+        fit.stop.at_epoch_end(ahead)
+
+
+def _record_epoch(state: RunState) -> None:
+    row = {"epoch": state.current_epoch, "step": state.global_step,
+           **{k: state.callback_metrics[k] for k in sorted(state.callback_metrics)}}
+    state.history.append(row)
+    if state.logger is not None:
+        state.logger.log_metrics(row, step=state.global_step)
+
+
+def _val_points(fit: _Fit, fewest: Optional[int]) -> FrozenSet[int]:
     """The batch indices after which to validate this epoch (``val_check_interval``): the
-    same on every rank, and only where every rank still has batches. Collective."""
+    same on every rank, and only where every rank still has batches (``fewest``: the agreed
+    smallest count, None when a loader cannot tell). Collective."""
     interval, state = fit.ctx.config.val_check_interval, fit.state
     if interval is None or fit.val_loader is None:
         return frozenset()
     mine = state.num_training_batches
     if mine is None:
         raise ValueError("val_check_interval needs a training loader with a length (len())")
-    fewest = -int(gdist.all_reduce(torch.tensor([-float(mine)]), "max")[0])
+    if fewest is None:
+        fewest = -int(gdist.all_reduce(torch.tensor([-float(mine)]), "max")[0])
     every = interval if isinstance(interval, int) else max(1, int(interval * fewest))
     if every > fewest:
         raise ValueError(f"val_check_interval={interval} is larger than the epoch: the rank with the fewest "
@@ -295,83 +277,3 @@ def _validate_mid_epoch(fit: _Fit) -> None:
     if state.logger is not None:
         state.logger.log_metrics({"epoch": state.current_epoch, "step": state.global_step, **metrics},
                                  step=state.global_step)
-
-
-def _loss_of(task: Any, out: Any) -> torch.Tensor:
-    loss = out.get("loss") if isinstance(out, dict) else out
-    name = f"{type(task).__name__}.training_step"
-    if loss is None:
-        raise ValueError(f"{name} returned {'a dict without a loss' if isinstance(out, dict) else 'None'}: "
-                         "return the loss tensor, or a dict with key 'loss'")
-    if not isinstance(loss, torch.Tensor):
-        raise ValueError(f"{name} must return a scalar loss tensor, got {type(loss).__name__}")
-    if loss.numel() != 1:
-        raise ValueError(f"{name} must return a scalar loss tensor, got one of shape {tuple(loss.shape)}: "
-                         "reduce it, e.g. with .mean() or .sum()")
-    if not loss.requires_grad:
-        raise ValueError(f"{name} returned a loss that does not require grad (computed under no_grad, "
-                         "or detached?)")
-    return loss
-
-
-class UnevenInputs:
-    """Ranks with different batch counts in an epoch: ``Join`` while they train, then the
-    state of the rank that stepped longest for the others.
-
-    ``Join`` costs two extra all-reduces per step, so it is entered only when the ranks'
-    batch counts differ or cannot be trusted (one small all-reduce per epoch decides).
-    Only DDP's own all-reduce may run inside it: metrics are reduced after it.
-    """
-
-    def __init__(self, ddp: Optional[DDP], state: RunState):
-        self.ddp, self.state = ddp, state
-
-    def needs_join(self, loader: Any) -> bool:
-        """Whether this epoch's batch counts may differ between ranks. Collective."""
-        if self.ddp is None:
-            return False
-        return not gdist.same_on_all_ranks(self.state.num_training_batches if exact_len(loader) else None)
-
-    @contextlib.contextmanager
-    def epoch(self, joining: bool, section: Callable[[str], ContextManager[Any]]) -> Iterator[None]:
-        """The epoch's training, inside ``Join`` when ``joining``; leaving it waits for the
-        ranks with more batches (timed as ``section("join")``). Collective."""
-        if not joining:
-            yield
-            return
-        join = Join([self.ddp])
-        join.__enter__()
-        try:
-            yield
-        except BaseException:
-            join.__exit__(*sys.exc_info())  # Join re-raises without waiting for the others
-            raise
-        heartbeat.waiting_from_now("Join (uneven inputs)")
-        with section("join"):
-            join.__exit__(None, None, None)
-            self._sync_after_join()
-
-    def _sync_after_join(self) -> None:
-        """Give ranks that ran out of batches early the optimizer and scheduler state, and the
-        step count, of the ranks that stepped longest. Collective.
-
-        DDP's join hook re-syncs only the parameters; without this, an early rank's stale
-        momentum or learning rate makes its parameters drift from the next step on.
-        """
-        state = self.state
-        steps = gdist.all_gather_tensor(torch.tensor([state.global_step])).tolist()
-        if len(set(steps)) == 1:
-            return
-        # The rank DDP took the final parameters from: the highest of those still running last.
-        src = max(range(len(steps)), key=lambda r: (steps[r], r))
-        payload = None
-        if state.rank == src:
-            payload = (_to_cpu([opt.state_dict() for opt in state.optimizers]),
-                       [cfg.scheduler.state_dict() for cfg in state.lr_schedulers])
-        opt_states, sched_states = gdist.broadcast_object(payload, src=src)
-        if state.rank != src:
-            for opt, opt_state in zip(state.optimizers, opt_states):
-                opt.load_state_dict(opt_state)
-            for cfg, sched_state in zip(state.lr_schedulers, sched_states):
-                cfg.scheduler.load_state_dict(sched_state)
-        state.global_step = steps[src]

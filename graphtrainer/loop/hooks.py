@@ -29,6 +29,22 @@ def call_after_reduction(ctx: RankContext, hook: str) -> None:
     call_hook(ctx, hook, callbacks=[cb for cb in ctx.active_callbacks if cb.after_reduction], task_too=False)
 
 
+def may_log(ctx: RankContext, hook: str) -> bool:
+    """Whether ``hook`` may call ``self.log`` before the epoch's reduction: the task overrides
+    it, or a callback that runs before the reduction does (and does not declare
+    ``logs_metrics = False``). Looks at classes and the whole callback list, so it is the same
+    on every rank."""
+    if _overrides(ctx.task, hook, "GraphTask"):
+        return True
+    return any(getattr(cb, "logs_metrics", True) and _overrides(cb, hook, "Callback")
+               for cb in before_reduction(ctx.callbacks))
+
+
+def _overrides(obj: Any, hook: str, base: str) -> bool:
+    found = getattr(obj, hook)
+    return getattr(getattr(found, "__func__", found), "__qualname__", "") != f"{base}.{hook}"
+
+
 def before_reduction(callbacks: List[Any]) -> List[Any]:
     return [cb for cb in callbacks if not cb.after_reduction]
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -52,6 +51,8 @@ class MetricStore:
         #: name -> (metric, path) of the last metric logged under it (the search runs once).
         self._known: Dict[str, Tuple[Any, str]] = {}
         self._reduce: Dict[str, str] = {}
+        #: phase -> (names and kinds, updated metrics) of its last reduction, the same on every rank.
+        self._layouts: Dict[str, Tuple[List[Tuple[str, str]], List[str]]] = {}
         self.prog_bar: set = set()
         self.last: Dict[str, torch.Tensor] = {}
         #: Values logged since :meth:`start_step` (this rank's own, for the step rows of logs).
@@ -121,46 +122,62 @@ class MetricStore:
         """Forget the previous step's values (the next step row holds only its own)."""
         self.step_values.clear()
 
-    def reduce(self) -> Dict[str, float]:
+    def reduce(self, phase: str = "") -> Dict[str, float]:
         """Epoch values over all ranks (weighted means, or sums); clears the sums. Must be
-        called on all processes."""
+        called on all processes, for the same phases in the same order.
+
+        The sums are laid out as in the previous reduction of ``phase`` (the same on every
+        rank), under a header counting the ranks that logged other names: when it is 0 (every
+        epoch after the first, as a rule) the names are settled by that one all-reduce; else
+        the ranks first exchange their names, then sum again."""
         local = {name: self._reduce[name] for name in self._sums}
         local.update({name: _METRIC + path for name, (_, path) in self._metric_objs.items()})
         # What the list states (concatenated on compute) of each updated metric hold.
         shapes = {name: _list_states(m) for name, (m, _) in self._metric_objs.items() if _update_count(m) > 0}
-        if gdist.is_distributed() and not _same_on_all_ranks((local, sorted(shapes))):
-            # Rare: some rank logged other names, or logged a metric it never updated (e.g. it
-            # had no validation batch).
-            gathered = gdist.all_gather_object((local, shapes))
-            local = _merge([kinds for kinds, _ in gathered])
-            shapes = {}
-            for _, per_rank in gathered:
-                for name, states in per_rank.items():
-                    shapes.setdefault(name, states)
-        out = self._reduce_sums(sorted(n for n, kind in local.items() if not kind.startswith(_METRIC)), local)
+        signature = (sorted(local.items()), sorted(shapes))
+        out = None
+        if gdist.is_distributed():
+            layout = self._layouts.get(phase, ([], []))
+            out = self._reduce_sums(_sum_names(dict(layout[0])), local, differs=signature != layout)
+        if out is None:
+            if gdist.is_distributed():
+                # Rare: some rank logged other names, or logged a metric it never updated (e.g.
+                # it had no validation batch).
+                local, shapes = _agree_names(local, shapes)
+                self._layouts[phase] = (sorted(local.items()), sorted(shapes))
+            out = self._reduce_sums(_sum_names(local), local)
+        self._sums.clear()
         out.update(self._compute_metrics(sorted(n for n, kind in local.items() if kind.startswith(_METRIC)),
                                          local, shapes))
         return out
 
-    def _reduce_sums(self, names: List[str], local: Dict[str, str]) -> Dict[str, float]:
-        if not names:
-            self._sums.clear()
-            return {}
-        buf = torch.zeros(2 * len(names), dtype=torch.float64)
-        for i, name in enumerate(names):
-            if name in self._sums:
-                total, n = self._sums[name]
-                buf[i] = total.cpu()
-                buf[len(names) + i] = n
-        buf = gdist.all_reduce(buf, "sum")
-        self._sums.clear()
+    def _reduce_sums(self, names: List[str], kinds: Dict[str, str],
+                     differs: Optional[bool] = None) -> Optional[Dict[str, float]]:
+        """The reduced values of ``names`` (sums in ``_sums``). With ``differs`` (whether this
+        rank logged other names than ``names``' layout) in the header: None when some rank did.
+        Collective (when distributed)."""
+        header = [] if differs is None else [1.0 if differs else 0.0]
+        buf = torch.zeros(len(header) + 2 * len(names), dtype=torch.float64)
+        buf[:len(header)] = torch.tensor(header, dtype=torch.float64)
+        sums, counts = buf[len(header):len(header) + len(names)], buf[len(header) + len(names):]
+        if not differs:
+            for i, name in enumerate(names):
+                if name in self._sums:
+                    total, n = self._sums[name]
+                    sums[i] = total.cpu()
+                    counts[i] = n
+        if buf.numel():
+            buf = gdist.all_reduce(buf, "sum")
+        if header and buf[0] > 0:
+            return None
+        sums, counts = buf[len(header):len(header) + len(names)], buf[len(header) + len(names):]
         out: Dict[str, float] = {}
         for i, name in enumerate(names):
-            n = float(buf[len(names) + i])
-            if local[name] == "sum":
-                out[name] = float(buf[i])
+            n = float(counts[i])
+            if kinds[name] == "sum":
+                out[name] = float(sums[i])
             else:
-                out[name] = float(buf[i]) / n if n > 0 else float("nan")
+                out[name] = float(sums[i]) / n if n > 0 else float("nan")
         return out
 
     def _compute_metrics(self, names: List[str], local: Dict[str, str],
@@ -295,11 +312,18 @@ def _scalar(name: str, value: Any) -> float:
                      "give one number (e.g. average='macro'), or log each scalar under its own name")
 
 
-def _same_on_all_ranks(logged: Any) -> bool:
-    """Whether every rank logged the same names the same way, by a checksum instead of
-    gathering the names. Collective."""
-    kinds, updated = logged
-    return gdist.same_on_all_ranks(zlib.crc32(repr((sorted(kinds.items()), updated)).encode()))
+def _sum_names(kinds: Dict[str, str]) -> List[str]:
+    return sorted(n for n, kind in kinds.items() if not kind.startswith(_METRIC))
+
+
+def _agree_names(local: Dict[str, str], shapes: Dict[str, Any]) -> Tuple[Dict[str, str], Dict[str, Any]]:
+    """Every rank's logged names and list-state shapes, merged. Collective."""
+    gathered = gdist.all_gather_object((local, shapes))
+    merged: Dict[str, Any] = {}
+    for _, per_rank in gathered:
+        for name, states in per_rank.items():
+            merged.setdefault(name, states)
+    return _merge([kinds for kinds, _ in gathered]), merged
 
 
 def infer_batch_size(batch: object) -> Optional[int]:

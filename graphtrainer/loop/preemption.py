@@ -7,11 +7,13 @@ batch, and a run resumed so ends with the parameters and optimizer state of a ru
 stopped.
 
 Agreement: a signal may reach the ranks at different batches (or only some of them). Every
-few optimizer steps (about :data:`AGREE_EVERY_S` of training, and at an epoch's last step)
-every rank starts one all-reduce of a 2-number flag and reads it at the next step boundary,
-so no rank waits for it and all stop at the same boundary, one step after the first
-exchange that saw the signal (:class:`StopAgreement`). Inside ``Join`` (an epoch whose ranks
-have different numbers of batches) no collective may run, so such an epoch stops at its end.
+few optimizer steps (about :data:`AGREE_EVERY_S` of training) every rank starts one
+all-reduce of a 2-number flag and reads it at the next step boundary, so no rank waits for
+it and all stop at the same boundary, one step after the first exchange that saw the signal
+(:class:`StopAgreement`). The flag also rides in the epoch's closing agreement
+(:class:`~graphtrainer.loop.stopping.StopController`), so a signal after the last exchange
+stops the run at the epoch's end; so does any signal in an epoch inside ``Join`` (ranks
+with different numbers of batches), where no other collective may run.
 The process exits with :data:`~graphtrainer.PREEMPTED_EXIT_CODE`.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence
 
 import torch
 
@@ -40,23 +42,17 @@ stop_signals = stop_flag.caught
 requested = stop_flag.requested
 
 
-def agreed_stop(joining: bool) -> bool:
-    """Whether every rank stops now (one rank's signal stops all). Must be called on all
-    processes, outside ``Join`` (``joining``: inside it, where the answer is No)."""
-    if joining:
-        return False
-    return _decode(gdist.all_reduce(_flag(), "max"))
-
-
-def _flag() -> torch.Tensor:
+def signal_flag() -> List[float]:
     """This rank's (signal, rank), or (0, -1): the maximum over ranks names a signal and the
     (highest) rank that received it."""
     mine = requested() or 0
-    return torch.tensor([float(mine), float(gdist.get_rank() if mine else -1)])
+    return [float(mine), float(gdist.get_rank() if mine else -1)]
 
 
-def _decode(seen: torch.Tensor) -> bool:
-    _received["agreed"] = (int(seen[0]), max(0, int(seen[1]))) if seen[0] > 0 else None
+def decode_signal(seen: Sequence[float]) -> bool:
+    """Whether the agreed (maximum) :func:`signal_flag` names a signal; kept for :func:`describe`."""
+    signum, rank = float(seen[0]), float(seen[1])
+    _received["agreed"] = (int(signum), max(0, int(rank))) if signum > 0 else None
     return _received["agreed"] is not None
 
 
@@ -71,7 +67,7 @@ MAX_STEPS_BETWEEN = 1000
 
 class StopAgreement:
     """Whether the ranks stop, agreed without a wait per step: every :attr:`every` step
-    boundaries of an epoch outside ``Join`` (and at its last) every rank starts one all-reduce
+    boundaries of an epoch outside ``Join`` every rank starts one all-reduce
     of its flag and reads it at the next boundary, so all ranks stop at the same boundary (with
     one process, at once). :attr:`every` is the same on every rank: it changes only through
     :meth:`agree_interval`, at the end of an epoch."""
@@ -89,19 +85,18 @@ class StopAgreement:
         """Count this epoch's boundaries afresh (every rank starts the epoch together)."""
         self._countdown, self._first, self._last, self._boundaries = self.every, None, None, 0
 
-    def at_boundary(self, last: bool = False) -> bool:
-        """Whether to stop here (``last``: the epoch's last step). Must be called on all
-        processes, outside ``Join``."""
+    def at_boundary(self) -> bool:
+        """Whether to stop here. Must be called on all processes, outside ``Join``."""
         if not gdist.is_distributed():
-            return requested() is not None and _decode(_flag())
+            return requested() is not None and decode_signal(signal_flag())
         now = time.monotonic()
         self._first, self._last, self._boundaries = self._first or now, now, self._boundaries + 1
         if self.collect():
             return True
         self._countdown -= 1
-        if self._countdown <= 0 or last:
+        if self._countdown <= 0:
             self._countdown = self.every
-            self._pending = gdist.start_all_reduce(_flag(), "max")
+            self._pending = gdist.start_all_reduce(torch.tensor(signal_flag()), "max")
         return False
 
     def proposal(self) -> float:
@@ -125,7 +120,7 @@ class StopAgreement:
         if self._pending is None:
             return False
         finish, self._pending = self._pending, None
-        return _decode(finish())
+        return decode_signal(finish().tolist())
 
 
 def describe() -> str:
