@@ -132,6 +132,16 @@ def start_all_reduce(values: torch.Tensor, op: str = "sum") -> Callable[[], torc
     return finish
 
 
+def same_on_all_ranks(value: Optional[float]) -> bool:
+    """Whether every rank passed the same number; ``None`` (cannot tell) makes it False
+    everywhere. One 2-element all-reduce. Must be called on all processes."""
+    unknown = float(2**52)
+    mine = torch.tensor([unknown, unknown] if value is None else [float(value), -float(value)],
+                        dtype=torch.float64)
+    high, neg_low = all_reduce(mine, "max").tolist()
+    return high == -neg_low
+
+
 def broadcast_object(obj: Any, src: int = 0) -> Any:
     """Rank ``src``'s ``obj`` on every rank. Must be called on all processes."""
     if not is_distributed():

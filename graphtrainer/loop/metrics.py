@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -128,8 +129,8 @@ class MetricStore:
 
         The sums are laid out as in the previous reduction of ``phase`` (the same on every
         rank), under a header counting the ranks that logged other names: when it is 0 (every
-        epoch after the first, as a rule) the names are settled by that one all-reduce; else
-        the ranks first exchange their names, then sum again."""
+        epoch after the first, as a rule) that one all-reduce is all. A phase's first reduction
+        compares the names' checksums first; ranks that logged other names exchange them."""
         local = {name: self._reduce[name] for name in self._sums}
         local.update({name: _METRIC + path for name, (_, path) in self._metric_objs.items()})
         # What the list states (concatenated on compute) of each updated metric hold.
@@ -137,8 +138,11 @@ class MetricStore:
         signature = (sorted(local.items()), sorted(shapes))
         out = None
         if gdist.is_distributed():
-            layout = self._layouts.get(phase, ([], []))
-            out = self._reduce_sums(_sum_names(dict(layout[0])), local, differs=signature != layout)
+            layout = self._layouts.get(phase)
+            if layout is None and gdist.same_on_all_ranks(zlib.crc32(repr(signature).encode())):
+                layout = self._layouts[phase] = signature
+            if layout is not None:
+                out = self._reduce_sums(_sum_names(dict(layout[0])), local, differs=signature != layout)
         if out is None:
             if gdist.is_distributed():
                 # Rare: some rank logged other names, or logged a metric it never updated (e.g.

@@ -175,8 +175,8 @@ def test_a_signal_at_an_epochs_last_step_stops_at_its_end_and_resumes_exactly(tm
 @pytest.mark.timeout(240)
 def test_with_a_long_agreement_interval_a_mid_epoch_signal_stops_at_the_epochs_end_exactly(tmp_path, monkeypatch):
     # Epoch 0 exchanges at every step (no step time yet); from epoch 1 on the ranks agree to
-    # exchange every 10 s of training, so only at an epoch's last step: a signal in step 5
-    # (the second of epoch 1's 4) is seen there, and the run stops at the end of epoch 1.
+    # exchange every 10 s of training, so not within an epoch: a signal in step 5 (the second
+    # of epoch 1's 4) is seen in the epoch's closing agreement, and the run stops at its end.
     monkeypatch.setattr(preemption, "AGREE_EVERY_S", 10.0)
     _trainer(tmp_path / "a", tmp_path / "whole", 2).fit(_SignalledTask())
     whole = read_checkpoint(tmp_path / "whole" / "last.ckpt")
