@@ -87,13 +87,16 @@ class StderrRelay:
 
 #: Words of a line that says why a process aborted (C++ exceptions, failed checks).
 _REASON_MARKS = ("what():", "error", "fail", "abort", "exception", "assert", "fatal")
+#: LIBXSMM's report at exit (DGL loads it): its command line may hold any of those words.
+_EXIT_REPORTS = ("LIBXSMM_", "Registry and code:", "Command:", "Uptime:")
 
 
 def last_words(tail: str) -> Optional[str]:
     """The line of ``tail`` most likely to say why a process aborted: the last one before
     Python's own fatal-error dump (faulthandler's stacks) that names an error, skipping
     reports printed at exit (LIBXSMM's "Command: ... Uptime: ..."); else the last line."""
-    lines: List[str] = [line.strip() for line in tail.splitlines() if line.strip()]
+    lines: List[str] = [line.strip() for line in tail.splitlines()
+                        if line.strip() and not line.startswith(_EXIT_REPORTS)]
     lines = lines[:_dump_start(lines)] or lines
     reasons = [line for line in lines if any(mark in line.lower() for mark in _REASON_MARKS)]
     return (reasons or lines or [None])[-1]
