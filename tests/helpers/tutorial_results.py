@@ -40,6 +40,7 @@ def figure(summary: Mapping[str, Any], key: str) -> Any:
 
 
 def environment() -> Dict[str, str]:
+    import graphtrainer  # noqa: F401  (before dgl: the compatibility layer)
     import dgl
     import torch
 
