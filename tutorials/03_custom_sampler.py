@@ -15,47 +15,15 @@ Run it (2 CPU processes, a 100,000-node synthetic graph):
 
     bash scripts/env.sh python tutorials/03_custom_sampler.py
 
-Output of that command, measured on this project's 2-core machine (2 CPU ranks; the
-``RESULT`` JSON line is cut short; 13.6 s of wall time in all). ``--fast`` is the CI
-smoke test (``tests/tutorials/test_tutorial_03.py``: a 20,000-node graph, 3 epochs):
+What to look at: the mean degree of the neighbours each sampler picks (the weighted one
+about halves it), the graph's formats before and after ``fit`` (the trainer built CSC
+before the fork), and the memory (PSS, USS, RSS) of each process at the end of ``fit``.
+``--fast`` runs a 20,000-node graph for 3 epochs.
 
-    synthetic graph: 100000 nodes, 1000000 edges, 64-dim features, 8 classes; train/val/test 10000/5000/85000; weighted sampler, fanouts [5, 5]
-    graph formats before fit: {'created': ['coo'], 'not created': ['csr', 'csc']}
-    name     type              params
-    layers   ModuleList        18,568
-    dropout  Dropout                0
-    SAGE: 18,568 trainable of 18,568 parameters (0.1 MB in float32)
-    epoch   0  train_loss 3.0289  train_acc 0.1803  val_acc 0.3166  input_nodes 12268
-    epoch   1  train_loss 1.8545  train_acc 0.3845  val_acc 0.5890  input_nodes 12267
-    ...
-    epoch   8  train_loss 0.6666  train_acc 0.7751  val_acc 0.8508  input_nodes 12290
-    epoch   9  train_loss 0.6283  train_acc 0.7925  val_acc 0.8588  input_nodes 12264
-    graph formats after fit (the trainer built what the samplers read before launching): {'created': ['coo', 'csc'], 'not created': ['csr']}
-    fit: 10 epochs in 7.7 s; best checkpoint runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8588.ckpt (val_acc 0.8588)
-    memory at end of fit, rank 0  : PSS   165.8 MB  USS    41.0 MB  RSS   427.9 MB
-    memory at end of fit, rank 1  : PSS   164.3 MB  USS    39.3 MB  RSS   425.9 MB
-    memory at end of fit, launcher: PSS   215.9 MB  USS    38.3 MB  RSS   586.9 MB
-    memory at end of fit, total PSS of all 3 processes: 545.9 MB (auto launcher)
-    one layer for 2000 training seeds, fanout 5: mean degree of sampled neighbours: uniform 34.1, weighted (1/degree) 17.8; over all edges 31.5
-    [graphtrainer] ckpt_path='best': using runs/tutorial03/version_0/checkpoints/epoch=9-val_acc=0.8588.ckpt
-    test (best checkpoint, 85000 nodes, exact over 2 ranks): test_acc 0.8578  (chance 0.125)
-    RESULT {"tutorial": "03_custom_sampler", "sampler": "weighted", "fanouts": [5, 5], ...}
-    total 10.5 s
-
-Reading it:
-
-* The weighted sampler halves the degree of the neighbours it picks (17.8 against 34.1
-  for uniform sampling). It does not change the accuracy on this graph, whose labels
-  agree along an edge regardless of degree: ``--sampler uniform`` gave test_acc 0.8560
-  (val_acc 0.8590). Drawing with probabilities costs more than uniform draws; on this
-  shared machine fit times varied too much between identical runs (4-16 s) to rank them.
-* Memory: at 100,000 nodes the graph is small (COO + CSR + CSC about 50 MB, features
-  26 MB), of the order of what each rank holds privately (USS 37-45 MB per rank in these
-  runs: interpreter and library state, model, optimizer, sampled batches). Five
-  identical fork runs gave a total PSS of 537, 546 (the run above), 554, 580 and 584 MB
-  (the launcher's private memory varied most: 28-47 MB); ``--launcher spawn`` gave
-  1,173 MB (ranks 372 + 374, launcher 427), with the same losses, accuracies and
-  checkpoint as fork. The large-graph figures are below.
+Measured output: ``tutorials/results/03_custom_sampler.txt`` holds a full run of the command
+above (the machine it ran on and its wall time); the smoke test
+(``tests/tutorials/test_tutorial_03.py``) runs ``--fast`` and checks its figures against
+``tutorials/results/03_custom_sampler.json``.
 
 The sampler
 -----------
@@ -64,7 +32,7 @@ distinct in-edges (sampling *without replacement*), drawn with probability propo
 to the edge weight ``g.edata["w"]``, via ``dgl.sampling.sample_neighbors(..., prob="w",
 replace=False)``. The weight here is ``1 / degree`` of the neighbour: the synthetic
 graph has a heavy-tailed degree distribution (mean degree 10), and a uniformly drawn
-neighbour is most likely a hub (its mean degree is 34.1 in the run above). The script
+neighbour is most likely a hub (see the mean degrees in the results file). The script
 prints the mean degree of the sampled neighbours under both samplers to show the bias
 at work. It is an example weight: put your own in ``g.edata["w"]`` (an interaction
 count, a recency, a similarity).
@@ -104,24 +72,15 @@ once, whatever N is. Two things break that:
   included, on a machine with GPUs when the parent ran a backward pass before ``fit``
   (autograd's per-device threads do not survive a fork).
 
-How much it matters at scale, measured on this project's pinned stack (torch 2.2.1,
-dgl 2.1.0, gloo, 2 cores) for a 2,000,000-node, 20,000,000-edge graph with 64-dim float
-features, 2 ranks, total PSS (proportional set size: shared pages divided among the
-processes sharing them, so the figures add up to the real footprint) of all processes:
-
-    single process                              1,936 MB
-    fork, after create_formats_()               2,211 MB   (ranks ready in 1.4 s)
-    fork, without create_formats_()             2,404 MB
-    spawn, pickling the graph into each child   3,676 MB   (ranks ready in 8.8 s)
-
-The fork-vs-spawn benchmark (``benchmarks/fork_vs_spawn.py``) makes the same comparison
-systematically (graphtrainer's fork and spawn launchers, a tutorial-style naive spawn,
-fork without formats) and reports in ``benchmarks/README.md``; its figures supersede
-these. This script
-with ``--nodes 2000000 --avg-degree 10 --feat-dim 64`` builds a graph of the same size
-(not run here: this machine is shared), and its ``MemoryReport`` callback prints the PSS,
-USS (private memory) and RSS of each rank and of the launching process at the end of
-``fit``, so you can compare launchers on your own graph (``--launcher fork|spawn|forkserver``).
+How much it matters at scale was measured on the pinned stack for a 2,000,000-node,
+20,000,000-edge graph (the table is in ``tutorials/results/03_custom_sampler.txt``):
+fork after ``create_formats_()`` holds the graph once; without it each rank builds its own
+CSC; a hand-written spawn pickles the graph into every child. The fork-vs-spawn benchmark
+(``benchmarks/fork_vs_spawn.py``) makes the comparison systematically. This script with
+``--nodes 2000000 --avg-degree 10 --feat-dim 64`` builds a graph of that size, and its
+``MemoryReport`` callback prints the PSS, USS (private memory) and RSS of each rank and of
+the launching process at the end of ``fit``, so you can compare launchers on your own
+graph (``--launcher fork|spawn|forkserver``).
 
 The classic hand-written workflow, and what replaces it
 -------------------------------------------------------

@@ -14,11 +14,11 @@ and yields ``MiniBatch`` objects (``.blocks``, ``.node_features["feat"]``, ``.la
 The data is Cora from the shipped files, written to disk in GraphBolt's on-disk
 ("built-in") dataset format: a ``metadata.yaml`` plus NumPy files, the layout that
 ``gb.BuiltinDataset("ogbn-products")`` downloads, then loaded with
-``gb.OnDiskDataset(path).load()``.
+``gb.OnDiskDataset(path).load()`` (``tutorials/graphbolt_ondisk.py`` writes it).
 
 Run it
 ------
-Full settings (2 CPU processes, 30 epochs, about 14 s here)::
+Full settings (2 CPU processes, 30 epochs)::
 
     bash scripts/env.sh python tutorials/04_graphbolt_pipeline.py
 
@@ -26,35 +26,14 @@ Smoke test (3 epochs; ``tests/tutorials/test_tutorial_04.py`` runs it and reads 
 
     bash scripts/env.sh python tutorials/04_graphbolt_pipeline.py --fast --out /tmp/t04
 
-Output of the full run, measured on 2 CPU cores (torch 2.2.1, dgl 2.1.0)::
+What to look at: ``train_batches_rank0/1`` (3 and 2: uneven ranks, handled by ``Join``),
+the exact validation accuracy beside the hand-written mean of per-rank accuracies, and
+the test accuracy of the best checkpoint, also recomputed from ``predict()``.
 
-    Start to preprocess the on-disk dataset.
-    Finish preprocessing the on-disk dataset.
-    GraphBolt dataset at runs/tutorial04/graphbolt_cora: 2708 nodes, 10556 edges; train/val/test 140/500/1000
-    name     type              params
-    layers   ModuleList       737,543
-    dropout  Dropout                0
-    SAGE: 737,543 trainable of 737,543 parameters (2.8 MB in float32)
-    epoch   0  train_loss 1.9197  val_loss 1.8458  val_acc 0.6220  train_batches_rank0 3  train_batches_rank1 2
-    epoch   1  train_loss 1.6703  val_loss 1.6866  val_acc 0.6700  train_batches_rank0 3  train_batches_rank1 2
-    epoch   2  train_loss 1.3172  val_loss 1.5412  val_acc 0.7140  train_batches_rank0 3  train_batches_rank1 2
-    epoch   3  train_loss 0.9473  val_loss 1.3406  val_acc 0.7540  train_batches_rank0 3  train_batches_rank1 2
-    epoch   4  train_loss 0.6271  val_loss 1.1470  val_acc 0.7460  train_batches_rank0 3  train_batches_rank1 2
-    epoch   5  train_loss 0.4095  val_loss 0.9578  val_acc 0.7740  train_batches_rank0 3  train_batches_rank1 2
-    epoch   6  train_loss 0.2689  val_loss 0.8535  val_acc 0.7880  train_batches_rank0 3  train_batches_rank1 2
-    epoch   7  train_loss 0.1775  val_loss 0.8325  val_acc 0.7720  train_batches_rank0 3  train_batches_rank1 2
-    epoch   8  train_loss 0.1175  val_loss 0.8227  val_acc 0.7620  train_batches_rank0 3  train_batches_rank1 2
-    epoch   9  train_loss 0.0923  val_loss 0.7622  val_acc 0.7760  train_batches_rank0 3  train_batches_rank1 2
-    ...
-    epoch  28  train_loss 0.0725  val_loss 0.7239  val_acc 0.7680  train_batches_rank0 3  train_batches_rank1 2
-    epoch  29  train_loss 0.0685  val_loss 0.7442  val_acc 0.7600  train_batches_rank0 3  train_batches_rank1 2
-    validation, last epoch: exact val_acc 0.7600 over 500 nodes; mean of per-rank accuracies (the hand-written reduction) 0.7592
-    [graphtrainer] ckpt_path='best': using runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7880.ckpt
-    [graphtrainer] ckpt_path='best': using runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7880.ckpt
-    best checkpoint runs/tutorial04/version_0/checkpoints/epoch=6-val_acc=0.7880.ckpt (val_acc 0.7880)
-    test_acc 0.8000 (exact, 1000 nodes; mean of per-rank accuracies 0.7997); from predict(): 0.8000
-    summary written to runs/tutorial04/summary.json (11.7 s)
-    (wall time 0m14.461s)
+Measured output: ``tutorials/results/04_graphbolt_pipeline.txt`` holds a full run of the command
+above (the machine it ran on and its wall time); the smoke test
+(``tests/tutorials/test_tutorial_04.py``) runs ``--fast`` and checks its figures against
+``tutorials/results/04_graphbolt_pipeline.json``.
 
 What the hand-written DGL example does, and what replaces it
 -------------------------------------------------------------
@@ -122,9 +101,8 @@ What GraphBolt in DGL 2.1.0 cannot do here, and the closest working form
    differently on every run. The trainer seeds it too: each epoch, before
    ``on_train_epoch_start``, it calls ``gb.seed`` (when ``dgl.graphbolt`` is imported)
    along with torch, NumPy, ``random`` and ``dgl.seed``, from ``(seed, rank, epoch)``.
-   The task does nothing for it: two runs of the full settings printed identical
-   numbers (and wrote identical ``metrics.csv`` files), while with ``gb.seed`` left out
-   two ``--fast`` runs already differed in the first epoch's loss.
+   The task does nothing for it: two runs print the same numbers (measured in the
+   results file, below).
 4. **GPUs need DGL's CUDA build.** The PyPI ``dgl`` wheel is CPU-only: blocks on a GPU
    raise ``DGLError: Device API cuda is not enabled``, and its GraphBolt library holds no
    CUDA code (no GPU sampling or GPU feature fetching); see docs/gpus.md.
@@ -142,7 +120,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -150,52 +127,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
+from tutorials.graphbolt_ondisk import write_ondisk_dataset  # noqa: E402  (1: Cora on disk)
 from tutorials.summary import write_summary  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------
-# 1. A GraphBolt on-disk dataset built from shipped data.
-# ---------------------------------------------------------------------------------------
-def write_ondisk_dataset(graph: Any, directory: Path, name: str = "cora") -> Path:
-    """Write ``graph`` (ndata feat/label/*_mask) in GraphBolt's OnDiskDataset layout.
-
-    ``metadata.yaml`` names the edge list, the node features and one node-classification
-    task whose train/validation/test sets are ``(seed_nodes, labels)`` pairs. On first
-    load GraphBolt converts the edges into a ``FusedCSCSamplingGraph`` under
-    ``preprocessed/`` (and reuses it afterwards).
-    """
-    import yaml
-
-    directory.mkdir(parents=True, exist_ok=True)
-    data = directory / "data"
-    data.mkdir(exist_ok=True)
-    src, dst = graph.edges()
-    np.save(data / "edges.npy", torch.stack([src, dst]).numpy())            # shape (2, E)
-    np.save(data / "feat.npy", graph.ndata["feat"].float().numpy())
-    task: Dict[str, Any] = {"name": "node_classification",
-                            "num_classes": int(graph.ndata["label"].max()) + 1}
-    for split, mask in (("train_set", "train_mask"), ("validation_set", "val_mask"),
-                        ("test_set", "test_mask")):
-        ids = graph.ndata[mask].nonzero(as_tuple=True)[0]
-        np.save(data / f"{split}_ids.npy", ids.numpy())
-        np.save(data / f"{split}_labels.npy", graph.ndata["label"][ids].numpy())
-        task[split] = [{"data": [
-            {"name": "seed_nodes", "format": "numpy", "path": f"data/{split}_ids.npy"},
-            {"name": "labels", "format": "numpy", "path": f"data/{split}_labels.npy"}]}]
-    metadata = {
-        "dataset_name": name,
-        "graph": {"nodes": [{"num": graph.num_nodes()}],
-                  "edges": [{"format": "numpy", "path": "data/edges.npy"}]},
-        "feature_data": [{"domain": "node", "name": "feat", "format": "numpy",
-                          "in_memory": True, "path": "data/feat.npy"}],
-        "tasks": [task],
-    }
-    (directory / "metadata.yaml").write_text(yaml.safe_dump(metadata))
-    return directory
-
-
-# ---------------------------------------------------------------------------------------
-# 2. A loader the trainer can re-split every epoch.
+# 1. A loader the trainer can re-split every epoch.
 # ---------------------------------------------------------------------------------------
 class EpochShuffledLoader:
     """A GraphBolt pipeline over ``item_set``, rebuilt each epoch on a new global order.
@@ -248,7 +185,7 @@ class EpochShuffledLoader:
 
 
 # ---------------------------------------------------------------------------------------
-# 3. The task.
+# 2. The task.
 # ---------------------------------------------------------------------------------------
 class GraphBoltNodeClassification(GraphTask):
     """GraphSAGE on a GraphBolt dataset; batches are ``gb.MiniBatch`` objects."""

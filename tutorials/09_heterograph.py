@@ -14,66 +14,39 @@ Run it (from the repository root; ``scripts/env.sh`` makes the venv the first ti
 
     bash scripts/env.sh python tutorials/09_heterograph.py
 
-Output of that command, measured on this project's 2-core machine (2 CPU ranks, shared
-with other jobs; epochs cut, the model summary printed before each later run cut, DDP's
-own warnings left out, the RESULT line shortened, run folders shown as ``version_N``).
-``--fast`` runs 8 epochs, 2 timing epochs per setting and 20 walk steps, and is the CI
-smoke test (``tests/tutorials/test_tutorial_09.py``):
+What to look at: HeteroSAGE failing under DDP without ``find_unused_parameters`` (the
+error names the option), the per-step cost of the option, and the test accuracy with
+sampled and with full neighbourhoods. ``--fast`` runs 8 epochs, 2 timing epochs per
+setting and 20 walk steps.
 
-    cora_hetero: {'paper': 2708, 'word': 1433} nodes; {'cites': 10556, 'has': 49216, 'in': 49216} edges
-    name     type              params
-    embed    ModuleDict        22,928
-    layers   ModuleList       371,797
-    dropout  Dropout                0
-    HeteroSAGE: 394,725 trainable of 394,725 parameters (1.5 MB in float32)
-    hetero, no option: fails: rank 1 failed: RuntimeError: some parameters of the model got no gradient in the previous training step, so DDP cannot finish its gradient reduction (...
-    hetero, find_unused_parameters: 72.53 ms per step over 108 steps
-    hetero, static_graph: fails: rank 0 failed: RuntimeError: some parameters of the model got no gradient in the previous training step, so DDP cannot finish its gradient reduction (...
-    sage, no option: 20.95 ms per step over 108 steps
-    sage, find_unused_parameters: 22.25 ms per step over 108 steps
-    hetero forward + backward, one fixed batch, 200 interleaved steps: 42.65 ms without find_unused_parameters, 42.94 ms with it
-    sage forward + backward, one fixed batch, 200 interleaved steps: 14.33 ms without find_unused_parameters, 14.40 ms with it
-    epoch   0  train_loss 2.6678  val_acc 0.2000  val_acc_full 0.1780
-    epoch   1  train_loss 1.9910  val_acc 0.2260  val_acc_full 0.2260
-    epoch   2  train_loss 1.8595  val_acc 0.2480  val_acc_full 0.2680
-    ...
-    epoch  43  train_loss 0.1318  val_acc 0.6640  val_acc_full 0.7160
-    ...
-    epoch  59  train_loss 0.1027  val_acc 0.6180  val_acc_full 0.6900
-    fit: 60 epochs in 32.8 s; best val_acc_full 0.7160
-    [graphtrainer] ckpt_path='best': using runs/tutorial09/version_N/checkpoints/epoch=43-val_acc_full=0.7160.ckpt
-    test (best checkpoint, 2 ranks): sampled neighbourhoods test_acc 0.6660; full neighbourhoods (layer-wise) test_acc_full 0.7250; 1000 nodes
-    [graphtrainer] ckpt_path='best': using runs/tutorial09/version_N/checkpoints/epoch=43-val_acc_full=0.7160.ckpt
-    predict (layer-wise, best checkpoint): 1000 rows; accuracy 0.7250
-    RESULT {"tutorial": "09_heterograph", "num_procs": 2, ...}
-    total 75.0 s
+Measured output: ``tutorials/results/09_heterograph.txt`` holds a full run of the command
+above (the machine it ran on and its wall time); the smoke test
+(``tests/tutorials/test_tutorial_09.py``) runs ``--fast`` and checks its figures against
+``tutorials/results/09_heterograph.json``.
 
-Test accuracy 0.7250 with full neighbourhoods (0.6660 with 10 sampled neighbours per
-relation), against 0.8150 for the homogeneous GraphSAGE of tutorial 1 on the same split.
+Full neighbourhoods score the test papers better than 10 sampled neighbours per
+relation, and both stay below the homogeneous GraphSAGE of tutorial 1 on the same split.
 The words carry the information of the paper features again, but as 1,433 learned
-embeddings trained from 140 labelled papers, which the model overfits (train loss near
-0.1); the issue's quick full-batch check of this model gave 0.72-0.76, where the
-full-neighbourhood figure lands. Sampling hurts more than on the homogeneous graph: a
-paper has 18 words on average and keeps 10 of them, and each word 10 of its papers.
+embeddings trained from 140 labelled papers, which the model overfits. Sampling hurts
+more than on the homogeneous graph: a paper has 18 words on average and keeps 10 of
+them, and each word 10 of its papers.
 
-The cost of find_unused_parameters, measured
---------------------------------------------
-The first lines time whole training steps on 2 ranks (epochs 2-5 of a run on every
-non-test paper, 27 steps per epoch and rank). HeteroSAGE fails without the option, and
-with ``static_graph=True`` too: which parameters go unused changes from step to step (a
-batch without some relation leaves its weights out), and static_graph only handles a
-fixed set. With the option it runs at 73 ms per step. On SAGE, which uses every
-parameter, the option's run took 22.3 against 21.0 ms without it: whole-step timings on
-this shared 2-core machine vary more than the option costs.
+The cost of find_unused_parameters
+----------------------------------
+The first lines of the output time whole training steps on 2 ranks (epochs 2-5 of a run
+on every non-test paper). HeteroSAGE fails without the option, and with
+``static_graph=True`` too: which parameters go unused changes from step to step (a batch
+without some relation leaves its weights out), and static_graph only handles a fixed set.
+On SAGE, which uses every parameter, whole-step timings on a shared machine vary more
+than the option costs.
 
-The next two lines isolate the option: the same fixed batch, forward and backward under
-DDP with and without it, 200 steps interleaved one by one so that load on the machine hits
-both alike (the heterograph batch has paper and word seeds, so every parameter is used and
-both settings run). The walk of the autograd graph costs 0.3 ms per step on HeteroSAGE
-(42.7 to 42.9 ms, +0.7 %) and 0.07 ms on SAGE (14.3 to 14.4 ms, +0.5 %): it visits every
-autograd node once, and a heterograph model has one set per relation and layer. That is
-the price of the option on a model that needs it; leave it off when every parameter is
-always used, as DDP's own warning (printed once per rank) suggests.
+The two lines after them isolate the option: the same fixed batch, forward and backward under
+DDP with and without it, steps interleaved one by one so that load on the machine hits
+both alike (the heterograph batch has paper and word seeds, so every parameter is used
+and both settings run). What differs is DDP's walk of the autograd graph, which visits
+every autograd node once; a heterograph model has one set per relation and layer. That
+is the price of the option on a model that needs it; leave it off when every parameter
+is always used, as DDP's own warning (printed once per rank) suggests.
 
 """
 from __future__ import annotations

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 # The tutorial as a user runs it, in a subprocess: seconds.
 # Left out of the quick run, pytest -m "not slow".
@@ -27,6 +28,8 @@ def test_fast_run_trains_checkpoints_tests_and_predicts(tmp_path):
     assert s["predict_acc"] == pytest.approx(s["test_acc"], abs=1e-6)
     assert s["fresh_model_acc"] == pytest.approx(s["test_acc"], abs=1e-6)
     assert s["fresh_model_agree"] == 1000
+    # The figures that tutorials/results/01_quickstart_cora.json records, within its tolerances.
+    check_figures("01_quickstart_cora", s)
 
     ckpt_path = Path(s["checkpoint"])
     assert ckpt_path.is_file() and ckpt_path.parent == Path(s["log_dir"]) / "checkpoints"

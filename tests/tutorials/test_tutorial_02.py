@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import tutorial_run
+from tutorial_results import check_figures
 
 NAME = "02_multigpu_node_classification.py"
 
@@ -119,6 +120,8 @@ def test_fast_run_on_tolokers(tmp_path):
     assert summary["val_nodes"] == 2939 and summary["test_nodes"] == 2940   # every id once, 2 ranks
     # Chance ROC-AUC is 0.5; three epochs of DGL's settings reach about 0.64.
     assert summary["final_val_auc"] > 0.55 and summary["test_auc"] > 0.55, summary
+    # The figures that tutorials/results/02_multigpu_node_classification.json records, within its tolerances.
+    check_figures("02_multigpu_node_classification", summary)
     assert Path(summary["checkpoint"]).is_file()
     ckpt = torch.load(summary["checkpoint"], map_location="cpu", weights_only=True)
     assert "conv1.fc_neigh.weight" in ckpt["state_dict"]                  # plain keys, no "module."

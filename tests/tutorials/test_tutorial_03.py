@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import tutorial_run
+from tutorial_results import check_figures
 
 NAME = "03_custom_sampler.py"
 
@@ -60,6 +61,8 @@ def test_fast_run(tmp_path):
     # 8 balanced classes: chance is 0.125; 3 epochs reach about 0.23.
     assert s["best_val_acc"] > 0.17 and s["test_acc"] > 0.17, s
     assert s["test_nodes"] == 17_000              # every test id scored once over the 2 ranks
+    # The figures that tutorials/results/03_custom_sampler.json records, within its tolerances.
+    check_figures("03_custom_sampler", s)
     assert Path(s["checkpoint"]).is_file()
     # Only COO before fit; the trainer built CSR and CSC in the parent before forking.
     assert s["formats_before_fit"]["created"] == ["coo"]

@@ -9,6 +9,7 @@ import torch
 
 from stack import requires_graphbolt
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 # The tutorial as a user runs it, in a subprocess: seconds.
 # Left out of the quick run, pytest -m "not slow".
@@ -30,6 +31,8 @@ def test_tutorial_04_fast(tmp_path):
     assert summary["test_acc"] > chance + 0.3             # measured: 0.725 after 3 epochs
     assert abs(summary["test_acc_from_predictions"] - summary["test_acc"]) < 1e-6
     assert summary["predictions_shape"] == [1000, 7]
+    # The figures that tutorials/results/04_graphbolt_pipeline.json records, within its tolerances.
+    check_figures("04_graphbolt_pipeline", summary)
 
     ckpt_path = Path(summary["checkpoint"])
     assert ckpt_path.is_file() and ckpt_path.parent.parent == Path(summary["log_dir"])

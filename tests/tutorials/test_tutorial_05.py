@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 # The tutorial as a user runs it, in a subprocess: seconds.
 # Left out of the quick run, pytest -m "not slow".
@@ -35,6 +36,8 @@ def test_tutorial_05_fast(tmp_path):
     summary = run_fast("05_pyg_style_sage.py", tmp_path / "t05", timeout=280)
     ckpt = _check(summary, "torch_geometric.nn.models.basic_gnn.GraphSAGE")
     assert ckpt["hyper_parameters"]["model"] == "graphsage"
+    # The figures that tutorials/results/05_pyg_style_sage.json records, within its tolerances.
+    check_figures("05_pyg_style_sage", summary)
     assert any(k.startswith("convs.") for k in ckpt["state_dict"])
 
 

@@ -16,6 +16,7 @@ import torch
 
 from graphtrainer.launch.environment import free_port
 from launch_env import env_without_launch
+from tutorial_results import check_figures
 
 # Two torchrun "nodes" and a stand-in srun, each in subprocesses: 10 s and more.
 # Left out of the quick run, pytest -m "not slow".
@@ -83,6 +84,8 @@ def test_two_torchrun_nodes(tmp_path, process_owner):
     summary = _check_summary(out, "torchrun", threads=1)
     assert "test_acc" in outputs[0] and "test_acc" not in outputs[1]   # rank 0 reports, alone
     assert summary["log_dir"].startswith(str(out))
+    # The figures that tutorials/results/06_multinode.json records, within its tolerances.
+    check_figures("06_multinode", summary)
 
 
 FAKE_SRUN = """#!/bin/bash

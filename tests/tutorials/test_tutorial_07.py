@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 
 @pytest.mark.slow
@@ -20,3 +21,5 @@ def test_fast_run_trains_tests_and_predicts_link_scores(tmp_path):
     # The ranks' exact metrics equal those recomputed from predict()'s rows in one process.
     assert s["predict_auc"] == pytest.approx(s["test_auc"], abs=1e-9)
     assert s["predict_mrr"] == pytest.approx(s["test_mrr"], abs=1e-9)
+    # The figures that tutorials/results/07_link_prediction.json records, within its tolerances.
+    check_figures("07_link_prediction", s)

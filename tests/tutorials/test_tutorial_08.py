@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 
 @pytest.mark.slow
@@ -16,6 +17,8 @@ def test_fast_run_on_minigc(tmp_path):
     assert s["val_graphs"] == 40 and s["test_graphs"] == 40 and s["predict_rows"] == 40  # each graph once
     assert s["predict_acc"] == pytest.approx(s["test_acc"], abs=1e-6)  # predict rows in dataset order
     assert s["best_val_acc"] > 0.4, s  # 8 classes: chance is 0.125; this run reaches about 0.7
+    # The figures that tutorials/results/08_graph_classification.json records, within its tolerances.
+    check_figures("08_graph_classification", s)
 
 
 def _write_tu(folder, name, graphs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 # The tutorial as a user runs it, in a subprocess: about 40 s (six short 2-rank fits).
 # Left out of the quick run, pytest -m "not slow".
@@ -21,6 +22,8 @@ def test_fast_run_trains_a_heterograph_and_scores_it_layerwise(tmp_path):
     # predict() returns the layer-wise (full neighbourhood) probabilities of the test papers.
     assert s["predict_acc"] == pytest.approx(s["test_acc_full"], abs=1e-6)
     assert s["test_acc_full"] > 0.35, s  # 8 epochs; chance is ~0.3 (majority class)
+    # The figures that tutorials/results/09_heterograph.json records, within its tolerances.
+    check_figures("09_heterograph", s)
     cost = s["ddp_ms_per_step"]
     assert cost["hetero, no option"] == "fails, naming the option"
     assert isinstance(cost["hetero, find_unused_parameters"], float)

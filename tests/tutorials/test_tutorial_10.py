@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tutorial_run import run_fast
+from tutorial_results import check_figures
 
 # The tutorial as a user runs it, in a subprocess: about 20 s (two short 2-rank fits).
 # Left out of the quick run, pytest -m "not slow".
@@ -22,3 +23,5 @@ def test_fast_run_reports_sampled_and_layerwise_metrics(tmp_path):
         assert r["max_diff_vs_full_forward"] < 1e-5
         assert 0.0 <= r["test_sampled"] <= 1.0 and 0.0 <= r["test_full"] <= 1.0
     assert s["cora"]["test_full"] > 0.4  # 3 epochs; chance ~0.3
+    # The figures that tutorials/results/10_layerwise_inference.json records, within its tolerances.
+    check_figures("10_layerwise_inference", s)

@@ -24,6 +24,7 @@ import yaml
 
 from graphtrainer.testing.simulated_machines import SimulatedMachines, can_simulate
 from tutorial_run import ROOT, load_module, script, tutorial_env
+from tutorial_results import check_figures
 
 # Several interpreters, graph servers and ranks per run: tens of seconds each.
 # Left out of the quick run, pytest -m "not slow".
@@ -129,6 +130,8 @@ def test_fast_partition_then_distdgl_and_in_memory(tmp_path):
     assert s["epochs"] == 2 and s["distdgl"]["epochs"] == 2 and s["in_memory"]["epochs"] == 2
     assert s["distdgl"]["test_acc"] == pytest.approx(dist["test_acc"], abs=1e-4)
     assert Path(s["distdgl"]["checkpoint"]).is_file()
+    # The figures that tutorials/results/11_one_machine_to_many.json records, within its tolerances.
+    check_figures("11_one_machine_to_many", s)
     # Nothing left: processes (checked in _run too), shared memory.
     assert _processes_mentioning(str(tmp_path)) == []
     assert _left_segments(shm_before) == set()

@@ -61,6 +61,17 @@ def test_no_module_over_400_lines():
     assert not big, f"modules over {MAX_MODULE_LINES} lines (split them by job): {big}"
 
 
+@pytest.mark.parametrize("folder", ["tutorials", "benchmarks"])
+def test_no_script_over_400_lines(folder):
+    """The same limit for the scripts around the package: a tutorial's measured output lives
+    in ``tutorials/results/``, not in its docstring; shared code goes to a helper module."""
+    scripts = sorted((ROOT / folder).rglob("*.py"))
+    assert scripts, f"no .py files under {folder}/"
+    big = {str(p.relative_to(ROOT)): n for p in scripts
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"{folder}/ files over {MAX_MODULE_LINES} lines (move output or shared code out): {big}"
+
+
 def test_no_function_over_60_lines_unless_its_docstring_says_why():
     offenders = {f"{p.relative_to(ROOT)}:{name}": n for p in _modules() for name, n in long_functions(p)}
     assert not offenders, (f"functions over {MAX_FUNCTION_LINES} lines without '{EXEMPTION} ...' in their "
