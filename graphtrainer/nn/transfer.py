@@ -75,8 +75,8 @@ def resolve_block_type(block_type: str, device: torch.device) -> str:
     return "dgl" if runs else "torch"
 
 
-def _on_device_path(obj: Any) -> bool:
-    """Tensors, torch graphs and PyG batches: what is pinned and copied as one."""
+def _copied_whole(obj: Any) -> bool:
+    """Tensors, torch graphs and PyG batches: each pinned and copied as one."""
     return isinstance(obj, torch.Tensor) or is_torch_graph(obj) or is_pyg_data(obj)
 
 
@@ -90,7 +90,7 @@ def _pin_one(obj: Any) -> Any:
 
 def pin(batch: Any) -> Any:
     """``batch`` with its CPU tensors and torch graphs in page-locked memory."""
-    return apply_to_leaves(batch, _pin_one, _on_device_path)
+    return apply_to_leaves(batch, _pin_one, _copied_whole)
 
 
 def copy_to(batch: Any, device: torch.device) -> Any:
@@ -98,11 +98,11 @@ def copy_to(batch: Any, device: torch.device) -> Any:
     def copy(obj: Any) -> Any:
         return obj.to(device) if is_dgl_graph(obj) else obj.to(device, non_blocking=True)
 
-    return apply_to_leaves(batch, copy, lambda obj: _on_device_path(obj) or is_dgl_graph(obj))
+    return apply_to_leaves(batch, copy, lambda obj: _copied_whole(obj) or is_dgl_graph(obj))
 
 
 def device_tensors(batch: Any) -> Iterator[torch.Tensor]:
-    for leaf in leaves(batch, _on_device_path):
+    for leaf in leaves(batch, _copied_whole):
         if isinstance(leaf, torch.Tensor):
             yield leaf
         elif is_torch_graph(leaf):
