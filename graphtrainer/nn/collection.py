@@ -28,11 +28,11 @@ def _matcher(select: Select) -> Callable[[Any], bool]:
     raise TypeError(f"select={select!r}: give a type, a tuple of types or a predicate")
 
 
-def is_namedtuple(obj: Any) -> bool:
+def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(obj, "_fields")
 
 
-def rebuild(like: Any, items: Any) -> Any:
+def _rebuild(like: Any, items: Any) -> Any:
     """A container like ``like`` holding ``items`` (values for a list or tuple, ``(key, value)``
     pairs for a dict): namedtuples by position, a ``defaultdict`` with its factory, and other
     dict subclasses as plain dicts (their constructors may want other arguments)."""
@@ -40,23 +40,24 @@ def rebuild(like: Any, items: Any) -> Any:
         if type(like) is defaultdict:
             return defaultdict(like.default_factory, items)
         return OrderedDict(items) if type(like) is OrderedDict else dict(items)
-    if is_namedtuple(like):
+    if _is_namedtuple(like):
         return type(like)(*items)
     return type(like)(items)
 
 
 def apply_to_leaves(data: Any, fn: Callable[[Any], Any], select: Select) -> Any:
     """``data`` with ``fn(leaf)`` in place of every leaf ``select`` matches; every dict, list,
-    tuple and namedtuple on the way is rebuilt (see :func:`rebuild`), everything else is kept."""
+    tuple and namedtuple on the way is rebuilt (OrderedDict and defaultdict kept, other dict
+    subclasses as plain dicts), everything else is kept."""
     match = _matcher(select)
 
     def walk(obj: Any) -> Any:
         if match(obj):
             return fn(obj)
         if isinstance(obj, dict):
-            return rebuild(obj, [(k, walk(v)) for k, v in obj.items()])
+            return _rebuild(obj, [(k, walk(v)) for k, v in obj.items()])
         if isinstance(obj, (list, tuple)):
-            return rebuild(obj, [walk(v) for v in obj])
+            return _rebuild(obj, [walk(v) for v in obj])
         return obj
 
     return walk(data)
