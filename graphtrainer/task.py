@@ -16,6 +16,7 @@ from .distdgl.graph import is_dist_graph
 from .distdgl.loader import DistEdgeLoader, DistNodeLoader
 from .loop.context import StepLog
 from .loop.optim import OptimizersSpec
+from .nn.collection import apply_to_leaves
 from .nn.pyg import is_pyg_data
 from .state import RunView
 
@@ -384,15 +385,14 @@ def _is_plain(value: Any) -> bool:
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
-    """Recursively move ``batch`` to ``device`` (a no-op for objects already there)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        moved = [move_to_device(b, device) for b in batch]
-        return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
-    if isinstance(batch, dict):
-        return {k: move_to_device(v, device) for k, v in batch.items()}
-    if hasattr(batch, "to") and (hasattr(batch, "device") or is_pyg_data(batch)):  # PyG's Data has no .device
-        return batch if getattr(batch, "device", None) == device else batch.to(device)
-    return batch
+    """``batch`` with every tensor and graph inside on ``device`` (a no-op for those already there)."""
+    def move(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device, non_blocking=True)
+        return obj if getattr(obj, "device", None) == device else obj.to(device)
 
+    return apply_to_leaves(batch, move, _movable)
+
+
+def _movable(obj: Any) -> bool:  # PyG's Data has no .device
+    return isinstance(obj, torch.Tensor) or (hasattr(obj, "to") and (hasattr(obj, "device") or is_pyg_data(obj)))

@@ -16,15 +16,13 @@ map-style dataset of whole batches instead of a tensor of ids:
 """
 from __future__ import annotations
 
-import ctypes
-import signal
-import sys
 import warnings
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
 from .. import affinity
+from .._process.parent import die_with_parent
 from .hetero import split_flat
 
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.
@@ -53,14 +51,6 @@ def batch_seed(seed: int, rank: int, epoch: int, index: int) -> int:
     return int(x % 2**31)
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-
 class _WorkerInit:
     """Runs in each sampling worker: die with the rank, run on the launcher's cores rather
     than the pinned rank's (a spawned worker; a forked one has them already), then the
@@ -70,7 +60,7 @@ class _WorkerInit:
         self.user_fn = user_fn
 
     def __call__(self, worker_id: int) -> None:
-        _die_with_parent()
+        die_with_parent()
         affinity.release()
         if self.user_fn is not None:
             self.user_fn(worker_id)

@@ -26,7 +26,7 @@ from .cluster import Cluster, check_part_files
 from ..errors import RankFailedError
 from ..launch.supervisor import WatchedService
 from ..launch import leftovers
-from ..launch.local import _die_with_parent
+from .._process.parent import die_with_parent
 
 #: Seconds servers get to exit by themselves after a successful run (the ranks' client 0
 #: has asked them to shut down), and after SIGTERM, before they are killed.
@@ -39,6 +39,8 @@ READY_WAIT_S = 120.0
 LOCK_NAME = "\0graphtrainer-distdgl-graph-servers"
 #: Lines of a failed server's log quoted in the error.
 LOG_TAIL_LINES = 15
+#: The launching process's pid, as its servers see it (they end with it, even when it is gone early).
+PARENT_ENV = "GRAPHTRAINER_SERVER_PARENT"
 
 
 class GraphServer(WatchedService):
@@ -54,6 +56,7 @@ class GraphServer(WatchedService):
                    DGL_NUM_SERVER=str(cluster.options.num_servers), DGL_NUM_CLIENT=str(cluster.num_clients),
                    DGL_IP_CONFIG=cluster.ip_config_path, DGL_CONF_PATH=cluster.options.part_config,
                    DGL_DIST_MODE="distributed", DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
+        env[PARENT_ENV] = str(os.getpid())
         package_root = str(Path(__file__).resolve().parents[2])  # the checkout holding graphtrainer/: importable uninstalled
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         with open(self.log_path, "wb") as log:
@@ -216,7 +219,8 @@ def _remove_left_segments(before: Set[str], graph_name: str) -> None:
 
 def main() -> None:
     """A server process: serve this machine's partition until the ranks shut it down."""
-    _die_with_parent()  # never outlive the launching process, even if it is killed
+    parent = os.environ.get(PARENT_ENV)
+    die_with_parent(int(parent) if parent else None)  # never outlive the launching process, even if it is killed
     import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
     dgl.distributed.initialize(os.environ["DGL_IP_CONFIG"])  # DGL_ROLE=server: serves, then exits

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import select
 import signal
-import threading
 import time
 from multiprocessing import forkserver as _mp_forkserver
 from typing import Optional
 
-from .. import pids
+from .._process.parent import die_with
 from ..errors import RankFailedError
 from .supervisor import WatchedService
 
@@ -154,23 +152,7 @@ def bind_to_launcher() -> None:
         except OSError:
             pass
         server._forkserver_alive_fd = None
-    _watch_pid(int(launcher))
-
-
-def _watch_pid(pid: int) -> None:
-    """SIGKILL this process as soon as process ``pid`` exits (a pidfd: no polling)."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # gone already, or no pidfd here (Linux < 5.3)
-        if not pids.alive(pid):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return
-
-    def wait_for_exit() -> None:
-        select.select([pidfd], [], [])
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=wait_for_exit, name="graphtrainer-launcher-watch", daemon=True).start()
+    die_with(int(launcher))
 
 
 class ServerWatch(WatchedService):

@@ -9,7 +9,6 @@ what they stood for (a DistDGL run's shared memory), and says what it removed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import re
@@ -188,21 +187,6 @@ def cleanup_first() -> Iterator[None]:
             signal.signal(sig, handler)
         for sig in dict.fromkeys(held):
             signal.raise_signal(sig)  # now, with the handler it would have met
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent exits (``PR_SET_PDEATHSIG``), so no
-    rank trains on as an orphan; if the parent is already gone, end now."""
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        return
-    if os.getppid() != parent:  # it exited before the request was in place
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def is_stopped(pid: int) -> bool:

@@ -2,7 +2,6 @@
 rank 0's result; :mod:`graphtrainer.launch.supervisor` watches them meanwhile."""
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import gc
 import multiprocessing as mp
@@ -21,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch.multiprocessing  # noqa: F401
 
 from .. import affinity, heartbeat
+from .._process.parent import die_with_parent
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
 from ..state import TrainerConfig
@@ -37,17 +37,6 @@ from .threads import available_cores, set_threads
 #: How ranks can be started: "fork" (inherit this process), "spawn" (fresh interpreters),
 #: "forkserver" (forked from a clean server process, see :mod:`graphtrainer.launch.forkserver`).
 LAUNCH_METHODS = ("fork", "spawn", "forkserver")
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent exits, so no rank is orphaned."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _child_entry(
@@ -67,7 +56,7 @@ def _child_entry(
 ) -> None:
     if stderr_conn is not None:
         rank_stderr.redirect_to(stderr_conn)  # through the launcher, which keeps its last lines
-    _die_with_parent()
+    die_with_parent()
     if pin_cpus:
         affinity.pin_rank(rank, threads)
     forkserver.bind_to_launcher()  # a rank of launcher="forkserver" ends with the launching process

@@ -28,6 +28,7 @@ from torch import nn
 
 from .. import comm as gdist
 from ..nn.blocks import is_torch_graph
+from ..nn.collection import leaves
 
 
 #: How ``self.log`` values of one phase combine: exact weighted mean, or total.
@@ -342,23 +343,34 @@ def infer_batch_size(batch: object) -> Optional[int]:
     - A tensor: its rows. A dict: its first value. Anything with an int ``batch_size``
       (PyG's batches, ``batch_format="pyg"``): that.
     """
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else 1
-    if _is_graph(batch):
-        return int(batch.batch_size)
-    if isinstance(batch, (tuple, list)) and batch:
-        if len(batch) in (3, 4) and _is_graph(batch[1]) and isinstance(batch[-1], (list, tuple)):
-            return int(batch[1].num_edges())
-        if len(batch) == 3 and isinstance(batch[1], torch.Tensor):
-            return int(batch[1].shape[0])
-        if len(batch) == 3 and isinstance(batch[1], dict) and batch[1] \
-                and all(isinstance(v, torch.Tensor) for v in batch[1].values()):
-            return int(sum(v.shape[0] for v in batch[1].values()))  # heterograph: seeds of every type
-        return infer_batch_size(batch[0])
-    if isinstance(batch, dict) and batch:
-        return infer_batch_size(next(iter(batch.values())))
-    size = getattr(batch, "batch_size", None)  # a PyG batch: its seed nodes (seed edges for links)
+    first = next(leaves(batch, _has_size), None)  # down the first item of each tuple, list or dict
+    if isinstance(first, torch.Tensor):
+        return int(first.shape[0]) if first.dim() > 0 else 1
+    if _is_graph(first):
+        return int(first.batch_size)
+    if isinstance(first, (tuple, list)) and first:
+        return _dgl_batch_seeds(first)
+    size = getattr(first, "batch_size", None)  # a PyG batch: its seed nodes (seed edges for links)
     return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def _has_size(obj: object) -> bool:
+    """Where the walk for a batch size stops: anything but a non-empty tuple, list or dict,
+    and DGL's node and edge batch tuples."""
+    if isinstance(obj, (tuple, list)) and obj:
+        return _dgl_batch_seeds(obj) is not None
+    return not (isinstance(obj, dict) and obj)
+
+
+def _dgl_batch_seeds(batch: Any) -> Optional[int]:
+    if len(batch) in (3, 4) and _is_graph(batch[1]) and isinstance(batch[-1], (list, tuple)):
+        return int(batch[1].num_edges())
+    if len(batch) == 3 and isinstance(batch[1], torch.Tensor):
+        return int(batch[1].shape[0])
+    if len(batch) == 3 and isinstance(batch[1], dict) and batch[1] \
+            and all(isinstance(v, torch.Tensor) for v in batch[1].values()):
+        return int(sum(v.shape[0] for v in batch[1].values()))  # heterograph: seeds of every type
+    return None
 
 
 def _is_graph(obj: object) -> bool:

@@ -15,9 +15,10 @@ from typing import Optional, Protocol, Tuple
 import torch
 
 from .. import comm as gdist
+from .._process.parent import die_with_parent
 from .._compat.dgl_2_1_streams import warn_if_dgl_stream_moved
 from ..checkpoint.run_files import prepare_run_dir
-from ..launch import external_failures, leftovers, stop_flag
+from ..launch import external_failures, stop_flag
 from ..launch.lean import apply_allocator
 from ..launch.threads import set_threads
 from ..state import RunResult, TrainerConfig
@@ -50,7 +51,7 @@ def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Opti
     """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict")."""
     config = ctx.config
     if info.source == "torchrun":
-        leftovers.die_with_parent()  # as launched ranks do: no rank trains on once torchrun's agent is gone
+        die_with_parent()  # as launched ranks do: no rank trains on once torchrun's agent is gone
     if info.source != "launcher" and config.threads_per_proc:
         set_threads(config.threads_per_proc)  # launched ranks get theirs from the launcher
     device, backend = device_and_backend(config, info)

@@ -11,6 +11,7 @@ from typing import Any, Dict, Tuple
 import torch
 
 from .blocks import AnyTorchGraph, TorchBlock, TorchHeteroBlock, is_torch_graph
+from .collection import apply_to_leaves, leaves
 
 
 def is_dgl_graph(obj: Any) -> bool:
@@ -100,21 +101,8 @@ def to_torch_graph(graph: Any) -> AnyTorchGraph:
 def convert_batch(batch: Any) -> Any:
     """``batch`` with every DGL graph inside (tuples, lists, dicts) turned into a torch graph;
     everything else is kept as it is."""
-    if is_dgl_graph(batch):
-        return to_torch_graph(batch)
-    if isinstance(batch, (list, tuple)):
-        items = [convert_batch(b) for b in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    if isinstance(batch, dict):
-        return {k: convert_batch(v) for k, v in batch.items()}
-    return batch
+    return apply_to_leaves(batch, to_torch_graph, is_dgl_graph)
 
 
 def contains_dgl_graph(batch: Any) -> bool:
-    if is_dgl_graph(batch):
-        return True
-    if isinstance(batch, (list, tuple)):
-        return any(contains_dgl_graph(b) for b in batch)
-    if isinstance(batch, dict):
-        return any(contains_dgl_graph(v) for v in batch.values())
-    return False
+    return next(leaves(batch, is_dgl_graph), None) is not None

@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, Optional
 import torch
 
 from .blocks import is_torch_graph
+from .collection import apply_to_leaves, leaves
 from .convert import contains_dgl_graph, convert_batch, is_dgl_graph
 from .pyg import is_pyg_data
 
@@ -74,49 +75,40 @@ def resolve_block_type(block_type: str, device: torch.device) -> str:
     return "dgl" if runs else "torch"
 
 
+def _copied_whole(obj: Any) -> bool:
+    """Tensors, torch graphs and PyG batches: each pinned and copied as one."""
+    return isinstance(obj, torch.Tensor) or is_torch_graph(obj) or is_pyg_data(obj)
+
+
+def _pin_one(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.pin_memory() if obj.device.type == "cpu" and not obj.is_pinned() else obj
+    if is_torch_graph(obj):
+        return obj.pin_memory()
+    return obj.apply(lambda t: t if t.is_pinned() else t.pin_memory())  # a PyG batch: its tensors, in place
+
+
 def pin(batch: Any) -> Any:
     """``batch`` with its CPU tensors and torch graphs in page-locked memory."""
-    if isinstance(batch, torch.Tensor):
-        return batch.pin_memory() if batch.device.type == "cpu" and not batch.is_pinned() else batch
-    if is_torch_graph(batch):
-        return batch.pin_memory()
-    if is_pyg_data(batch):  # a PyG batch (batch_format="pyg"): its tensors, in place
-        return batch.apply(lambda t: t if t.is_pinned() else t.pin_memory())
-    if isinstance(batch, (list, tuple)):
-        items = [pin(b) for b in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    if isinstance(batch, dict):
-        return {k: pin(v) for k, v in batch.items()}
-    return batch
+    return apply_to_leaves(batch, _pin_one, _copied_whole)
 
 
 def copy_to(batch: Any, device: torch.device) -> Any:
     """``batch`` on ``device``: tensors and torch graphs with ``non_blocking=True``."""
-    if isinstance(batch, torch.Tensor) or is_torch_graph(batch) or is_pyg_data(batch):
-        return batch.to(device, non_blocking=True)
-    if is_dgl_graph(batch):
-        return batch.to(device)
-    if isinstance(batch, (list, tuple)):
-        items = [copy_to(b, device) for b in batch]
-        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
-    if isinstance(batch, dict):
-        return {k: copy_to(v, device) for k, v in batch.items()}
-    return batch
+    def copy(obj: Any) -> Any:
+        return obj.to(device) if is_dgl_graph(obj) else obj.to(device, non_blocking=True)
+
+    return apply_to_leaves(batch, copy, lambda obj: _copied_whole(obj) or is_dgl_graph(obj))
 
 
 def device_tensors(batch: Any) -> Iterator[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
-        yield batch
-    elif is_torch_graph(batch):
-        yield from batch.tensors().values()
-    elif is_pyg_data(batch):
-        yield from (value for _, value in batch if isinstance(value, torch.Tensor))
-    elif isinstance(batch, (list, tuple)):
-        for b in batch:
-            yield from device_tensors(b)
-    elif isinstance(batch, dict):
-        for v in batch.values():
-            yield from device_tensors(v)
+    for leaf in leaves(batch, _copied_whole):
+        if isinstance(leaf, torch.Tensor):
+            yield leaf
+        elif is_torch_graph(leaf):
+            yield from leaf.tensors().values()
+        else:  # a PyG batch
+            yield from (value for _, value in leaf if isinstance(value, torch.Tensor))
 
 
 class _InFlight:
