@@ -312,7 +312,7 @@ def shown(path: "str | os.PathLike[str]") -> str:
 def partition(parts: int, out: Path) -> Path:
     """``python -m graphtrainer.partition --dataset cora --parts K --out DIR``, in this process;
     prints its table and returns the partition config ``DIR/cora.json``."""
-    from graphtrainer import partition as gpartition
+    from graphtrainer.cli import partition as gpartition
 
     argv = ["--dataset", "cora", "--parts", str(parts), "--out", str(out), "--overwrite"]
     print(f"$ python -m graphtrainer.partition {' '.join(argv)}", flush=True)

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
-from .. import affinity
+from ..process import affinity
 from .hetero import split_flat
 
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.

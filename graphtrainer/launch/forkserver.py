@@ -3,7 +3,7 @@
 The server is a fresh interpreter (started by exec, like a spawned rank), so it never
 touched CUDA, autograd's device threads or an OpenMP pool: forking ranks from it is safe
 wherever spawn is, including after the launching process used the GPU. It imports
-torch, dgl and graphtrainer once (:mod:`graphtrainer._forkserver_preload`) and freezes
+torch, dgl and graphtrainer once (:mod:`graphtrainer.launch._forkserver_preload`) and freezes
 those objects for the collector, and every rank forked from it shares those pages
 instead of importing them again (a spawned rank holds about 300 MB of its own imports).
 Like spawn, the task is pickled to each rank and the graph reaches it through shared
@@ -32,12 +32,13 @@ import time
 from multiprocessing import forkserver as _mp_forkserver
 from typing import Optional
 
-from .. import pids
 from ..errors import RankFailedError
+from ..process import pids
 from .supervisor import WatchedService
 
-#: The one module the server imports (it imports the rest); see its docstring.
-PRELOAD = "graphtrainer._forkserver_preload"
+#: What the server imports, in order: the Trainer (the engine with it), then the preload module,
+#: which imports the rest and freezes it all (see its docstring). By name: launch sits below the Trainer.
+PRELOAD = ("graphtrainer.trainer", "graphtrainer.launch._forkserver_preload")
 #: Seconds the server gets to exit once asked before it is killed.
 STOP_GRACE_S = 5.0
 #: Tells the preload module it runs in the server (read and removed there).
@@ -49,7 +50,7 @@ LAUNCHER_ENV = "GRAPHTRAINER_FORKSERVER_LAUNCHER"
 def context() -> mp.context.BaseContext:
     """The forkserver multiprocessing context, with graphtrainer's preload set."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload([PRELOAD])
+    ctx.set_forkserver_preload(list(PRELOAD))
     return ctx
 
 

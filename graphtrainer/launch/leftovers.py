@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, TypeVar
 
-from .. import pids
+from ..process import pids
 
 _OWNED = re.compile(r"^graphtrainer-(?P<kind>[a-z]+)-(?P<pid>\d+)-")
 #: In a folder of kind "servers": the file that names the DistDGL graph its servers loaded.

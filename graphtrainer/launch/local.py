@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from .. import affinity, heartbeat
+from .. import heartbeat
+from ..process import affinity
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
 from ..state import TrainerConfig

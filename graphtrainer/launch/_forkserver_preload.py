@@ -1,6 +1,7 @@
-"""Imported by the fork server only (see :mod:`graphtrainer.launch.forkserver`): torch, dgl and the
-engine, once, then the collector is told to leave those objects alone, so that ranks
-forked from the server keep sharing their pages (a collection in a rank would otherwise
+"""Imported by the fork server only, right after :mod:`graphtrainer.trainer` (see
+:data:`graphtrainer.launch.forkserver.PRELOAD`): torch, dgl and the engine, once, then the
+collector is told to leave those objects alone, so that ranks forked from the server keep
+sharing their pages (a collection in a rank would otherwise
 write to every inherited object's page)."""
 import gc
 import os
@@ -8,7 +9,6 @@ import os
 import torch  # noqa: F401
 
 import graphtrainer.launch.local  # noqa: F401
-import graphtrainer.trainer  # noqa: F401
 from graphtrainer.launch.lean import import_rank_modules
 
 import_rank_modules()
