@@ -1,8 +1,7 @@
-"""Imported by the fork server only, right after :mod:`graphtrainer.trainer` (see
-:data:`graphtrainer.launch.forkserver.PRELOAD`): torch, dgl and the engine, once, then the
-collector is told to leave those objects alone, so that ranks forked from the server keep
-sharing their pages (a collection in a rank would otherwise
-write to every inherited object's page)."""
+"""Imported by the fork server only (see :mod:`graphtrainer.launch.forkserver`): torch, dgl and
+the engine, once (the package's ``__init__``, run first, brings the Trainer), then the collector
+is told to leave those objects alone, so that ranks forked from the server keep sharing their
+pages (a collection in a rank would otherwise write to every inherited object's page)."""
 import gc
 import os
 

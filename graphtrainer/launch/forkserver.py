@@ -36,9 +36,8 @@ from ..errors import RankFailedError
 from ..process import pids
 from .supervisor import WatchedService
 
-#: What the server imports, in order: the Trainer (the engine with it), then the preload module,
-#: which imports the rest and freezes it all (see its docstring). By name: launch sits below the Trainer.
-PRELOAD = ("graphtrainer.trainer", "graphtrainer.launch._forkserver_preload")
+#: The one module the server imports (it imports the rest); see its docstring.
+PRELOAD = "graphtrainer.launch._forkserver_preload"
 #: Seconds the server gets to exit once asked before it is killed.
 STOP_GRACE_S = 5.0
 #: Tells the preload module it runs in the server (read and removed there).
@@ -50,7 +49,7 @@ LAUNCHER_ENV = "GRAPHTRAINER_FORKSERVER_LAUNCHER"
 def context() -> mp.context.BaseContext:
     """The forkserver multiprocessing context, with graphtrainer's preload set."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(PRELOAD))
+    ctx.set_forkserver_preload([PRELOAD])
     return ctx
 
 
