@@ -30,8 +30,9 @@ from graphtrainer import _moved
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"(?<![\w/.])graphtrainer(?:\.[A-Za-z_]\w*)+")
 ABOUT_MOVES = re.compile(r"\b(old|moved|deprecat\w*|renamed|formerly)\b", re.IGNORECASE)
-#: (file, name): lines in files that other branches are rewriting right now (issue 33: the
-#: tutorials' pasted logs, the benchmark harness), left alone there; fixed once those land.
+#: (file, name): old names in files other branches of issue 33 are rewriting right now (the batch
+#: walker and die-with-parent; the tutorials' pasted logs), left alone there: fix them once those
+#: land, then drop the entries (test_the_pending_lines_still_need_fixing says when).
 PENDING = {
     ("graphtrainer/loop/metrics.py", "graphtrainer.ranking.roc_auc"),
     ("graphtrainer/loop/metrics.py", "graphtrainer.ranking.LinkScores"),
