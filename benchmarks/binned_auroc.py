@@ -25,8 +25,8 @@ def child(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
     import psutil
     import torch
 
-    from graphtrainer.binned_auroc import BinnedAUROC
-    from graphtrainer.ranking import roc_auc_ap
+    from graphtrainer.evaluation.binned_auroc import BinnedAUROC
+    from graphtrainer.evaluation.ranking import roc_auc_ap
 
     gen = torch.Generator().manual_seed(0)
     pos = torch.randn(edges, generator=gen) + 1.0

@@ -127,7 +127,7 @@ def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[s
     out, y = torch.cat(logits), torch.cat(labels)
     metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
     if out.shape[1] == 2:
-        from graphtrainer.ranking import roc_auc
+        from graphtrainer.evaluation.ranking import roc_auc
 
         metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
     return metrics

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from graphtrainer.affinity import rank_cores
+from graphtrainer.process.affinity import rank_cores
 from graphtrainer.launch.environment import free_port
 from report import base_parser, markdown_table, write_outputs
 from sysinfo import machine_info, versions

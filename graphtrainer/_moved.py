@@ -48,7 +48,7 @@ MOVED: Dict[str, Tuple[str, ...]] = {
     "graphtrainer.job_failures": ("graphtrainer.distdgl.job_failures",),
     "graphtrainer.lean": ("graphtrainer.launch.lean",),
     "graphtrainer.loggers": ("graphtrainer.loop.loggers",),
-    "graphtrainer.metrics": ("graphtrainer.ranking", "graphtrainer.loop.metrics"),
+    "graphtrainer.metrics": ("graphtrainer.evaluation.ranking", "graphtrainer.loop.metrics"),
     "graphtrainer.optim": ("graphtrainer.loop.optim",),
     "graphtrainer.precision": ("graphtrainer.loop.precision",),
     "graphtrainer.preemption": ("graphtrainer.loop.preemption",),
@@ -66,12 +66,21 @@ MOVED: Dict[str, Tuple[str, ...]] = {
     "graphtrainer.stages": ("graphtrainer.loop.stages",),
     "graphtrainer.threads": ("graphtrainer.launch.threads",),
     "graphtrainer.workers": ("graphtrainer.data.workers",),
+    # 0.1.0, later: the top level keeps the facade and the bottom layer; the rest went to named folders
+    "graphtrainer.affinity": ("graphtrainer.process.affinity",),
+    "graphtrainer.binned_auroc": ("graphtrainer.evaluation.binned_auroc",),
+    "graphtrainer.cli_errors": ("graphtrainer.cli.errors",),
+    "graphtrainer.mlflow_logger": ("graphtrainer.integrations.mlflow_logger",),
+    "graphtrainer.partition": ("graphtrainer.cli.partition",),
+    "graphtrainer.pids": ("graphtrainer.process.pids",),
+    "graphtrainer.ranking": ("graphtrainer.evaluation.ranking",),
 }
 
 #: (module still there, name that left it) -> the module that has the name now.
 MOVED_NAMES: Dict[Tuple[str, str], str] = {
-    ("graphtrainer.partition", name): "graphtrainer.distdgl.partition"
-    for name in ("PartRow", "read_meta", "load_orig_ids", "to_partition_ids")
+    **{("graphtrainer.partition", name): "graphtrainer.distdgl.partition"
+       for name in ("PartRow", "read_meta", "load_orig_ids", "to_partition_ids")},
+    ("graphtrainer.launch.leftovers", "die_with_parent"): "graphtrainer.process.parent",
 }
 
 #: old metric key (a pattern) -> new key; ``prefix`` is whatever came before (``val_``, ``test_``).
@@ -80,9 +89,10 @@ RENAMED_METRICS: Sequence[Tuple["re.Pattern[str]", str]] = (
 )
 
 
-def _warn(old: str, new: str, what: str = "moved to", stacklevel: int = 3) -> None:
+def _warn(old: str, new: str, what: str = "moved to", stacklevel: int = 3,
+          category: type = DeprecationWarning) -> None:
     warnings.warn(f"{old} {what} {new}; the old name works until graphtrainer {REMOVED_IN} "
-                  "(see docs/api.md)", DeprecationWarning, stacklevel=stacklevel)
+                  "(see docs/api.md)", category, stacklevel=stacklevel)
 
 
 class _SplitModule(types.ModuleType):
@@ -121,6 +131,17 @@ class _Loader(importlib.abc.Loader):
         old path as the module's ``__spec__``, which spawn, ``-m`` and reload read: put its own back."""
         if self._real_spec is not None:
             module.__spec__ = self._real_spec
+
+    def get_code(self, fullname: str) -> Any:
+        """The new module's code, for ``python -m <old path>`` (runpy asks the loader for it). A
+        FutureWarning, which Python shows by default: the one reading it runs a command, not code."""
+        targets = MOVED[fullname]
+        if len(targets) > 1:
+            raise ImportError(f"{fullname} was split into {', '.join(targets)}: run one of those")
+        _warn(f"python -m {fullname}", f"python -m {targets[0]}", category=FutureWarning)
+        # Run the new module as __main__ under its own name (its relative imports need its package).
+        return compile(f"import runpy; runpy.run_module({targets[0]!r}, run_name='__main__', alter_sys=True)",
+                       f"<{fullname} moved to {targets[0]}>", "exec")
 
 
 class _Finder(importlib.abc.MetaPathFinder):

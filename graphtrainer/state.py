@@ -108,7 +108,7 @@ class TrainerConfig:
     prefetch_batches: bool = True
     #: Each rank's allocator setting (:data:`graphtrainer.launch.lean.ALLOCATORS`).
     allocator: str = "default"
-    #: Each launched rank on its own cores (:mod:`graphtrainer.affinity`).
+    #: Each launched rank on its own cores (:mod:`graphtrainer.process.affinity`).
     pin_cpus: bool = True
 
 

@@ -123,7 +123,7 @@ class Trainer(RunView):
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
             the module and devices itself.
         distributed_graph: a partition config (``parts/cora.json``, or its folder) made by
-            ``python -m graphtrainer.partition``: train on DistDGL. On each machine ``fit``
+            ``python -m graphtrainer.cli.partition``: train on DistDGL. On each machine ``fit``
             starts the machine's graph servers and ``num_procs`` (or ``gpus``) trainer ranks;
             in each rank ``task.graph`` is the ``DistGraph`` and ``node_dataloader`` gives
             ``DistNodeDataLoader`` batches. A task whose ``graph`` is a
@@ -155,7 +155,7 @@ class Trainer(RunView):
             trainers) to its own ``threads_per_proc`` cores of the launching process's affinity
             mask, wrapping round when ranks outnumber cores; its sampling workers keep the whole
             mask. Ranks started by torchrun or Slurm are left as they were placed. See
-            :mod:`graphtrainer.affinity`.
+            :mod:`graphtrainer.process.affinity`.
     """
 
     def __init__(

@@ -91,7 +91,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from graphtrainer import GraphTask, ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
-from graphtrainer.ranking import accuracy  # noqa: E402
+from graphtrainer.evaluation.ranking import accuracy  # noqa: E402
 from tutorials.summary import write_summary  # noqa: E402
 
 FULL = {"nodes": 232_965, "avg_degree": 50, "features": 128, "classes": 41, "epochs": 4, "batch_size": 1024}

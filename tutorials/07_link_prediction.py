@@ -83,7 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from graphtrainer import GraphTask, ModelCheckpoint  # noqa: E402
 from graphtrainer.models import LinkPredictor  # noqa: E402
-from graphtrainer.ranking import LinkScores, ranking_metrics  # noqa: E402
+from graphtrainer.evaluation.ranking import LinkScores, ranking_metrics  # noqa: E402
 from tutorials.config_cli import TutorialCLI  # noqa: E402
 from tutorials.summary import report  # noqa: E402
 

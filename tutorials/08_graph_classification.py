@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from graphtrainer import GraphTask, ModelCheckpoint, Trainer  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
 from graphtrainer.data.graph_loader import PackedGraphs  # noqa: E402
-from graphtrainer.ranking import accuracy  # noqa: E402
+from graphtrainer.evaluation.ranking import accuracy  # noqa: E402
 from graphtrainer.models import GraphClassifier  # noqa: E402
 from tutorials.summary import report  # noqa: E402
 

@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from graphtrainer import ModelCheckpoint, PrintMetrics, Trainer  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification, standardize_features  # noqa: E402
 from graphtrainer.data.inference import layerwise  # noqa: E402
-from graphtrainer.ranking import accuracy, roc_auc  # noqa: E402
+from graphtrainer.evaluation.ranking import accuracy, roc_auc  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
 from tutorials.summary import report  # noqa: E402
 

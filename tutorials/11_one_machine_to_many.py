@@ -26,9 +26,9 @@ Step 1: partition
 -----------------
 ::
 
-    python -m graphtrainer.partition --dataset cora --parts K --out parts/cora-Kparts
+    python -m graphtrainer.cli.partition --dataset cora --parts K --out parts/cora-Kparts
 
-(this script calls the same command line, ``graphtrainer.partition.main([...])``; its
+(this script calls the same command line, ``graphtrainer.cli.partition.main([...])``; its
 Python API is ``graphtrainer.distdgl.partition.partition_graph(graph, name, parts, out)``). It
 wraps ``dgl.distributed.partition_graph`` (METIS, balancing the training nodes over the
 parts) and prints one row per part: the nodes it owns, its *halo* nodes (copies of
@@ -101,7 +101,7 @@ first, and give every machine the same file::
     10.0.0.12 30050
 
     # once, anywhere (the folder shared or copied):
-    python -m graphtrainer.partition --dataset cora --parts 2 --out /shared/parts/cora-2parts
+    python -m graphtrainer.cli.partition --dataset cora --parts 2 --out /shared/parts/cora-2parts
     # on every machine, in any order:
     python tutorials/11_one_machine_to_many.py --machine-run \\
         --partition /shared/parts/cora-2parts/cora.json --ip-config /shared/ip_config.txt \\
@@ -207,12 +207,12 @@ def shown(path: "str | os.PathLike[str]") -> str:
 # ---------------------------------------------------------------------------------------
 # Step 1: partition.
 def partition(parts: int, out: Path) -> Path:
-    """``python -m graphtrainer.partition --dataset cora --parts K --out DIR``, in this process;
+    """``python -m graphtrainer.cli.partition --dataset cora --parts K --out DIR``, in this process;
     prints its table and returns the partition config ``DIR/cora.json``."""
-    from graphtrainer import partition as gpartition
+    from graphtrainer.cli import partition as gpartition
 
     argv = ["--dataset", "cora", "--parts", str(parts), "--out", str(out), "--overwrite"]
-    print(f"$ python -m graphtrainer.partition {' '.join(argv)}", flush=True)
+    print(f"$ python -m graphtrainer.cli.partition {' '.join(argv)}", flush=True)
     summary = gpartition.main(argv)   # the command line's own entry point: table and time line
     return summary.config
 

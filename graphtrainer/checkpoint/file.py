@@ -9,8 +9,8 @@ A file is written to ``.<name>.tmp-<host>-<pid>`` in the target folder and renam
 the target only when complete, so a crash or a full disk leaves the earlier file intact.
 The partial file is removed on exceptions and, in ranks, on SIGINT (SIGTERM asks a fit to
 stop after the save: see :mod:`graphtrainer.loop.preemption`); one left by a writer that was
-killed outright is removed by the next fit (:func:`graphtrainer.run_files.remove_dead_partials`)
-or the next save into that folder.
+killed outright is removed by the next fit
+(:func:`graphtrainer.checkpoint.run_files.remove_dead_partials`) or the next save into that folder.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 
-from .. import pids
+from ..process import pids
 
 _MARK = b"graphtrainer-sha256:"
 _TRAILER_LEN = len(_MARK) + 64  # the zip comment: mark + hex digest

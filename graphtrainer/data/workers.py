@@ -21,8 +21,8 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
-from .. import affinity
-from .._process.parent import die_with_parent
+from ..process import affinity
+from ..process.parent import die_with_parent
 from .hetero import split_flat
 
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.

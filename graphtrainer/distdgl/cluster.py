@@ -54,7 +54,7 @@ def check_options(part_config: os.PathLike | str, ip_config: Optional[os.PathLik
         name, parts = str(meta["graph_name"]), int(meta["num_parts"])
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"distributed_graph={str(part_config)!r} is not a DGL partition config (a JSON file "
-                         f"with graph_name and num_parts, as python -m graphtrainer.partition writes): {err}") from None
+                         f"with graph_name and num_parts, as python -m graphtrainer.cli.partition writes): {err}") from None
     if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
         raise ValueError(f"num_servers={num_servers!r}: give the number of graph servers per machine (>= 1)")
     if machine_rank is not None and (isinstance(machine_rank, bool) or not 0 <= int(machine_rank) < parts):
@@ -78,7 +78,7 @@ def check_options(part_config: os.PathLike | str, ip_config: Optional[os.PathLik
 
 def check_part_files(part_config: str, part: int) -> None:
     """Refuse part ``part`` when a file of it is missing or its size differs from what
-    ``graphtrainer.partition`` recorded in ``<name>.meta.json`` (a copy cut short, say): DGL
+    ``graphtrainer.cli.partition`` recorded in ``<name>.meta.json`` (a copy cut short, say): DGL
     would load a cut feature file with zeros in the rows that are missing. A partition made
     without that record is not checked."""
     config = Path(part_config)
@@ -89,7 +89,7 @@ def check_part_files(part_config: str, part: int) -> None:
         return
     folder = config.parent
     fix = (f"copy part {part} again from where it was made, or partition again (python -m "
-           f"graphtrainer.partition ... --out {folder} --overwrite)")
+           f"graphtrainer.cli.partition ... --out {folder} --overwrite)")
     files = {name: size for name, size in meta.get("files", {}).items() if name.startswith(f"part{part}/")}
     for name, size in files.items():
         path = folder / name
@@ -116,7 +116,7 @@ def config_path(part_config: os.PathLike | str) -> str:
                              f"found {[p.name for p in found] or 'none'}")
         path = found[0]
     if not path.is_file():
-        raise FileNotFoundError(f"no partition config at {path}. Make one with: python -m graphtrainer.partition "
+        raise FileNotFoundError(f"no partition config at {path}. Make one with: python -m graphtrainer.cli.partition "
                                 "--dataset NAME --parts K --out DIR")
     return str(path)
 

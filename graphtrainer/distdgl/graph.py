@@ -5,7 +5,7 @@ ranks start.
 A task built for a partitioned graph holds a :class:`PartitionedGraph` as ``self.graph``:
 a light, picklable handle on the partition folder with what ``__init__`` and
 ``configure_model`` need to know (feature shapes, number of classes, split sizes),
-read from the files :mod:`graphtrainer.partition` writes. In every rank the trainer
+read from the files :mod:`graphtrainer.cli.partition` writes. In every rank the trainer
 replaces ``task.graph`` with the opened ``dgl.distributed.DistGraph``: structure and
 features stay with the graph servers, and batches fetch what they need.
 """

@@ -1,7 +1,7 @@
-"""Partitioning a graph for DistDGL (the command line is :mod:`graphtrainer.partition`).
+"""Partitioning a graph for DistDGL (the command line is :mod:`graphtrainer.cli.partition`).
 
-    python -m graphtrainer.partition --dataset cora --parts 2 --out parts/
-    python -m graphtrainer.partition --graph g.bin --parts 4 --out parts/ --features feat,label
+    python -m graphtrainer.cli.partition --dataset cora --parts 2 --out parts/
+    python -m graphtrainer.cli.partition --graph g.bin --parts 4 --out parts/ --features feat,label
 
 Wraps ``dgl.distributed.partition_graph`` (METIS or random assignment, halo nodes up to
 ``--halo-hops`` away) and writes, in the output folder:
@@ -229,13 +229,13 @@ def to_partition_ids(part_config: PathLike, ids: torch.Tensor, kind: str = "node
 def _sibling(config: pathlib.Path, suffix: str) -> pathlib.Path:
     if not config.is_file():
         raise FileNotFoundError(f"partition config not found: {config} (give the <name>.json that "
-                                "python -m graphtrainer.partition wrote)")
+                                "python -m graphtrainer.cli.partition wrote)")
     name = config.name[:-len(".json")] if config.name.endswith(".json") else config.stem
     path = config.with_name(name + suffix)
     if not path.is_file():
-        raise FileNotFoundError(f"{config.parent} was not made by graphtrainer.partition: {path.name} is "
+        raise FileNotFoundError(f"{config.parent} was not made by graphtrainer.cli.partition: {path.name} is "
                                 f"missing next to {config.name}; partition again with "
-                                "python -m graphtrainer.partition")
+                                "python -m graphtrainer.cli.partition")
     return path
 
 

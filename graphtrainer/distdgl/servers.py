@@ -26,7 +26,7 @@ from .cluster import Cluster, check_part_files
 from ..errors import RankFailedError
 from ..launch.supervisor import WatchedService
 from ..launch import leftovers
-from .._process.parent import die_with_parent
+from ..process.parent import die_with_parent
 
 #: Seconds servers get to exit by themselves after a successful run (the ranks' client 0
 #: has asked them to shut down), and after SIGTERM, before they are killed.

@@ -8,7 +8,7 @@ import torch
 
 from .. import GraphTask
 from ..data.inference import layerwise
-from ..ranking import accuracy
+from ..evaluation.ranking import accuracy
 from graphtrainer.examples.node_classification import CrossEntropySteps
 from graphtrainer.models import HeteroSAGE
 

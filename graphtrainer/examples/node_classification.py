@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .. import GraphTask, ModelCheckpoint, PrintMetrics, Trainer, datasets
 from ..distdgl.graph import PartitionedGraph
-from ..ranking import accuracy, roc_auc
+from ..evaluation.ranking import accuracy, roc_auc
 from graphtrainer.models import SAGE
 
 

@@ -28,7 +28,8 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from .. import heartbeat, pids
+from .. import heartbeat
+from ..process import pids
 from ..errors import RankFailedError
 from .supervisor import HANG_POLL_S, _is_peer_loss, hang_preamble
 

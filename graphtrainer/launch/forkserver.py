@@ -3,7 +3,7 @@
 The server is a fresh interpreter (started by exec, like a spawned rank), so it never
 touched CUDA, autograd's device threads or an OpenMP pool: forking ranks from it is safe
 wherever spawn is, including after the launching process used the GPU. It imports
-torch, dgl and graphtrainer once (:mod:`graphtrainer._forkserver_preload`) and freezes
+torch, dgl and graphtrainer once (:mod:`graphtrainer.launch._forkserver_preload`) and freezes
 those objects for the collector, and every rank forked from it shares those pages
 instead of importing them again (a spawned rank holds about 300 MB of its own imports).
 Like spawn, the task is pickled to each rank and the graph reaches it through shared
@@ -30,12 +30,13 @@ import time
 from multiprocessing import forkserver as _mp_forkserver
 from typing import Optional
 
-from .._process.parent import die_with
 from ..errors import RankFailedError
+from ..process import pids
+from ..process.parent import die_with
 from .supervisor import WatchedService
 
 #: The one module the server imports (it imports the rest); see its docstring.
-PRELOAD = "graphtrainer._forkserver_preload"
+PRELOAD = "graphtrainer.launch._forkserver_preload"
 #: Seconds the server gets to exit once asked before it is killed.
 STOP_GRACE_S = 5.0
 #: Tells the preload module it runs in the server (read and removed there).

@@ -21,7 +21,14 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, TypeVar
 
-from .. import pids
+from .._moved import moved_name
+from ..process import pids
+
+
+def __getattr__(name: str) -> Any:
+    """``die_with_parent`` moved to :mod:`graphtrainer.process.parent`; its old path still works."""
+    return moved_name(__name__, name)
+
 
 _OWNED = re.compile(r"^graphtrainer-(?P<kind>[a-z]+)-(?P<pid>\d+)-")
 #: In a folder of kind "servers": the file that names the DistDGL graph its servers loaded.

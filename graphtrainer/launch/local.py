@@ -19,8 +19,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
 import torch.multiprocessing  # noqa: F401
 
-from .. import affinity, heartbeat
-from .._process.parent import die_with_parent
+from .. import heartbeat
+from ..process import affinity
+from ..process.parent import die_with_parent
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
 from ..state import TrainerConfig
@@ -159,7 +160,7 @@ def launch(
     With ``placement`` the processes are this machine's share of a larger job (and the
     result is that of its first rank); a failed ``services`` process ends the run too, and
     ``job`` carries failures between machines (closed here). ``pin_cpus``: each rank on its own
-    ``threads_per_proc`` cores (:mod:`graphtrainer.affinity`).
+    ``threads_per_proc`` cores (:mod:`graphtrainer.process.affinity`).
     """
     if method not in LAUNCH_METHODS:
         raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")

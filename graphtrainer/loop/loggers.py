@@ -12,7 +12,7 @@
 ``fit`` the caller's logger objects are given rank 0's state, so an MLflow logger knows its
 ``run_id``). An ``experiment`` attribute is not needed. Only rank 0 holds a logger; other ranks
 get none.
-:class:`~graphtrainer.mlflow_logger.MLflowLogger` is one such object.
+:class:`~graphtrainer.integrations.mlflow_logger.MLflowLogger` is one such object.
 """
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def check_logger(option: Any) -> None:
             continue
         if not callable(getattr(lg, "log_metrics", None)):
             raise TypeError(f"logger={lg!r}: give True (CSV), False (none) or a logger object with "
-                            "log_metrics(metrics, step), e.g. graphtrainer.mlflow_logger.MLflowLogger(...)")
+                            "log_metrics(metrics, step), e.g. graphtrainer.integrations.mlflow_logger.MLflowLogger(...)")
         if callable(getattr(lg, "check", None)):
             lg.check()
 

@@ -13,7 +13,7 @@ Metrics that are not means (ROC-AUC, F1) need every prediction: log a
 ``self.auroc.update(scores, labels)``); :meth:`MetricStore.reduce` computes it over every
 rank (torchmetrics' own ``sync_on_compute``) and resets it. Without torchmetrics, gather
 predictions with ``GraphTask.all_gather`` in an epoch-end hook and compute them once, e.g.
-with :func:`graphtrainer.ranking.roc_auc` (or :class:`graphtrainer.ranking.LinkScores` for link
+with :func:`graphtrainer.evaluation.ranking.roc_auc` (or :class:`graphtrainer.evaluation.ranking.LinkScores` for link
 prediction).
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Optional, Protocol, Tuple
 import torch
 
 from .. import comm as gdist
-from .._process.parent import die_with_parent
+from ..process.parent import die_with_parent
 from .._compat.dgl_2_1_streams import warn_if_dgl_stream_moved
 from ..checkpoint.run_files import prepare_run_dir
 from ..launch import external_failures, stop_flag

@@ -1,7 +1,7 @@
 """Tasks for the edge and graph loader tests, at module level so spawned ranks import them.
 
 - :class:`LinkTask`: link prediction with :class:`graphtrainer.models.LinkPredictor` over
-  ``edge_dataloader``; exact ranking metrics from :class:`graphtrainer.ranking.LinkScores`.
+  ``edge_dataloader``; exact ranking metrics from :class:`graphtrainer.evaluation.ranking.LinkScores`.
 - :class:`GraphClsTask`: graph classification with
   :class:`graphtrainer.models.GraphClassifier` over ``graph_dataloader``.
 
@@ -108,7 +108,7 @@ class LinkTask(GraphTask):
         return loss
 
     def on_validation_epoch_start(self) -> None:
-        from graphtrainer.ranking import LinkScores
+        from graphtrainer.evaluation.ranking import LinkScores
 
         self.scores = LinkScores(self.eval_negatives, hits=(20,))
 

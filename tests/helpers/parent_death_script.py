@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from graphtrainer._process.parent import die_with_parent
+from graphtrainer.process.parent import die_with_parent
 
 
 def _touch(path: Path, text: str = "") -> None:

@@ -1,5 +1,5 @@
 """DDP's "did not find any unused parameters" warning under find_unused_parameters=True, and
-static_graph where it does not apply: what graphtrainer.ddp explains, on real ranks."""
+static_graph where it does not apply: what graphtrainer.loop.ddp explains, on real ranks."""
 from __future__ import annotations
 
 import pytest

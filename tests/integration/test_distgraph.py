@@ -40,7 +40,7 @@ def cora():
 
 @pytest.fixture(scope="module")
 def cora_parts(tmp_path_factory, cora):
-    """Cora in one partition, as ``python -m graphtrainer.partition --parts 1`` writes it."""
+    """Cora in one partition, as ``python -m graphtrainer.cli.partition --parts 1`` writes it."""
     out = tmp_path_factory.mktemp("cora1")
     return partition_graph(cora, "cora", 1, out).config
 
@@ -237,7 +237,7 @@ def test_edge_exclusion_is_refused_on_a_distgraph():
 
 # ---- options: refused before anything starts ------------------------------------------------
 def test_bad_options_are_refused_with_the_fix(tmp_path, cora_parts):
-    with pytest.raises(FileNotFoundError, match="python -m graphtrainer.partition"):
+    with pytest.raises(FileNotFoundError, match="python -m graphtrainer.cli.partition"):
         Trainer(distributed_graph=tmp_path / "nothing.json")
     with pytest.raises(ValueError, match="num_servers=0"):
         Trainer(distributed_graph=cora_parts, num_servers=0)

@@ -80,7 +80,7 @@ def _history(client: Any, run_id: str, name: str) -> list:
 def test_mlflow_run_gets_params_epoch_metrics_best_checkpoint_and_resumes(root_dir, mlflow_store, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from graphtrainer.mlflow_logger import MLflowLogger
+    from graphtrainer.integrations.mlflow_logger import MLflowLogger
 
     ckpt = ModelCheckpoint(monitor="val_loss", save_last=True)
     logger = MLflowLogger("exp", tracking_uri=mlflow_store)
@@ -122,7 +122,7 @@ def test_mlflow_run_gets_params_epoch_metrics_best_checkpoint_and_resumes(root_d
 
 def test_mlflow_file_store_without_its_setting_is_refused_before_any_rank_starts(root_dir, tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
-    from graphtrainer.mlflow_logger import MLflowLogger
+    from graphtrainer.integrations.mlflow_logger import MLflowLogger
 
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     store = tmp_path / "mlruns"

@@ -17,7 +17,7 @@ from launch_env import env_without_launch
 from dist_tasks import CORA
 from graphtrainer import Trainer, datasets
 from graphtrainer.examples.node_classification import NodeClassification
-from graphtrainer.partition import partition_graph
+from graphtrainer.cli.partition import partition_graph
 
 
 @pytest.fixture(scope="module")

@@ -56,9 +56,9 @@ def test_every_name_in_each_all_appears_under_a_module_it_imports_from():
             if not homes:
                 missing.append(f"{package}.{name}")
     assert missing == []
-    assert {"graphtrainer", "graphtrainer.nn", "graphtrainer.datasets", "graphtrainer.mlflow_logger",
-            "graphtrainer.ranking", "graphtrainer.data.inference"} <= set(sections)
-    assert "accuracy" in sections["graphtrainer.ranking"] and "MLflowLogger" in sections["graphtrainer.mlflow_logger"]
+    assert {"graphtrainer", "graphtrainer.nn", "graphtrainer.datasets", "graphtrainer.integrations.mlflow_logger",
+            "graphtrainer.evaluation.ranking", "graphtrainer.data.inference"} <= set(sections)
+    assert "accuracy" in sections["graphtrainer.evaluation.ranking"] and "MLflowLogger" in sections["graphtrainer.integrations.mlflow_logger"]
 
 
 def test_the_page_lists_every_old_path_that_still_works():
@@ -116,7 +116,7 @@ def test_every_docs_snippet_imports_the_graphtrainer_names_it_uses():
 
 
 @pytest.mark.parametrize("code, expected", [("accuracy(logits, y)\n", {"accuracy"}),
-                                            ("from graphtrainer.ranking import accuracy\naccuracy(a, b)\n", set())])
+                                            ("from graphtrainer.evaluation.ranking import accuracy\naccuracy(a, b)\n", set())])
 def test_the_snippet_check_sees_a_name_used_without_its_import(code, expected):
     bound, used = _bound_and_used(code)
     assert (used & {"accuracy"}) - bound == expected

@@ -4,6 +4,7 @@ the very object at the new path."""
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -17,8 +18,8 @@ ROOT = Path(graphtrainer.__file__).resolve().parent
 
 #: (old module, name, new module): paths the README, docs, tutorials or docstrings once gave.
 OLD_PATHS = [
-    ("graphtrainer.metrics", "accuracy", "graphtrainer.ranking"),
-    ("graphtrainer.metrics", "roc_auc", "graphtrainer.ranking"),
+    ("graphtrainer.metrics", "accuracy", "graphtrainer.evaluation.ranking"),
+    ("graphtrainer.metrics", "roc_auc", "graphtrainer.evaluation.ranking"),
     ("graphtrainer.graph_loader", "PackedGraphs", "graphtrainer.data.graph_loader"),
     ("graphtrainer.graph_loader", "GraphLoader", "graphtrainer.data.graph_loader"),
     ("graphtrainer.inference", "layerwise", "graphtrainer.data.inference"),
@@ -48,14 +49,27 @@ OLD_PATHS = [
     ("graphtrainer.preflight", "prepare_graphs", "graphtrainer.launch.preflight"),
     ("graphtrainer.simulated_machines", "can_simulate", "graphtrainer.testing.simulated_machines"),
     ("graphtrainer.partition", "to_partition_ids", "graphtrainer.distdgl.partition"),
+    # the top level keeps the facade and the bottom layer (issue 33)
+    ("graphtrainer.ranking", "LinkScores", "graphtrainer.evaluation.ranking"),
+    ("graphtrainer.ranking", "accuracy", "graphtrainer.evaluation.ranking"),
+    ("graphtrainer.binned_auroc", "BinnedAUROC", "graphtrainer.evaluation.binned_auroc"),
+    ("graphtrainer.mlflow_logger", "MLflowLogger", "graphtrainer.integrations.mlflow_logger"),
+    ("graphtrainer.cli_errors", "explain_parse_error", "graphtrainer.cli.errors"),
+    ("graphtrainer.partition", "main", "graphtrainer.cli.partition"),
+    ("graphtrainer.pids", "alive", "graphtrainer.process.pids"),
+    ("graphtrainer.affinity", "rank_cores", "graphtrainer.process.affinity"),
+    ("graphtrainer.launch.leftovers", "die_with_parent", "graphtrainer.process.parent"),
 ]
 
 
 def _forget(old: str) -> None:
-    """As in a fresh process: the old path not imported yet."""
+    """As in a fresh process: the old path not imported yet (a module that is still there, whose
+    names moved, stays: others hold it)."""
+    if old not in _moved.MOVED:
+        return
     sys.modules.pop(old, None)
     parent, _, child = old.rpartition(".")
-    if old in _moved.MOVED and child in vars(sys.modules[parent]):
+    if child in vars(sys.modules[parent]):
         delattr(sys.modules[parent], child)
 
 
@@ -78,7 +92,7 @@ def test_the_warning_points_at_the_line_that_imports():
             as whole:
         from graphtrainer.inference import layerwise  # noqa: F401
     with pytest.warns(DeprecationWarning, match=r"graphtrainer\.metrics\.accuracy moved to "
-                                                r"graphtrainer\.ranking\.accuracy") as split:
+                                                r"graphtrainer\.evaluation\.ranking\.accuracy") as split:
         from graphtrainer.metrics import accuracy  # noqa: F401
     assert {Path(w.filename).name for w in [*whole, *split]} == {Path(__file__).name}
 
@@ -94,7 +108,8 @@ def test_a_module_that_moved_whole_is_the_new_module_and_keeps_its_own_spec():
 def test_a_name_the_split_module_never_had_fails_naming_where_it_was_split():
     with pytest.raises(ImportError, match=r"no_such_name"):
         from graphtrainer.metrics import no_such_name  # noqa: F401
-    with pytest.raises(AttributeError, match=r"split into graphtrainer\.ranking, graphtrainer\.loop\.metrics"):
+    with pytest.raises(AttributeError, match=r"split into graphtrainer\.evaluation\.ranking, "
+                                                 r"graphtrainer\.loop\.metrics"):
         importlib.import_module("graphtrainer.metrics").no_such_name
 
 
@@ -108,6 +123,16 @@ def test_every_row_of_the_table_is_gone_from_the_package_and_points_at_modules_t
     for (module, name), target in _moved.MOVED_NAMES.items():
         assert name not in vars(importlib.import_module(module)), f"{module}.{name} is there again"
         assert hasattr(importlib.import_module(target), name)
+
+
+def test_python_dash_m_on_an_old_path_runs_the_new_module_and_says_so():
+    """``python -m graphtrainer.partition`` (the documented command before the move) still runs."""
+    proc = subprocess.run([sys.executable, "-m", "graphtrainer.partition", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m graphtrainer.cli.partition" in proc.stdout
+    assert "FutureWarning: python -m graphtrainer.partition moved to python -m graphtrainer.cli.partition" \
+        in proc.stderr and _moved.REMOVED_IN in proc.stderr
 
 
 def test_old_metric_names_read_their_new_ones_with_a_warning():

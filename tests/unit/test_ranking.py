@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from graphtrainer.launch.environment import free_port
-from graphtrainer.ranking import (LinkScores, per_edge_hits_at_k, per_edge_mrr, pooled_hits_at_k,
+from graphtrainer.evaluation.ranking import (LinkScores, per_edge_hits_at_k, per_edge_mrr, pooled_hits_at_k,
                                   ranking_metrics)
 
 
@@ -84,7 +84,7 @@ def test_fewer_negatives_than_k_is_every_positive_a_hit_as_in_ogb():
 
 
 def _rank(rank: int, world: int, port: int, shares: list, out: str) -> None:
-    from graphtrainer.binned_auroc import BinnedAUROC
+    from graphtrainer.evaluation.binned_auroc import BinnedAUROC
 
     faulthandler.dump_traceback_later(120, exit=True)  # a hung rank prints where, and ends the test
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -133,7 +133,7 @@ def test_two_ranks_combine_exactly_to_ogbs_values_on_all_edges(tmp_path):
 
 
 def test_binned_auroc_equals_sklearn_when_bins_separate_the_scores_and_stays_within_its_bound():
-    from graphtrainer.binned_auroc import BinnedAUROC
+    from graphtrainer.evaluation.binned_auroc import BinnedAUROC
 
     pos, neg = _scores(300, 20, 3)  # values k/4 in [0, 3.25]: one bin each with 14 bins over [0, 3.5)
     binned = BinnedAUROC(bins=14, low=0.0, high=3.5, sigmoid=False)

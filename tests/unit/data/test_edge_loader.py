@@ -18,7 +18,7 @@ import torch
 from graphtrainer import GraphTask, RankFailedError, Trainer
 from graphtrainer.data.edge_loader import EdgeLoader, PerEdgeUniform, check_reverse_eids
 from graphtrainer.loop.metrics import infer_batch_size
-from graphtrainer.ranking import LinkScores, ranking_metrics
+from graphtrainer.evaluation.ranking import LinkScores, ranking_metrics
 from graphtrainer.data.validation import check_loader
 from graphtrainer.data.sharding import shard_ids
 

@@ -1,4 +1,4 @@
-"""``python -m graphtrainer.partition`` (issue 15): Cora and small synthetic graphs partitioned
+"""``python -m graphtrainer.cli.partition`` (issue 15): Cora and small synthetic graphs partitioned
 by real DGL; every part loads with ``dgl.distributed.load_partition`` and holds the original
 graph's data at the ids ``<name>.orig_ids.pt`` gives; refusals exit 2 naming the problem."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from graphtrainer import datasets
 from graphtrainer.distdgl.partition import load_orig_ids, partition_graph, read_meta
-from graphtrainer.partition import main
+from graphtrainer.cli.partition import main
 
 from tutorial_run import ROOT, tutorial_env
 
@@ -115,7 +115,7 @@ def test_cora_two_parts_in_process(cora, tmp_path, capsys):
 @pytest.mark.timeout(150)
 def test_cora_two_parts_as_a_command(cache, tmp_path):
     out = tmp_path / "parts"
-    proc = subprocess.run([sys.executable, "-m", "graphtrainer.partition", "--dataset", "cora", "--parts", "2",
+    proc = subprocess.run([sys.executable, "-m", "graphtrainer.cli.partition", "--dataset", "cora", "--parts", "2",
                            "--out", str(out)], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env=tutorial_env(GRAPHTRAINER_CACHE=str(cache)))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -208,7 +208,7 @@ def test_read_meta_names_the_missing_file(cora, tmp_path):
     dgl_only = tmp_path / "dgl_only"
     with contextlib.redirect_stdout(io.StringIO()):
         dgl.distributed.partition_graph(cora, "cora", 1, str(dgl_only))
-    with pytest.raises(FileNotFoundError, match="not made by graphtrainer.partition: cora.meta.json is missing"):
+    with pytest.raises(FileNotFoundError, match="not made by graphtrainer.cli.partition: cora.meta.json is missing"):
         read_meta(dgl_only / "cora.json")
     with pytest.raises(FileNotFoundError, match="cora.orig_ids.pt is missing"):
         load_orig_ids(dgl_only / "cora.json")
@@ -276,7 +276,7 @@ def test_heterograph_refused(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_refusal_as_a_command(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "graphtrainer.partition", "--dataset", "cora", "--parts", "0",
+    proc = subprocess.run([sys.executable, "-m", "graphtrainer.cli.partition", "--dataset", "cora", "--parts", "0",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           env=tutorial_env())
     assert proc.returncode == 2

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from graphtrainer import Trainer
-from graphtrainer.affinity import rank_cores
+from graphtrainer.process.affinity import rank_cores
 
 from tasks import AffinityProbe
 

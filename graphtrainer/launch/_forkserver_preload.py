@@ -1,14 +1,13 @@
-"""Imported by the fork server only (see :mod:`graphtrainer.launch.forkserver`): torch, dgl and the
-engine, once, then the collector is told to leave those objects alone, so that ranks
-forked from the server keep sharing their pages (a collection in a rank would otherwise
-write to every inherited object's page)."""
+"""Imported by the fork server only (see :mod:`graphtrainer.launch.forkserver`): torch, dgl and
+the engine, once (the package's ``__init__``, run first, brings the Trainer), then the collector
+is told to leave those objects alone, so that ranks forked from the server keep sharing their
+pages (a collection in a rank would otherwise write to every inherited object's page)."""
 import gc
 import os
 
 import torch  # noqa: F401
 
 import graphtrainer.launch.local  # noqa: F401
-import graphtrainer.trainer  # noqa: F401
 from graphtrainer.launch.lean import import_rank_modules
 
 import_rank_modules()

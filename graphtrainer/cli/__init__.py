@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from .callbacks.base import Callback
-from .cli_errors import check_untyped, explain_parse_error, import_class, one_line
-from .task import GraphTask
-from .trainer import Trainer
+from ..callbacks.base import Callback
+from .errors import check_untyped, explain_parse_error, import_class, one_line
+from ..task import GraphTask
+from ..trainer import Trainer
 
 #: The entry points a subcommand can name.
 SUBCOMMANDS = ("fit", "validate", "test", "predict")

@@ -1,7 +1,7 @@
-"""``python -m graphtrainer.partition``: partition a graph for DistDGL from the command line.
+"""``python -m graphtrainer.cli.partition``: partition a graph for DistDGL from the command line.
 
-    python -m graphtrainer.partition --dataset cora --parts 2 --out parts/
-    python -m graphtrainer.partition --graph g.bin --parts 4 --out parts/ --features feat,label
+    python -m graphtrainer.cli.partition --dataset cora --parts 2 --out parts/
+    python -m graphtrainer.cli.partition --graph g.bin --parts 4 --out parts/ --features feat,label
 
 Outside the engine (it reads the shipped datasets); the work is
 :func:`graphtrainer.distdgl.partition.partition_graph`, which describes the output.
@@ -16,18 +16,19 @@ from typing import Any, Optional, Sequence
 
 import dgl
 
-from . import datasets
-from ._moved import moved_name
-from .distdgl.partition import METHODS, PartitionSummary, partition_graph
+from .. import datasets
+from .._moved import moved_name
+from ..distdgl.partition import METHODS, PartitionSummary, partition_graph
 
 
 def __getattr__(name: str) -> Any:
-    """Names that moved to :mod:`graphtrainer.distdgl.partition` still work here, with a warning."""
-    return moved_name(__name__, name)
+    """Names that moved to :mod:`graphtrainer.distdgl.partition` still work at this module's
+    old path (``graphtrainer.partition``, served by :data:`graphtrainer._moved.MOVED`), with a warning."""
+    return moved_name("graphtrainer.partition", name)  # the path these names left
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m graphtrainer.partition",
+    p = argparse.ArgumentParser(prog="python -m graphtrainer.cli.partition",
                                 description="Partition a graph for DistDGL (dgl.distributed.partition_graph).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--dataset", help="a shipped dataset (graphtrainer.datasets.KNOWN)")

@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Optional
 
-from .. import pids
+from . import pids
 
 _PR_SET_PDEATHSIG = 1
 

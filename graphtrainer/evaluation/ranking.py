@@ -28,7 +28,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from . import comm as gdist
+from .. import comm as gdist
 
 
 def roc_auc_ap(pos: torch.Tensor, neg: torch.Tensor) -> Dict[str, float]:

@@ -1,7 +1,7 @@
 """Streaming, binned ROC-AUC and average precision: a fixed-size histogram per rank instead of
 every score gathered to every rank.
 
-:class:`~graphtrainer.ranking.LinkScores` computes ROC-AUC and AP exactly by gathering every
+:class:`~graphtrainer.evaluation.ranking.LinkScores` computes ROC-AUC and AP exactly by gathering every
 rank's scores to every rank (10M scored edges: 40 MB of float32 per copy, more inside
 scikit-learn). :class:`BinnedAUROC` keeps two histograms of ``bins`` counts (positives and
 negatives) over ``[low, high]`` after an optional sigmoid, sums them over ranks (one
@@ -19,7 +19,7 @@ from typing import Dict
 
 import torch
 
-from . import comm as gdist
+from .. import comm as gdist
 
 
 class BinnedAUROC:
