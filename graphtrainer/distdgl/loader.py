@@ -1,35 +1,25 @@
-"""Node and edge loaders on a DistDGL ``DistGraph``: the block sampler on slices of this
-rank's share (nodes) and DGL's ``DistEdgeDataLoader`` over it (edges), with the guarantees of
+"""Node and edge loaders on a DistDGL ``DistGraph``, with the guarantees of
 :class:`~graphtrainer.data.node_loader.NodeLoader` (and ``EdgeLoader``) where DistDGL allows them.
 
-Two ways to give the seed nodes:
+Seed nodes are either a ``DistTensor`` boolean mask (``g.ndata["train_mask"]``): each machine
+takes the masked nodes of its own partition (``node_split(mask, force_even=False)``, read
+locally), permuted per epoch with ``(seed, epoch)`` and split evenly between its ranks, so
+seeds, neighbourhoods and features are mostly local; machines may hold different counts (the
+trainer then uses ``Join``) and predictions come back in ascending (partition) node id. Or a
+tensor of partition ids or a plain mask: one global permutation split over all ranks, as
+``NodeLoader``, at the cost of locality.
 
-- a ``DistTensor`` boolean mask (``g.ndata["train_mask"]``): each machine takes the masked
-  nodes of its own partition (what ``dgl.distributed.node_split(mask, force_even=False)``
-  gives it, read locally), so seeds, their neighbourhoods and features are mostly local.
-  The machine's share is permuted every epoch with ``(seed, epoch)`` and split evenly
-  between its ranks. Machines may hold different numbers of seeds (METIS balances the
-  training nodes, not exactly): the trainer then uses ``Join``. Evaluation sees every
-  masked node once; predictions come back in ascending (partition) node id.
-- a tensor of node ids (partition ids) or a plain boolean mask: one global permutation
-  per epoch, split over all ranks, exactly like ``NodeLoader`` (and in the given order
-  for evaluation), at the cost of locality.
+Each batch reads the sampler's ``prefetch_node_feats`` and ``prefetch_labels`` from the
+``DistGraph`` (local partition from shared memory, the rest over RPC), which DGL 2.1's
+``DistNodeDataLoader`` does not do; batch i+1's pull runs in a thread while batch i trains.
+Node batches skip ``DistNodeDataLoader``, whose ``DistDataLoader`` turns every seed into a
+Python int and back (2.2 ms per 1,024-seed batch). Local seeds are sampled in the rank, seeded
+per batch; servers sample remote seeds with their own generators, so a run over several
+partitions is not bit-repeatable.
 
-Features are never gathered whole: each batch reads the sampler's ``prefetch_node_feats``
-for its input nodes and ``prefetch_labels`` for its seeds from the ``DistGraph`` (local
-partition from shared memory, the rest over RPC), which DGL 2.1's
-``DistNodeDataLoader`` does not do by itself; batch i+1's pull runs in a thread while
-batch i trains. Node batches skip DGL's ``DistNodeDataLoader``, whose ``DistDataLoader``
-turns every seed into a Python int and back (2.2 ms per 1,024-seed batch). Sampling of local seeds runs in the rank
-and is seeded per batch; the servers sample remote seeds with their own generators, so
-a run over several partitions is not bit-repeatable.
-
-A graph in one partition (one machine) needs none of DistGraph's id mapping: the
-partition the graph server shares with its trainers holds every node and edge under the
-graph's own ids. Node batches are then sampled on that shared graph and their features read
-from the shared feature tensors in line, as on an in-memory graph (:func:`single_partition`);
-through ``DistGraph`` the same batch costs more (``benchmarks/distgraph.py``: sampling and
-the feature pull took 3.3 and 2.8 ms more per 1,024-seed batch than in memory).
+A graph in one partition holds every node and edge under the graph's own ids: node batches
+are then sampled on the shared partition and features read in line (:func:`single_partition`),
+saving 3.3 ms (sampling) and 2.8 ms (features) per 1,024-seed batch (``benchmarks/distgraph.py``).
 """
 from __future__ import annotations
 
@@ -49,8 +39,7 @@ from .graph import is_dist_tensor, machine_share
 
 
 class _DistSampled(ShardedLoader):
-    """What the DistDGL loaders share: the scope of the split (each machine's own items,
-    or all ranks), batches sampled over the share, features read per batch one batch ahead."""
+    """The split's scope (each machine's own items, or all ranks), sampling, features one batch ahead."""
 
     scope = "world"
     #: Node loaders also read the sampler's ``prefetch_labels`` for their seeds.
@@ -186,8 +175,6 @@ class DistNodeLoader(_DistSampled):
         return torch.index_select(self.graph.ndata[key].local_partition, 0, ids)
 
     def _sampled(self, share: torch.Tensor) -> Iterator[Any]:
-        # The sampler on slices of the share (what DGL's DistNodeDataLoader would run, minus
-        # its turning every seed into a Python int and back).
         local = self._local_graph()
         graph = local if local is not None else self.graph
         for index, seeds in enumerate(self.local_batches()):
@@ -231,13 +218,8 @@ class DistEdgeLoader(_DistSampled):
             self.scope = "machine"
             ids = _machine_items(graph, edges, graph.num_edges(), "edge")
         elif isinstance(edges, (tuple, list)) and len(edges) == 2:
-            n = graph.num_nodes()
-            src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
-            dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
-            if src.numel() != dst.numel():
-                raise ValueError(f"edge_dataloader pairs: src has {src.numel()} nodes, dst {dst.numel()}")
-            self.pairs = (src, dst)
-            ids = torch.arange(src.numel())
+            self.pairs = _PairSampler.check(edges, graph.num_nodes())
+            ids = torch.arange(self.pairs[0].numel())
         else:
             ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
