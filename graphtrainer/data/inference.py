@@ -1,22 +1,17 @@
 """Layer-wise full-graph inference: every node's output with full neighbourhoods.
 
-Sampled evaluation scores each node with a random subset of its neighbours, so its
-metric is noisy and not the one papers report. :func:`layerwise` computes layer ``l``
-for every node of the graph from layer ``l - 1``'s outputs of its full neighbourhood
-(as DGL's multi-GPU examples do), one layer at a time, so a node's ``L``-hop
-neighbourhood never has to fit in memory at once.
+Sampled evaluation scores a node with a random subset of its neighbours: a noisy metric,
+not the one papers report. :func:`layerwise` computes layer ``l`` for every node from layer
+``l - 1``'s outputs of its full neighbourhood (as DGL's multi-GPU examples), one layer at a
+time, so no ``L``-hop neighbourhood has to fit in memory.
 
-Each rank computes a contiguous range of the nodes of each type (ranges differ by at
-most one node) in batches of ``batch_size`` destination nodes, and writes its rows into
-one output tensor per layer that all ranks share: a file in ``/dev/shm`` mapped by every
-rank (CPU), so no rank ever holds another copy of the layer and no collective carries
-the rows. After the last layer every rank holds the full result.
+Each rank computes a contiguous range of each node type in batches of ``batch_size``
+destination nodes and writes its rows into one output per layer shared by all ranks (a
+``/dev/shm`` file each maps): no copy per rank, no collective carrying rows.
 
-Memory (per layer, ``N`` nodes, ``D`` = the widest layer output, float32): the shared
-outputs of the previous and the current layer, ``2·N·D·4`` bytes for the whole machine
-(not per rank), plus per rank one batch: its block (the batch's in-edges) and the input
-rows of its source nodes, ``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most.
-Measured (``benchmarks/layerwise.py``): 1M nodes, 10M edges, SAGE 64 -> 64 -> 8 on 2
+Memory per layer (``N`` nodes, ``D`` the widest output, float32): ``2·N·D·4`` bytes for the
+machine (previous and current layer), plus per rank one batch's block and source rows,
+``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most. Measured (``benchmarks/layerwise.py``): 1M nodes, 10M edges, SAGE 64 -> 64 -> 8 on 2
 ranks: 275 MB of shared outputs in all, 70-120 MB private memory per rank (batch size
 1,024 to 8,192), 10-21 s on 2 loaded CPU cores.
 
@@ -128,7 +123,6 @@ def _features(graph: Any, features: Optional[Features], feat_key: str, hetero: b
 
 def _one_layer(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, torch.Tensor], sampler: Any,
                batch_size: int, device: torch.device, rank: int, world: int) -> Dict[str, torch.Tensor]:
-    """Layer ``layer`` for every node: this rank's ranges computed, all ranks' rows shared."""
     shapes = _probe(layer_fn, layer, graph, h, sampler, device)
     shared = gdist.is_distributed() and _one_machine()
     out = _shared_outputs(graph, shapes)
@@ -151,8 +145,7 @@ def _one_layer(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str
     if shared:
         gdist.barrier()  # every rank's rows are written before anyone reads the layer
         return out
-    # Ranks on several machines: ranges are contiguous in rank order, so gathering the
-    # ranks' ranges in rank order rebuilds the layer.
+    # Several machines: the ranges are contiguous in rank order, so a gather rebuilds the layer.
     return {nt: gdist.all_gather_tensor(out[nt][slice(*node_range(out[nt].shape[0], rank, world))])
             for nt in shapes}
 
@@ -214,7 +207,7 @@ def _shared_outputs(graph: Any, shapes: Dict[str, Tuple[Tuple[int, ...], torch.d
     name = gdist.broadcast_object(f"graphtrainer-layerwise-{os.getpid()}-{uuid.uuid4().hex}"
                                   if gdist.get_rank() == 0 else None)
     paths = {nt: os.path.join(SHM_DIR, f"{name}-{k}") for k, nt in enumerate(shapes)}
-    sizes = {nt: graph.num_nodes(nt) * _numel(row) for nt, (row, _) in shapes.items()}
+    sizes = {nt: graph.num_nodes(nt) * torch.Size(row).numel() for nt, (row, _) in shapes.items()}
     if gdist.get_rank() == 0:
         for nt, (_, dtype) in shapes.items():
             with open(paths[nt], "wb") as f:
@@ -230,13 +223,6 @@ def _shared_outputs(graph: Any, shapes: Dict[str, Tuple[Tuple[int, ...], torch.d
                 if os.path.exists(path):
                     os.unlink(path)
     return out
-
-
-def _numel(row: Tuple[int, ...]) -> int:
-    n = 1
-    for d in row:
-        n *= d
-    return n
 
 
 _SAME_MACHINE: Dict[int, bool] = {}

@@ -2,19 +2,15 @@
 ``LinkNeighborLoader`` yield, made from graphtrainer's blocks, so a PyG model's step
 (``model(batch.x, batch.edge_index)[:batch.batch_size]``) runs unchanged.
 
-The input is a list of blocks in DGL's layout, from any source: DGL's CPU sampling
-(converted with :func:`~graphtrainer.nn.convert.to_torch_graph`), torch blocks on a GPU, or a
-device sampler. Each block's destination nodes are the first of its source nodes and the
-next block's source nodes, so all blocks share one numbering, ``blocks[0].srcdata["_ID"]``,
-whose first ``blocks[-1].num_dst`` nodes are the seeds.
+The input is blocks in DGL's layout from any source (DGL's CPU sampling, torch blocks, a
+device sampler). A block's destination nodes are the first of its source nodes and the next
+block's source nodes, so all blocks share ``blocks[0].srcdata["_ID"]``'s numbering, the seeds first.
 
-Semantics, as PyG's neighbour sampling has them: **each node's in-edges are sampled once**,
-at the hop where the node first appears. DGL's blocks sample every destination again in
-every block (the seeds are destinations of all of them), so hop ``h`` (``blocks[-h]``) keeps
-only the in-edges of the nodes new at hop ``h - 1`` (hop 1: the seeds). Nodes first reached
-at the last hop keep no in-edges. Edges are ordered by hop, hop 1 first, and
-``num_sampled_nodes``/``num_sampled_edges`` count them per hop, so PyG's ``trim_to_layer``
-(and ``BasicGNN``'s ``num_sampled_*_per_hop`` arguments) work.
+As in PyG's neighbour sampling, **each node's in-edges are sampled once**, at the hop where
+the node first appears: DGL samples every destination again in every block, so hop ``h``
+(``blocks[-h]``) keeps only the in-edges of the nodes new at hop ``h - 1`` (hop 1: the seeds).
+Edges are ordered by hop, and ``num_sampled_nodes``/``num_sampled_edges`` count them per hop,
+so PyG's ``trim_to_layer`` (and ``BasicGNN``'s ``num_sampled_*_per_hop``) work.
 
 Fanouts keep DGL's order (``fanouts[i]`` is ``blocks[i]``'s: the input layer first), so
 PyG's ``num_neighbors=[25, 10]`` (hop 1 first) is ``fanouts=[10, 25]``.
@@ -90,8 +86,7 @@ def _hop_edges(blocks: List[TorchBlock]) -> Tuple[List[int], List[Dict[str, torc
     ``src``, ``dst`` (shared numbering), ``eid`` (positions in the block's edge data)."""
     depth = len(blocks)
     nodes = [blocks[-1].num_dst] + [blocks[depth - h].num_src for h in range(1, depth + 1)]
-    # Hop h keeps the CSC range of destinations [nodes[h-2], nodes[h-1]): one host sync for
-    # all hops, as PyG's per-hop counts are Python ints.
+    # Hop h keeps destinations [nodes[h-2], nodes[h-1]); one host sync for all hops' int counts.
     starts = [nodes[h - 2] if h > 1 else 0 for h in range(1, depth + 1)]
     cuts = torch.stack([blocks[depth - h].indptr[starts[h - 1]] for h in range(1, depth + 1)]).tolist()
     hops = []
