@@ -1,10 +1,8 @@
 """Which sparse formats a task's samplers read, and building only those before a launch.
 
-A DGL graph can hold its structure as COO (edge list), CSR (out-edges by source) and
-CSC (in-edges by destination). ``create_formats_()`` builds all three, but CPU
-in-neighbour sampling reads CSC only: at 2M nodes / 20M edges the unused CSR is about
-340 MB, shared by the ranks yet paid once per run. So before a launch graphtrainer
-builds only what the samplers it can see need (:func:`formats_for`):
+DGL's ``create_formats_()`` builds COO, CSR and CSC, but in-neighbour sampling reads CSC
+only (at 2M nodes / 20M edges the unused CSR is about 340 MB per run), so before a launch
+graphtrainer builds only what the samplers it can see need (:func:`formats_for`):
 
 - CSC for every graph (DGL's block samplers walk in-edges by default);
 - CSR for a ``NeighborSampler(edge_dir="out")``;
@@ -12,8 +10,8 @@ builds only what the samplers it can see need (:func:`formats_for`):
 - whatever the task names in ``GraphTask.graph_formats`` (e.g. ``("csc", "csr")`` or
   ``"all"``), for samplers it builds later, inside the ranks.
 
-A sampler that needs a format nobody built still works: DGL builds it on first use,
-but then in each rank privately; :func:`warn_if_missing` says so once and names the fix.
+A format nobody built is built by DGL on first use, privately in each rank:
+:func:`warn_if_missing` says so once and names the fix.
 """
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def partition_graph(graph: dgl.DGLGraph, name: str, parts: int, out: PathLike, *
     ``ValueError`` naming the problem and the fix, before DGL runs, for a bad graph, argument,
     feature key, train mask or output folder (one holding ``<name>.json``, unless
     ``overwrite``, or another partition's ``part<i>/``); and when DGL fails to split because
-    a part would own no node or no edge.
+    a part would own no node or no edge. Long because each refusal comes before DGL runs.
     """
     start = time.perf_counter()
     out = pathlib.Path(out)
