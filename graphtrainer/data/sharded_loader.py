@@ -15,16 +15,13 @@ class ShardedLoader:
     """Base of graphtrainer's loaders: one global permutation of ``ids`` per epoch, an
     even split between ranks, and an exact split for evaluation.
 
-    ``ids`` are what is split: node ids, edge ids, positions in a list of node pairs or
-    indices of graphs in a dataset. Subclasses turn a share into batches in
-    :meth:`__iter__`. Lazy and rank-agnostic until iterated: rank and world size are read
-    from the process group when the share is computed (single process when there is
-    none), so a loader can be built in the launching process and travel to the ranks.
+    ``ids``: node or edge ids, positions in a list of pairs, or graph indices; subclasses
+    batch a share in :meth:`__iter__`. Rank and world size are read when the share is
+    computed, so a loader built in the launching process can travel to the ranks.
 
-    The trainer relies on three properties of every subclass: ``len`` is exact (so it
-    can skip ``Join`` when ranks have as many batches), :meth:`for_evaluation` sees every
-    id exactly once across ranks, and rank ``r`` of ``world`` then holds positions
-    ``r, r + world, ...`` of ``ids`` in order (how predictions are put back in order).
+    The trainer relies on: ``len`` being exact (to skip ``Join`` when ranks have as many
+    batches), :meth:`for_evaluation` seeing every id once across ranks, and rank ``r`` then
+    holding positions ``r, r + world, ...`` in order (how predictions are put back in order).
     """
 
     #: On a heterograph: ``{type: ids}`` and the types' spans in the flat id space of

@@ -1,12 +1,10 @@
 """Telling the other machines of a job that this one failed.
 
-Over several machines each machine's launcher watches only its own ranks. When one of
-them fails, the ranks elsewhere learn it late: a gloo peer error, or a DGL RPC call that
-never returns (a hang, found after ``hang_timeout``). So the launcher of a failing machine
-writes the failure into a small ``TCPStore`` that machine 0's launcher serves (on the port
-after the ranks' rendezvous; launchers outlive their ranks, unlike rank 0's own store), and
-every launcher polls it: the others stop within a second or two, raising the original
-error with its machine and rank.
+Each machine's launcher watches only its own ranks; ranks elsewhere would learn of a failure
+late (a gloo peer error, or an RPC hang found after ``hang_timeout``). So a failing machine's
+launcher writes the failure into a ``TCPStore`` served by machine 0's launcher (the port after
+the ranks' rendezvous; launchers outlive their ranks), which every launcher polls: the others
+stop within a second or two, raising the original error with its machine and rank.
 """
 from __future__ import annotations
 
