@@ -4,16 +4,14 @@ DGL's meaning: a destination with in-degree ``d`` and fanout ``k`` takes every i
 ``d <= k``, otherwise ``k`` distinct in-edges, each edge equally likely; ``replace=True`` draws
 ``k`` with replacement (none when ``d == 0``); fanout ``-1`` takes every in-edge.
 
-Without replacement, ``k`` of ``d`` is drawn with Robert Floyd's algorithm, run for every
-destination at once: ``k`` rounds, round ``j`` draws ``t`` uniform in ``[0, d - k + j]`` and
-keeps ``d - k + j`` instead when ``t`` was already drawn. It costs ``O(k^2)`` per destination
-whatever its degree (a hub of degree 10^6 costs what a node of degree 20 costs), and needs
-no sort; random keys with a segmented sort cost ``O(d log d)`` (see
-``benchmarks/device_sampling.py``, which measures both).
+Without replacement, ``k`` of ``d`` is drawn with Robert Floyd's algorithm for every
+destination at once: round ``j`` of ``k`` draws ``t`` uniform in ``[0, d - k + j]`` and keeps
+``d - k + j`` instead when ``t`` was drawn already. ``O(k^2)`` per destination whatever its
+degree, no sort (random keys with a segmented sort cost ``O(d log d)``;
+``benchmarks/device_sampling.py`` measures both).
 
-Excluded edges (link prediction) are taken out before drawing: a destination draws among
-its ``d'`` edges that are not excluded, and the ``r``-th of them is found with two binary
-searches over the sorted positions of the excluded edges.
+Excluded edges (link prediction) are taken out first: a destination draws among its ``d'``
+other edges, the ``r``-th found by two binary searches over the sorted excluded positions.
 
 Slots are laid out destination-major (``[n, k]`` flattened for a fanout, segments for
 ``-1``); a slot past a destination's count is invalid. Nothing here waits for the device,
