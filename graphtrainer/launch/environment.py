@@ -107,11 +107,9 @@ def one_process_per_machine() -> Optional[str]:
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now, below the kernel's ephemeral range.
 
-    The port is handed to a server that binds it later (a torchrun agent, a store). Ports
-    in the ephemeral range are also given to outgoing connections as their source port,
-    and a client that retries connecting to such a port before its server listens can even
-    be connected to itself; either makes the server's bind fail. Below the range neither
-    happens.
+    A server binds it later (a torchrun agent, a store); an ephemeral port may meanwhile
+    become an outgoing connection's source port, or a retrying client may connect to
+    itself, and the bind would fail.
     """
     start = _ephemeral_start()
     pick = random.SystemRandom()  # not the seeded global generators

@@ -49,11 +49,9 @@ _FORK_BLOCKERS = {
 def fork_blocker(uses_gpu: bool) -> Optional[str]:
     """Why a rank forked now could not train, or None when it can.
 
-    torch marks a fork "bad" for CUDA once this process initialised CUDA or asked the CUDA
-    runtime for a device count, and "bad" for autograd once a backward pass started the
-    per-device threads (only where GPUs exist; CPU ranks then fail at their first
-    backward). Only a forked child can see those marks, so a throw-away child is forked
-    to look and answers with its exit code.
+    torch marks a fork "bad" for CUDA once this process initialised CUDA or counted devices,
+    and for autograd once a backward started the per-device threads (where GPUs exist).
+    Only a forked child sees those marks: a throw-away child looks and answers by exit code.
     """
     if uses_gpu and torch.cuda.is_initialized():
         return _FORK_BLOCKERS[1]

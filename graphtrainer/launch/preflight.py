@@ -20,10 +20,9 @@ def prepare_graphs(task: Any, method: str) -> None:
     once, before ranks start; for launchers whose ranks do not inherit memory, move each
     graph to shared memory in place.
 
-    With fork the children share the formats copy-on-write instead of each building its
-    own. With spawn and forkserver the graph's structure and tensors go to shared memory
-    once and ranks attach to it; the graph object is pointed at the shared copy
-    (:func:`graphtrainer.launch.shared_graph.share_graph`), so this process holds no second one.
+    With fork the children share the formats copy-on-write; with spawn and forkserver the
+    graph is pointed at one shared copy that ranks attach to
+    (:func:`graphtrainer.launch.shared_graph.share_graph`).
     """
     if method == "forkserver":
         # Started first: its imports (seconds) overlap the work below; launch() stops it.

@@ -2,11 +2,10 @@
 at batch boundaries (:mod:`graphtrainer.loop.preemption`). Outside a fit they keep their usual
 effect.
 
-Python runs signal handlers in the main thread only. A launched rank whose fit runs in a fresh
-thread (:mod:`graphtrainer.launch.local`) has its main thread route them (:func:`routed`) for
-as long as the worker runs, so that rank stops and checkpoints like any other. A rank that
-torchrun or Slurm started routes them for its whole run, so that one whose fit failed is not
-ended by the agent's SIGTERM before it has named the failure."""
+Python runs signal handlers in the main thread only, so a launched rank whose fit runs in a
+fresh thread has its main thread route them (:func:`routed`) while the worker runs; a torchrun
+or Slurm rank routes them for its whole run, so the agent's SIGTERM does not end a failed rank
+before it has named the failure."""
 from __future__ import annotations
 
 import contextlib

@@ -1,11 +1,9 @@
 """Watching launched ranks until rank 0's result arrives or one fails.
 
-The parent never blocks on a queue alone: it waits on every child's result pipe and
-process sentinel together, so a rank that dies without a word (SIGKILL, a C++ abort)
-is noticed at once. On the first failure the other ranks are ended (SIGTERM, then
-SIGKILL) and one :class:`RankFailedError` names the failing rank and carries its
-traceback; a rank that makes no progress (see :mod:`graphtrainer.heartbeat`) is named
-with its stack.
+The parent waits on every child's result pipe and process sentinel together, so a rank
+that dies without a word (SIGKILL, a C++ abort) is noticed at once. On the first failure
+the others are ended (SIGTERM, then SIGKILL) and one :class:`RankFailedError` names the
+failing rank with its traceback, or its stack when it made no progress (:mod:`graphtrainer.heartbeat`).
 """
 from __future__ import annotations
 
