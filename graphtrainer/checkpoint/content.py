@@ -25,14 +25,9 @@ A checkpoint is a dict of plain values and tensors, loadable with
                        equals one never stopped
 ====================== ==============================================================
 
-Resuming from a checkpoint written at an epoch end is exact: every epoch reseeds
-torch, numpy, python and DGL from ``(seed, rank, epoch)`` and the id permutation comes
-from ``(seed, epoch)``. A checkpoint written mid-epoch (``trainer.save_checkpoint`` in a
-step hook) resumes approximately: that epoch restarts from its first batch with the
-saved weights.
-
-Files are written and verified by :mod:`graphtrainer.checkpoint.file` (atomic, with a
-SHA-256 digest checked before anything is loaded).
+Resuming from an epoch end is exact (every epoch reseeds from ``(seed, rank, epoch)``); from
+a ``trainer.save_checkpoint`` in a step hook it restarts that epoch with the saved weights.
+Files are written atomically and verified by :mod:`graphtrainer.checkpoint.file`.
 """
 from __future__ import annotations
 
@@ -149,7 +144,6 @@ def resume_epoch(ckpt: Dict[str, Any]) -> int:
     if ckpt.get("format_version", 1) < 2:  # format 1 stored epochs completed
         return epoch
     return epoch + (1 if ckpt.get("epoch_finished") else 0)
-
 
 
 def load_checkpoint(path: str | os.PathLike, module: nn.Module) -> Dict[str, Any]:

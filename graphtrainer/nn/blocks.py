@@ -1,19 +1,12 @@
-"""Torch-only graphs: a sampled block, a pair graph or a batched graph held as plain torch
-tensors, so message passing can run on any device torch supports (DGL's PyPI wheel is
-CPU-only: its graphs cannot move to a GPU).
+"""Torch-only graphs: sampled blocks, pair graphs and batched graphs as plain torch tensors,
+for devices DGL cannot use (DGL's PyPI wheel is CPU-only).
 
-:class:`TorchBlock` keeps the structure in CSC form (``indptr`` over destination nodes,
-``indices`` into source nodes, ``edge_ids``: the graph's own id of each CSC position) and
-the node/edge data in dicts. Edge data (``edata``) stays in edge-id order, as in DGL, so an
-``edge_weight`` computed per edge id means the same thing on either graph.
-
-The methods a task usually calls on DGL's graphs exist with DGL's names and meanings
-(``num_src_nodes()``, ``num_dst_nodes()``, ``num_edges()``, ``edges()``, ``in_degrees()``,
-``srcdata``/``dstdata``/``ndata``/``edata``, ``batch_size``, ``batch_num_nodes()``); anything
-else of DGL's API raises an error that names the fixes (see :func:`dgl_only`).
-
-:class:`TorchHeteroBlock` holds one :class:`TorchBlock` per relation plus node counts per type.
-Converting from DGL lives in :mod:`graphtrainer.nn.convert`.
+:class:`TorchBlock` keeps the structure in CSC form (``indptr`` over destinations, ``indices``
+into sources, ``edge_ids``: the graph's id of each CSC position) and data in dicts; ``edata``
+stays in edge-id order, as in DGL. The methods tasks usually call on DGL's graphs exist with
+DGL's names and meanings (``num_src_nodes()``, ``edges()``, ``in_degrees()``, ``srcdata``,
+``batch_num_nodes()``, ...); the rest of DGL's API raises an error naming the fixes
+(:func:`dgl_only`). :class:`TorchHeteroBlock` holds one :class:`TorchBlock` per relation.
 """
 from __future__ import annotations
 
