@@ -1,13 +1,10 @@
 """Several "machines" on one Linux box, for trying a multi-machine DistDGL run (and
 testing it) without a cluster.
 
-DistDGL tells machines apart by IP address and shares each machine's partition through
-``/dev/shm``, so each simulated machine is a network namespace with an address of its
-own and a ``/dev/shm`` of its own (shared by the processes of that machine). The
-namespaces hang off one bridge in a namespace of their own. Only loopback addresses are
-used, and only inside these namespaces: machine ``m`` is ``127.100.0.<m+1>`` (each
-namespace lets loopback addresses travel over its link: ``route_localnet``, and its ``lo``
-keeps ``127.0.0.1`` alone). Nothing is added to or changed on this box's own network.
+DistDGL tells machines apart by IP address and shares a partition through ``/dev/shm``, so
+each simulated machine is a network namespace with its own address and ``/dev/shm``, hanging
+off one bridge in a namespace of its own. Machine ``m`` is ``127.100.0.<m+1>``, loopback
+addresses routed over its link (``route_localnet``); this box's own network is untouched.
 Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ``ip`` tool.
 
 ::
