@@ -39,10 +39,9 @@ LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
 class Trainer(RunView):
     """Runs a :class:`~graphtrainer.GraphTask` on one or many processes.
 
-    ``Trainer(gpus=4)`` starts 4 ranks, one per GPU, over nccl; ``Trainer(num_procs=2)``
-    starts 2 CPU ranks over gloo; with neither, training runs in this process. Under
-    torchrun or Slurm (``RANK``/``WORLD_SIZE`` or ``SLURM_PROCID``/``SLURM_NTASKS`` set) the
-    ranks already exist: nothing is launched and each process runs its own rank.
+    ``Trainer(gpus=4)`` starts 4 ranks, one per GPU, over nccl; ``Trainer(num_procs=2)`` 2 CPU
+    ranks over gloo; with neither, training runs in this process. Under torchrun or Slurm
+    (``RANK``/``WORLD_SIZE`` or ``SLURM_PROCID``/``SLURM_NTASKS``) each process runs its own rank.
 
     Args:
         gpus: number of GPUs, or a list of device indices (one rank each). Repeating an
@@ -80,17 +79,14 @@ class Trainer(RunView):
         timeout: seconds (or a ``timedelta``) a collective may wait for its peers before
             the process group raises; default 10 minutes.
         detect_anomaly: stop at the first non-finite training loss (``FloatingPointError``
-            naming rank, epoch, batch and step) and run backward under autograd's anomaly
-            detection. Without it, the first non-finite loss of a run is reported once as
-            a warning and training goes on.
-        precision: ``"32"`` (default), ``"bf16-mixed"`` (bfloat16 autocast for the forward
-            passes of the steps, on CPU ranks too) or ``"16-mixed"`` (float16 autocast with a
-            gradient scaler, whose state is checkpointed; GPUs only).
+            naming rank, epoch, batch and step), backward under autograd's anomaly detection;
+            without it, the first non-finite loss is warned about once.
+        precision: ``"32"``, ``"bf16-mixed"`` (bfloat16 autocast of the forward passes, also on
+            CPU) or ``"16-mixed"`` (float16 autocast, checkpointed gradient scaler; GPUs only).
         fast_dev_run: True (or n) runs 1 (or n) batches of training, validation, test and
             predict in one epoch, and writes nothing: no run folder, logs or checkpoints.
-        val_check_interval: also validate during the epoch, every this many training
-            batches (int) or this fraction of the epoch (float); metrics stay exact. With
-            uneven batch counts, checks fall only where every rank still has batches.
+        val_check_interval: also validate every this many training batches (int) or fraction
+            of the epoch (float), exactly; only where every rank still has batches.
         max_time: stop at the first epoch end after this much training (``"DD:HH:MM:SS"``,
             seconds, a ``timedelta`` or a dict such as ``{"hours": 12}``).
         min_epochs: no stop (``EarlyStopping``, ``should_stop``) before this many epochs.
@@ -114,22 +110,18 @@ class Trainer(RunView):
             servers and ``num_procs`` (or ``gpus``) ranks, whose ``task.graph`` is the
             ``DistGraph``. Not needed when ``task.graph`` is a
             :class:`~graphtrainer.distdgl.graph.PartitionedGraph`.
-        ip_config: for several machines, DGL's ip_config file: one line ``<address> [port]``
-            per machine (one partition each), the same file on every machine. Without it
-            the run is this machine alone, on loopback.
+        ip_config: for several machines, DGL's ip_config file (``<address> [port]`` per
+            machine, one partition each, the same file everywhere); else this machine alone.
         num_servers: graph servers per machine (more serve more ranks' sampling requests).
         machine_rank: which line of ``ip_config`` this machine is; by default
             ``$GRAPHTRAINER_MACHINE_RANK``, else Slurm's ``$SLURM_NODEID``, else the line
             holding one of this machine's addresses.
         block_type: how batches holding DGL graphs reach the device: ``"auto"`` (DGL graphs
             where DGL can move them, else :class:`graphtrainer.nn.TorchBlock`), ``"torch"`` or ``"dgl"``.
-        sampling: where node and edge loaders sample. ``"auto"``: on GPU ranks the GPU, in torch
-            ops, when the sampler is supported and the graph fits (else DGL on the CPU, rank 0
-            saying why), DGL on CPU ranks; ``"device"``: the rank's device, refusing what it
-            cannot sample; ``"cpu"``: DGL. See :mod:`graphtrainer.data.device.mode`.
-        prefetch_batches: with torch blocks on a GPU and the default
-            ``transfer_batch_to_device``, pin each batch and copy it on a side CUDA stream
-            one batch ahead, so the copy overlaps the step before it.
+        sampling: where node and edge loaders sample: ``"auto"``, ``"device"`` (refusing what
+            it cannot sample) or ``"cpu"`` (DGL); see :mod:`graphtrainer.data.device.mode`.
+        prefetch_batches: with torch blocks on a GPU and the default transfer, copy each batch
+            (pinned, side CUDA stream) one batch ahead, overlapping the step before it.
         allocator: each rank's glibc allocator (:mod:`graphtrainer.launch.lean`): ``"default"``
             (no cost), ``"lean"`` (about half a rank's private memory for 1.37x the epoch
             time) or ``"glibc"`` (untouched).
@@ -254,8 +246,7 @@ class Trainer(RunView):
 
     @property
     def active_callbacks(self) -> List[Callback]:
-        """The callbacks that run: all of them, except checkpointing and early stopping in a
-        ``fast_dev_run`` (which writes nothing and runs one epoch)."""
+        """The callbacks that run: all but checkpointing and early stopping in a ``fast_dev_run``."""
         if not self.config.fast_dev_run:
             return self.callbacks
         return [cb for cb in self.callbacks if not isinstance(cb, (ModelCheckpoint, EarlyStopping))]
@@ -299,8 +290,7 @@ class Trainer(RunView):
 
     # ---- launching ----------------------------------------------------------------------
     def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:
-        """Run ``stage`` through the launcher that fits this process (see :meth:`_launcher`);
-        bring rank 0's result into this process."""
+        """Run ``stage`` through :meth:`_launcher`'s launcher; bring rank 0's result here."""
         check_task(task, stage)
         check_sparse_embeddings(task)
         if stage == "fit":
@@ -344,8 +334,7 @@ class Trainer(RunView):
         return RankContext(self.config, self.state, self.callbacks, self.active_callbacks, task)
 
     def _guarded(self, stage: str, run: Callable[[], RunResult]) -> RunResult:
-        """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
-        checkpoint), its run folder goes too, so failed starts leave no empty ``version_<n>``."""
+        """``run()``; a fit that fails before writing an epoch row or checkpoint removes its folder."""
         try:
             return run()
         except BaseException:
