@@ -23,7 +23,8 @@ from graphtrainer.models import SAGE
 
 class CrossEntropySteps:
     """The training step and evaluation logging of the classification examples; a task
-    using it provides ``_forward(batch) -> (logits, labels)`` (logits of the seed nodes)."""
+    using it provides ``_forward(batch) -> (logits, labels)`` (logits of the seed nodes),
+    ``_eval_step(batch, prefix)`` and ``_eval_epoch_end(prefix)``."""
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, labels = self._forward(batch)
@@ -37,6 +38,18 @@ class CrossEntropySteps:
         self.log(f"{prefix}_acc", accuracy(logits, labels))
         # A total, not a mean: reduce_fx="sum" adds the values of every call on every rank.
         self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
 
 
 def _refuse_heterograph(graph: Any) -> None:
@@ -148,7 +161,7 @@ class NodeClassification(CrossEntropySteps, GraphTask):
             self._scores.append(torch.softmax(logits, dim=-1)[:, 1].cpu())
             self._labels.append(labels.cpu())
 
-    def _log_auc(self, prefix: str) -> None:
+    def _eval_epoch_end(self, prefix: str) -> None:
         # ROC-AUC is not a mean of per-batch values: it needs every score of every rank.
         if self.metric != "roc_auc":
             return
@@ -157,18 +170,6 @@ class NodeClassification(CrossEntropySteps, GraphTask):
         self._scores, self._labels = [], []
         # Every rank gathers everything, so every rank logs the same exact ROC-AUC.
         self.log(f"{prefix}_auc", roc_auc(self.all_gather(scores), self.all_gather(labels)), batch_size=1)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_auc("val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_auc("test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, _ = self._forward(batch)
