@@ -96,10 +96,7 @@ def _attribute_values(obj: Any) -> Iterable[Any]:
 
 def build_formats(graph: Any, formats: Iterable[str]) -> Any:
     """Build ``formats`` of ``graph`` in place (each relation of a heterograph); others stay unbuilt.
-
-    A ``ValueError`` names the format when the graph was restricted to others
-    (``graph.formats([...])``) and so cannot hold it.
-    """
+    A ``ValueError`` names a format the graph was restricted against (``graph.formats([...])``)."""
     formats = check_formats(tuple(formats), "formats")
     state = graph.formats()
     allowed = set(state["created"]) | set(state["not created"])
@@ -123,9 +120,8 @@ def created_formats(graph: Any) -> List[str]:
 
 
 def warn_unbuilt_formats(loader: Any) -> None:
-    """For graphtrainer's node and edge loaders: warn when their sampling reads a format of
-    their graph that is not built (called in ranks launched from a prepared graph; under
-    torchrun or Slurm each process builds its own graph, and there is nothing to share)."""
+    """Warn when a graphtrainer loader's sampling reads a format of its graph that is not built
+    (in ranks launched from a prepared graph)."""
     if callable(getattr(loader, "sampled_formats", None)) and getattr(loader, "graph", None) is not None:
         warn_if_missing(loader.graph, loader.sampled_formats(), type(loader).__name__)
 

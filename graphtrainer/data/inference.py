@@ -11,15 +11,13 @@ destination nodes and writes its rows into one output per layer shared by all ra
 
 Memory per layer (``N`` nodes, ``D`` the widest output, float32): ``2·N·D·4`` bytes for the
 machine (previous and current layer), plus per rank one batch's block and source rows,
-``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most. Measured (``benchmarks/layerwise.py``): 1M nodes, 10M edges, SAGE 64 -> 64 -> 8 on 2
-ranks: 275 MB of shared outputs in all, 70-120 MB private memory per rank (batch size
-1,024 to 8,192), 10-21 s on 2 loaded CPU cores.
+``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most. 1M nodes, 10M edges,
+SAGE 64 -> 64 -> 8, 2 ranks: 275 MB shared, 70-120 MB private per rank, 10-21 s
+(``benchmarks/layerwise.py``).
 
-The model must give per-layer access: an ``inference_layer(i, block, h)`` method that
-applies layer ``i`` (and what follows it in ``forward``: activation; dropout is off in
-eval mode) to ``h``, the source-node inputs of ``block``, and a ``layers`` sequence with
-one entry per layer. :class:`graphtrainer.models.SAGE` and
-:class:`graphtrainer.models.HeteroSAGE` have both.
+The model needs ``layers`` (one entry per layer) and ``inference_layer(i, block, h)``, applying
+layer ``i`` and what follows it in ``forward`` to ``h``, ``block``'s source inputs (as
+:class:`graphtrainer.models.SAGE` and :class:`graphtrainer.models.HeteroSAGE`).
 """
 from __future__ import annotations
 
@@ -66,13 +64,11 @@ def layerwise(model: nn.Module, graph: Any, features: Optional[Features] = None,
               device: Optional[torch.device] = None, feat_key: str = "feat") -> Features:
     """Every node's output of ``model`` on ``graph`` with full neighbourhoods, layer by layer.
 
-    Call it on every rank (it is collective when a process group exists: one barrier per
-    layer), outside ``training_step``: in ``on_validation_epoch_end``, ``on_test_epoch_end``,
-    ``predict_step`` or after ``fit``. ``features`` default to ``graph.ndata[feat_key]``
-    (``{ntype: tensor}`` on a heterograph); ``model`` is the plain module (``task.module``)
-    or its DDP wrapper. Returns ``[num_nodes, out]`` (or ``{ntype: ...}``) on the CPU, the
-    same tensor on every rank (shared memory between launched ranks). The model is put in
-    eval mode for the call and its mode restored after.
+    Must be called on all processes (one barrier per layer), outside ``training_step`` (e.g.
+    ``on_validation_epoch_end``, ``predict_step``, after ``fit``). ``features`` default to
+    ``graph.ndata[feat_key]`` (``{ntype: tensor}`` on a heterograph); ``model`` is
+    ``task.module`` or its DDP wrapper, in eval mode for the call. Returns ``[num_nodes, out]``
+    (or ``{ntype: ...}``) on the CPU, the same on every rank.
     """
     import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
@@ -179,9 +175,8 @@ def _to_device(block: Any, device: torch.device) -> Any:
 
 def _probe(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, torch.Tensor], sampler: Any,
            device: torch.device) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
-    """Output row shape and dtype of each node type the layer produces (from the node of
-    each type with the most in-edges: the same on every rank, so every rank allocates the
-    same outputs; a heterograph layer has no output for a type with no in-edges)."""
+    """Output row shape and dtype per node type, probed on each type's node with the most
+    in-edges (the same on every rank; types without in-edges give none)."""
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
     for nt in graph.ntypes:
         if graph.num_nodes(nt) == 0:

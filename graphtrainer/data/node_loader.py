@@ -95,10 +95,7 @@ def iterate_sampled(loader: Any) -> Iterator[Any]:
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
-    """A ``NeighborSampler`` that also gathers ``feat`` for input nodes and ``label`` for seeds.
-
-    A fanout of -1 takes every neighbour.
-    """
+    """A ``NeighborSampler`` (fanout -1: every neighbour) gathering ``feat`` and seeds' ``label``."""
     import dgl  # here, not at the top: the engine imports without DGL for plain-torch tasks
 
     fanouts = check_fanouts(fanouts)

@@ -48,9 +48,8 @@ def is_pyg_data(obj: Any) -> bool:
 
 
 def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str]) -> Any:
-    """A DGL block as a :class:`TorchBlock` with only the data a PyG batch reads: DGL's blocks
-    hold every node and edge column of the graph as lazy views, and reading them all (as
-    ``to_torch_graph`` does) would gather features for every block."""
+    """A DGL block as a :class:`TorchBlock` with only the data a PyG batch reads (DGL's lazy
+    views of every column would otherwise gather features for every block)."""
     if not is_dgl_graph(block) or len(block.canonical_etypes) != 1 or len(block.srctypes) != 1:
         return block
     indptr, indices, eids = csc_tensors(block, layer="batch_format='pyg'")
@@ -102,11 +101,9 @@ def _hop_edges(blocks: List[TorchBlock]) -> Tuple[List[int], List[Dict[str, torc
 
 def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str = "label") -> Any:
     """A PyG ``Data`` with ``NeighborLoader``'s fields from one batch's blocks (DGL's or torch's):
-    ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (source to destination, hop 1 first),
-    ``y`` (the seeds' ``blocks[-1].dstdata[label_key]``: one row per seed, so PyG's
-    ``batch.y[:batch.batch_size]`` is all of it), ``batch_size``, ``n_id``, ``e_id`` (the graph's
-    node and edge ids: other node or edge data is ``graph.ndata[k][batch.n_id]`` or
-    ``graph.edata[k][batch.e_id]``), ``num_sampled_nodes``, ``num_sampled_edges``."""
+    ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``y`` (one row per
+    seed), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other
+    data), ``num_sampled_nodes``, ``num_sampled_edges``."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
@@ -136,10 +133,8 @@ def _pairs(graph: Any) -> torch.Tensor:
 
 def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: str = "feat") -> Any:
     """``LinkNeighborLoader``'s batch (binary negatives) from an edge batch: :func:`blocks_to_pyg`'s
-    fields plus ``edge_label_index`` (the positive pairs, then the negative ones, in the batch's
-    node numbering: its first nodes are the pairs' endpoints) and ``edge_label`` (1.0 for
-    positives, 0.0 for negatives). ``batch_size`` is the number of positive pairs (what
-    ``self.log`` weighs by), and ``num_sampled_nodes[0]`` the number of endpoints."""
+    fields plus ``edge_label_index`` (positive pairs, then negative ones, in the batch's
+    numbering) and ``edge_label`` (1.0 / 0.0); ``batch_size`` is the number of positive pairs."""
     data = blocks_to_pyg(blocks, feat_key=feat_key, label_key="")
     pos = _pairs(pair_graph)
     parts = [pos] if neg_pair_graph is None else [pos, _pairs(neg_pair_graph)]
