@@ -52,9 +52,8 @@ def announce(rank: int) -> None:
 
 
 def attribute(err: BaseException, rank: int, world_size: int, traceback_text: str) -> Optional[RankFailedError]:
-    """Call in the ``except`` block of a failed external rank. Records a failure of this
-    rank's own; for a lost peer, returns the error that names the rank that caused it (None
-    when none is found)."""
+    """In a failed external rank's ``except`` block: record a failure of its own; for a lost
+    peer, return the error naming the rank that caused it (None when none is found)."""
     store = _store()
     if store is None or isinstance(err, (RankFailedError, SystemExit, KeyboardInterrupt)):
         return None  # (a stop on a signal, Preempted, is no failure)

@@ -19,9 +19,8 @@ FORK_FALLBACK = "forkserver"
 
 
 def start_method(launcher: str, uses_gpu: bool, task: Any) -> str:
-    """The start method for ``Trainer(launcher=launcher)``: "auto" forks on Linux unless a
-    fork could not train (then the fork server); spawn and forkserver need an importable
-    main script and task."""
+    """The start method for ``Trainer(launcher=launcher)`` ("auto": fork on Linux unless a fork
+    could not train, then forkserver), refusing spawn or forkserver without an importable main."""
     method = launcher
     if method == "auto":
         method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -87,10 +86,9 @@ def fork_blocker(uses_gpu: bool) -> Optional[str]:
 
 
 def check_main_guard(task: Any = None, method: str = "spawn") -> None:
-    """Refuse spawn or forkserver where its ranks could not start: a script read from stdin
-    (nothing to re-import), a task class defined in an interactive session (nothing to
-    import it from), or a script that calls the trainer at module level (each rank would
-    start training again, having re-imported it without ``if __name__ == "__main__":``)."""
+    """Refuse spawn or forkserver where ranks could not start: a script from stdin, a task
+    class from an interactive session (nothing to re-import), or a script training at module
+    level (each rank would train again: no ``if __name__ == "__main__":``)."""
     import __main__
 
     path = getattr(__main__, "__file__", None)

@@ -41,10 +41,9 @@ def caught() -> Iterator[None]:
 
 @contextlib.contextmanager
 def routed() -> Iterator[None]:
-    """Main thread only (elsewhere nothing): install the handlers until the end of the block.
-    A stop signal sets the flag while some thread is inside :func:`caught`; once a fit has
-    failed in it, it is held, so the rank can report the failure (torchrun's agent sends
-    SIGTERM to every rank as soon as one fails); else it has its previous effect."""
+    """Main thread only (elsewhere nothing): install the handlers for the block. A stop signal
+    sets the flag while a thread is inside :func:`caught`, is held once a fit failed there (so
+    the rank can report it before torchrun's SIGTERM ends it), else has its previous effect."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -140,9 +140,8 @@ class Watch:
             self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
 
     def _settle_s(self) -> float:
-        """How long to wait for other reports once a failure is in: longer over several
-        machines, where what failed here may follow from a failure elsewhere (a lost peer,
-        a C++ abort in a collective) and that machine will say so."""
+        """How long to wait for other reports once a failure is in (longer over several machines,
+        where the cause may be elsewhere and that machine will say so)."""
         if self.job is not None and not any(f[1].elsewhere for f in self.failures):
             return OTHER_MACHINE_SETTLE_S
         if all(f[1].error_type == "Hang" for f in self.failures):
@@ -327,8 +326,7 @@ def _died(rank: int, exitcode: int, method: str, stderr_tail: str = "") -> RankF
 
 
 def end_all(procs: List[Any], wait_s: float, grace_s: float = TERMINATE_GRACE_S) -> None:
-    """Give children ``wait_s`` to exit, interrupt the rest and give them ``grace_s``, kill
-    what is left, then reap all of them."""
+    """Give children ``wait_s`` to exit, SIGINT the rest for ``grace_s``, kill, then reap all."""
     _join_all(procs, wait_s)
     for proc in procs:
         if proc.exitcode is None:
