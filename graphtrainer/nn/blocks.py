@@ -44,11 +44,9 @@ def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
 class TorchBlock:
     """One relation's structure and data as torch tensors.
 
-    ``is_block``: True for a sampled block (source and destination nodes are separate
-    sets; the first ``num_dst`` source nodes are the destination nodes, as in DGL);
-    False for a graph whose source and destination nodes are the same (a pair graph or a
-    batched graph), where ``srcdata``, ``dstdata`` and ``ndata`` are one dict.
-    ``batch_num_nodes_``: nodes per graph of a batched graph (the readouts' segments).
+    ``is_block``: True for a sampled block (the first ``num_dst`` source nodes are the
+    destinations, as in DGL); False for a pair or batched graph, whose ``srcdata``, ``dstdata``
+    and ``ndata`` are one dict. ``batch_num_nodes_``: nodes per graph of a batched graph.
     """
 
     indptr: torch.Tensor
@@ -172,8 +170,7 @@ class TorchBlock:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "TorchBlock":
-        """A copy whose tensors are in page-locked memory (needs CUDA), so ``to(cuda,
-        non_blocking=True)`` copies asynchronously."""
+        """A copy in page-locked memory (needs CUDA), for ``to(cuda, non_blocking=True)``."""
         return self._map(_pinned)
 
     def tensors(self) -> Dict[str, torch.Tensor]:

@@ -1,8 +1,7 @@
 """``SAGEConv`` and ``GraphConv`` in plain torch, taking a DGL graph/block or a torch block.
 
-Same constructor arguments, parameter names, initialisation (in the same order, so a seed
-gives the same weights) and results as ``dgl.nn.SAGEConv`` / ``dgl.nn.GraphConv``: a
-state_dict loads across in either direction.
+Same arguments, parameter names, initialisation order (a seed gives the same weights) and
+results as ``dgl.nn.SAGEConv`` / ``dgl.nn.GraphConv``: state_dicts load across either way.
 """
 from __future__ import annotations
 
