@@ -5,7 +5,8 @@ into a few flat tensors with offsets, labels stacked. With spawn these few tenso
 shared memory once (a list of ``DGLGraph`` objects would each be pickled with its own
 segments and file descriptors); a batch rebuilt from slices equals ``dgl.batch`` of the
 originals. 2,000 MiniGC graphs as a list could not be spawned under ``ulimit -n 1024``;
-packed, they trained an epoch in 4.3 s (10.9 s for the list with a higher limit). :func:`graphtrainer.launch.preflight.prepare_graphs` warns about such lists.
+packed, they trained an epoch in 4.3 s (10.9 s for the list with a higher limit);
+:func:`graphtrainer.launch.preflight.prepare_graphs` warns about such lists.
 """
 from __future__ import annotations
 
@@ -27,11 +28,8 @@ def _ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 class PackedGraphs:
     """A dataset of graphs as flat tensors: ``len``, ``[i]`` gives ``(graph, label)``,
-    :meth:`batch` gives ``(dgl.batch(graphs), labels)`` for a list of indices.
-
-    ``dataset``: a ``DGLDataset`` or any sequence of ``(graph, label)`` pairs of
-    homogeneous graphs. Node/edge features kept are those every graph has.
-    """
+    :meth:`batch` ``(dgl.batch(graphs), labels)``. ``dataset``: a ``DGLDataset`` or sequence
+    of ``(graph, label)`` of homogeneous graphs; features kept are those every graph has."""
 
     def __init__(self, dataset: Any):
         import dgl  # here: the engine imports without DGL (plain-torch tasks)

@@ -78,13 +78,11 @@ class ShardedLoader:
         return share
 
     def split_place(self) -> Tuple[int, int]:
-        """``(place, count)``: who splits the ids and which share is this rank's (by default
-        all ranks of the job)."""
+        """``(place, count)``: this rank's share among who splits the ids (default: the job)."""
         return comm.get_rank(), comm.get_world_size()
 
     def local_batches(self) -> List[torch.Tensor]:
-        """This rank's share cut into batches of ``batch_size`` (the last one shorter unless
-        ``drop_last``)."""
+        """This rank's share in batches of ``batch_size`` (the last shorter unless ``drop_last``)."""
         share = self.local_ids()
         batches = list(torch.split(share, self.batch_size))
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:

@@ -69,8 +69,7 @@ class _Compaction:
 
 
 class DeviceEdgeBatches:
-    """``(input_nodes, pair_graph, neg_pair_graph, blocks)`` batches (no ``neg_pair_graph``
-    without negatives) of an :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s share, on a
+    """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s batches of its share, on a
     homogeneous graph or a heterograph (typed seed edges, ``exclude="reverse_types"``)."""
 
     def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device):

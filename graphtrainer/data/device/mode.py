@@ -79,9 +79,8 @@ def auto_samples_on(device: torch.device) -> bool:
 
 
 def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
-    """Set where ``loader`` samples (``"device"`` or ``"cpu"``; anything not a graphtrainer
-    node or edge loader is left alone and gives ``"cpu"``). ``announce``: this rank says
-    what ``"auto"`` chose on a GPU."""
+    """Set and return where ``loader`` samples (``"device"``, or ``"cpu"``, also for other
+    loaders, left alone). ``announce``: say what ``"auto"`` chose on a GPU."""
     if not hasattr(loader, "use_device_sampling"):
         return "cpu"
     if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):

@@ -29,9 +29,8 @@ from .graph import Relation
 
 @dataclass
 class Sampled:
-    """Sampled in-edges of one relation: per slot the source node, the graph's edge id and
-    whether the slot holds an edge (``valid`` is None when every slot does); ``counts``:
-    edges per destination."""
+    """One relation's sampled in-edges: per slot the source, edge id and ``valid`` (None when
+    every slot holds an edge); ``counts``: edges per destination."""
 
     src: torch.Tensor
     eid: torch.Tensor
@@ -76,9 +75,8 @@ def floyd(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def sort_keys(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
-    """The same draw as :func:`floyd` by random keys: every in-edge of a row gets a key,
-    the ``k`` smallest are kept (one sort over all in-edges of the batch). Kept for the
-    benchmark that compares the two."""
+    """:func:`floyd`'s draw by random keys, the ``k`` smallest of a row kept (one sort over the
+    batch's in-edges); for the benchmark comparing the two."""
     n = deg.numel()
     dev = deg.device
     total = int(deg.sum())

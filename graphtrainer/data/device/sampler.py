@@ -44,9 +44,8 @@ def _keys(spec: Any, graph: Any, edges: bool) -> Keys:
 
 @dataclass
 class DeviceSampler:
-    """``fanouts`` per layer, input layer first: an int for every relation, or ``{etype: int}``
-    per relation; ``-1`` takes every in-edge. ``node_feats``/``labels``/``edge_feats``: what
-    is gathered, per type."""
+    """``fanouts`` per layer, input layer first (an int, or ``{etype: int}``; ``-1``: every
+    in-edge); ``node_feats``/``labels``/``edge_feats``: what is gathered, per type."""
 
     fanouts: List[Union[int, Dict[EType, int]]]
     replace: bool = False
