@@ -217,8 +217,8 @@ def _facebook_cache_path(folder: pathlib.Path, cache: Optional[PathLike]) -> pat
 
 
 def _stratified_masks(label: torch.Tensor, seed: int) -> Tuple[torch.Tensor, ...]:
-    """Per class (ascending), a seeded permutation of its n_c nodes: floor(3 n_c / 5) train,
-    floor(n_c / 5) val, the rest test."""
+    """Per class (ascending), a permutation of its n_c nodes from
+    ``torch.Generator().manual_seed(seed)``: floor(3 n_c / 5) train, floor(n_c / 5) val, the rest test."""
     gen = torch.Generator().manual_seed(int(seed))
     n = label.numel()
     masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
@@ -272,28 +272,22 @@ def load(name: str, root: Optional[PathLike] = None, cache: Optional[PathLike] =
     ``ndata`` holds ``feat`` (float32 ``[N, F]``), ``label`` (int64 ``[N]``) and
     ``train_mask`` / ``val_mask`` / ``test_mask`` (bool ``[N]``).
 
-    - ``"cora"``, ``"citeseer"``: DGL's ``CoraGraphDataset`` / ``CiteseerGraphDataset``
-      on ``<root>/dgl``, public Planetoid split (140/500/1000, 120/500/1000). DGL's
-      processed cache is written to ``<cache>/dgl/<folder>/``.
-    - ``"tolokers"``: DGL's ``TolokersDataset`` on ``<root>/dgl`` (writes nothing; it
-      re-reads the ``.npz`` each time). It has 10 fixed splits: ``split`` (0..9) picks
-      the one given as 1-D masks; all ten stay in ``train_masks`` / ``val_masks`` /
-      ``test_masks`` (bool ``[N, 10]``).
-    - ``"facebook"``: Facebook Page-Page from ``<root>/raw/facebook_page_page``.
-      22,470 nodes; ``feat`` is multi-hot over the 4,714 distinct feature ids (sorted);
-      ``label`` is ``page_type`` sorted (0 company, 1 government, 2 politician, 3 tvshow).
-      Edges: non-loop rows in both directions, the 179 self-loops once, no duplicates:
-      341,825. The split is stratified and seeded by ``seed``: per class (ascending) a
-      permutation from ``torch.Generator().manual_seed(seed)`` gives floor(3·n_c/5) train,
-      floor(n_c/5) val, the rest test. The graph (no masks, sparse features) is cached in
+    - ``"cora"``, ``"citeseer"``: DGL's loaders on ``<root>/dgl``, public Planetoid split
+      (140/500/1000, 120/500/1000), DGL's cache in ``<cache>/dgl/<folder>/``.
+    - ``"tolokers"``: DGL's ``TolokersDataset`` on ``<root>/dgl`` (no cache). ``split`` (0..9)
+      picks one of its 10 fixed splits as 1-D masks; all ten stay in ``train_masks`` /
+      ``val_masks`` / ``test_masks`` (bool ``[N, 10]``).
+    - ``"facebook"``: Facebook Page-Page from ``<root>/raw/facebook_page_page``: 22,470
+      nodes; ``feat`` multi-hot over the 4,714 feature ids (sorted); ``label`` the sorted
+      ``page_type`` (0 company, 1 government, 2 politician, 3 tvshow); non-loop edges in both
+      directions, the 179 self-loops once: 341,825. The split is stratified, seeded by
+      ``seed`` (:func:`_stratified_masks`); the graph is cached in
       ``<cache>/facebook_page_page/``, keyed by a version and the raw files' sizes and mtimes.
 
-    ``name`` is case-insensitive. ``split`` must be 0 for datasets with a single split;
-    ``seed`` only affects ``"facebook"``. ``root`` and ``cache`` default as in
-    :func:`data_root` and :func:`cache_dir`.
-
-    Raises ``ValueError`` for an unknown name or split, and ``FileNotFoundError``
-    (naming the path looked at) when the data folder or a dataset file is missing.
+    ``name`` is case-insensitive; ``split`` is 0 for single-split datasets; ``seed`` only
+    affects ``"facebook"``; ``root`` and ``cache`` default as in :func:`data_root` and
+    :func:`cache_dir`. Raises ``ValueError`` for an unknown name or split, and
+    ``FileNotFoundError`` naming the path when the data folder or a dataset file is missing.
     """
     key = str(name).strip().lower()
     if key not in KNOWN:

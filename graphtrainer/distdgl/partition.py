@@ -3,21 +3,19 @@
     python -m graphtrainer.partition --dataset cora --parts 2 --out parts/
     python -m graphtrainer.partition --graph g.bin --parts 4 --out parts/ --features feat,label
 
-Wraps ``dgl.distributed.partition_graph`` (METIS or random assignment, halo nodes up to
-``--halo-hops`` away) and writes, in the output folder:
+Wraps ``dgl.distributed.partition_graph`` (METIS or random, halo nodes up to ``--halo-hops``
+away) and writes, in the output folder:
 
-- ``<name>.json`` and ``part<i>/``: DGL's partition config and parts, read by
-  ``dgl.distributed.load_partition`` and ``DistGraph``. DGL renumbers nodes and edges so
-  each part's inner nodes (edges) form one contiguous id range: the *partition ids*.
+- ``<name>.json`` and ``part<i>/``: DGL's config and parts, renumbered so each part's inner
+  nodes (edges) form one contiguous id range: the *partition ids*.
 - ``<name>.orig_ids.pt``: ``{"nodes": t, "edges": t}``, ``t[i]`` the original id of
   partition id ``i`` (:func:`load_orig_ids`).
 - ``<name>.meta.json``: sizes, per-part rows, edge cut, node data shapes and dtypes,
   ``num_classes`` (when ``label`` is kept) and split sizes (:func:`read_meta`).
 
-Node data kept: the ``features`` asked for (all keys by default) plus, always, every
-``*_mask`` key and the train mask (trainers need the splits). Edge data is kept whole.
-With METIS and ``balance_train`` (the default), the train mask is given to METIS as node
-types (train / not train) to balance, so each part gets a similar number of training nodes.
+Node data kept: the ``features`` asked for (default all) plus every ``*_mask`` and the train
+mask; edge data whole. With METIS and ``balance_train`` (default) the train mask is balanced
+as a node type, so parts get similar numbers of training nodes.
 
 The edge cut counts stored edges (both directions of an undirected edge) whose endpoints lie
 in different parts. DGL's "edge cuts" line says 0 with halo hops >= 1 (every edge is inner in

@@ -64,13 +64,11 @@ class SparseEmbedding(nn.Module):
     Args:
         num_rows: rows (at least the node type's node count).
         dim: embedding size.
-        ntype: the node type it embeds; with it, the trainer refuses a graph whose type has
-            more nodes than rows before any rank starts.
-        init_std: rows start from ``N(0, init_std)`` drawn with ``seed`` (the same table for
-            any number of ranks).
+        ntype: the node type it embeds (a graph with more nodes of it is refused early).
+        init_std: rows start from ``N(0, init_std)`` drawn with ``seed``, for any number of ranks.
 
-    Build it where the task is built (never in ``configure_model``, which runs in each rank).
-    ``forward(ids)`` gives the rows; in training it records them for the sparse optimizer.
+    Build it where the task is built, never in ``configure_model`` (which runs in each rank).
+    ``forward(ids)`` gives the rows, recorded in training for the sparse optimizer.
     """
 
     def __init__(self, num_rows: int, dim: int, ntype: Optional[str] = None, init_std: float = 1.0,
@@ -310,8 +308,8 @@ class _SparseOptimizer(torch.optim.Optimizer):
 
 
 class SparseAdam(_SparseOptimizer):
-    """Adam on the rows each step touched, with a per-row step count for the bias correction
-    (as DGL's ``SparseAdam``): rows not in a batch keep their moments and do not move."""
+    """Adam on the rows each step touched (as DGL's ``SparseAdam``): per-row step counts for
+    the bias correction; other rows keep their moments and do not move."""
 
     STATE = ("exp_avg", "exp_avg_sq")
 
