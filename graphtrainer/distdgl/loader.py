@@ -69,10 +69,9 @@ class _DistSampled(ShardedLoader):
         dgl.seed(batch_seed(self.seed, gdist.get_rank(), self.epoch, index))  # the rank's own sampling repeats
 
     def _with_features(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """Each batch with its features, the pull of batch i+1 running in a thread while
-        batch i is used (read in line when every read is a local memory copy). Sampling
-        stays in this thread (seeded per batch) and never runs while a pull does: DGL's RPC
-        client is not made for two threads at once."""
+        """Each batch with its features, batch i+1's pull in a thread while batch i is used (in
+        line when reads are local copies). Sampling stays in this thread and never overlaps a
+        pull: DGL's RPC client is not made for two threads."""
         feats = list(getattr(self.sampler, "prefetch_node_feats", None) or [])
         labels = list(getattr(self.sampler, "prefetch_labels", None) or []) if self.seeds_are_nodes else []
         if not feats and not labels:
@@ -186,12 +185,11 @@ class DistEdgeLoader(_DistSampled):
     """Link-prediction batches over this rank's share of seed edges of a ``DistGraph``:
     DGL's ``DistEdgeDataLoader`` (its ``EdgeCollator``) with graphtrainer's negatives.
 
-    ``edges``: edge ids (partition numbering) split over all ranks, a ``DistTensor`` edge
-    mask (each machine its own partition's edges), or ``(src, dst)`` node pairs (partition
-    numbering, see :func:`graphtrainer.distdgl.partition.to_partition_ids`; held-out edges). ``negatives=k`` draws ``k`` per edge from a hash of
-    ``(seed, epoch, edge)`` as on one machine. ``exclude`` is refused: DGL 2.1's
-    ``DistGraph.sample_neighbors`` ignores ``exclude_edges`` (``dist_graph.py:1417``), so
-    the seed edges would silently stay in the blocks.
+    ``edges``: edge ids split over all ranks, a ``DistTensor`` edge mask (each machine its own
+    partition's), or held-out ``(src, dst)`` node pairs, in partition numbering
+    (:func:`graphtrainer.distdgl.partition.to_partition_ids`). ``negatives=k`` as on one
+    machine. ``exclude`` is refused: DGL 2.1's ``DistGraph.sample_neighbors`` ignores
+    ``exclude_edges`` (``dist_graph.py:1417``).
 
     Yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` (no ``neg_pair_graph``
     without negatives), features in ``blocks[0].srcdata``.

@@ -135,9 +135,8 @@ def _reap(pid: int, grace_s: float) -> None:
 
 
 def bind_to_launcher() -> None:
-    """In a rank the server forked: let the server notice when the launching process is gone
-    (close this rank's copy of its "alive" pipe), and end this rank when that process is
-    gone, whatever became of the server. No-op in other processes."""
+    """In a rank the server forked (else no-op): close this rank's copy of the server's "alive"
+    pipe, and end this rank when the launching process is gone."""
     launcher = os.environ.get(LAUNCHER_ENV)
     server = _mp_forkserver._forkserver
     if launcher is None or server_pid() is not None:  # not forked by the server
@@ -169,8 +168,7 @@ def _watch_pid(pid: int) -> None:
 
 
 class ServerWatch(WatchedService):
-    """The server's death ends the run, named as such (its ranks die with it, and would
-    otherwise look like ranks that could not start)."""
+    """The server's death ends the run, named as such (not as ranks that could not start)."""
 
     def failure(self) -> Optional[RankFailedError]:
         death = server_death()

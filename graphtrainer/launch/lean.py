@@ -93,9 +93,8 @@ def _libc() -> Optional[Any]:
 
 
 def apply_allocator(mode: str, launched: bool) -> bool:
-    """Set this rank's allocator for ``mode`` (one of :data:`ALLOCATORS`); ``launched``: a
-    process the trainer started, whose inherited free heap is trimmed. True when glibc
-    settings were changed (``"lean"`` on glibc)."""
+    """Set this rank's allocator for ``mode``; ``launched``: trim the inherited free heap. True
+    when glibc settings were changed (``"lean"`` on glibc)."""
     libc = _libc()
     if libc is None or mode == "glibc":
         return False

@@ -16,14 +16,9 @@ SHARED_MEMORY_LAUNCHERS = ("spawn", "forkserver")
 MANY_GRAPHS = 256
 
 def prepare_graphs(task: Any, method: str) -> None:
-    """Build the sparse formats the task's samplers read (:mod:`graphtrainer.data.formats`),
-    once, before ranks start; for launchers whose ranks do not inherit memory, move each
-    graph to shared memory in place.
-
-    With fork the children share the formats copy-on-write; with spawn and forkserver the
-    graph is pointed at one shared copy that ranks attach to
-    (:func:`graphtrainer.launch.shared_graph.share_graph`).
-    """
+    """Build the sparse formats the task's samplers read (:mod:`graphtrainer.data.formats`)
+    once, shared copy-on-write by forked ranks; for spawn and forkserver, also move each graph
+    to shared memory in place (:func:`graphtrainer.launch.shared_graph.share_graph`)."""
     if method == "forkserver":
         # Started first: its imports (seconds) overlap the work below; launch() stops it.
         forkserver.start_server()
