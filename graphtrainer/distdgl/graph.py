@@ -21,12 +21,9 @@ _local_rank = 0
 
 
 class PartitionedGraph:
-    """A partitioned graph on disk, as a task holds it before the ranks open it.
-
-    ``PartitionedGraph("parts/cora.json")`` (or the folder). ``Trainer.fit`` on a task
-    whose ``graph`` is one runs on DistDGL without further options (this machine alone);
-    pass ``Trainer(ip_config=...)`` for several machines.
-    """
+    """A partitioned graph on disk, as a task holds it before the ranks open it:
+    ``PartitionedGraph("parts/cora.json")`` (or the folder). A fit of such a task runs on
+    DistDGL, this machine alone, or several with ``Trainer(ip_config=...)``."""
 
     def __init__(self, part_config: os.PathLike | str):
         from .partition import read_meta  # here: partition imports dgl, and a task holding this needs none

@@ -64,20 +64,16 @@ def _refuse_heterograph(graph: Any) -> None:
 
 
 class NodeClassification(CrossEntropySteps, GraphTask):
-    """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
-    shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``),
-    or on a partitioned graph (a :class:`~graphtrainer.distdgl.graph.PartitionedGraph`, or
-    the path of its ``<name>.json``): then each rank trains on the ``DistGraph``, each
-    machine on the masked nodes of its own partition.
+    """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), a shipped
+    dataset's name (:func:`graphtrainer.datasets.load`), or a partitioned graph (a
+    :class:`~graphtrainer.distdgl.graph.PartitionedGraph` or its ``<name>.json``: each machine
+    trains on the masked nodes of its own partition).
 
-    Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour
-    (DGL's ``MultiLayerFullNeighborSampler``) so it is exact. ``metric`` is
-    ``"accuracy"`` or ``"roc_auc"`` (from gathered positive-class scores). Epoch metrics:
-    ``train_loss``, ``train_acc``; ``{val,test}_loss``, ``_acc``, ``_nodes`` (how many
-    nodes all ranks scored: each id once) and, with ``"roc_auc"``, ``_auc``.
-
-    The tutorials reuse it by overriding one piece each: :meth:`train_sampler` (a custom
-    DGL sampler), ``configure_model`` (another network), ``training_step`` (extra logs).
+    Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour, so it
+    is exact. ``metric``: ``"accuracy"`` or ``"roc_auc"`` (from gathered positive-class
+    scores). Epoch metrics: ``train_loss``, ``train_acc``; ``{val,test}_loss``, ``_acc``,
+    ``_nodes`` (nodes scored, each once) and, with ``"roc_auc"``, ``_auc``. The tutorials
+    override one piece each: :meth:`train_sampler`, ``configure_model``, ``training_step``.
     """
 
     def __init__(self, graph: Any, fanouts: Sequence[int] = (10, 10), hidden: int = 256,
@@ -177,11 +173,8 @@ class NodeClassification(CrossEntropySteps, GraphTask):
 
 
 def standardize_features(graph: Any, key: str = "feat") -> None:
-    """Scale each feature column to zero mean and unit variance, using training nodes' statistics.
-
-    Tolokers' 10 features are raw counts and rates on very different scales; standardized,
-    GraphSAGE learns in a third of the epochs.
-    """
+    """Scale each feature column to zero mean and unit variance by the training nodes' statistics
+    (Tolokers' raw counts and rates: GraphSAGE then learns in a third of the epochs)."""
     x = graph.ndata[key].float()
     train = x[graph.ndata["train_mask"]]
     graph.ndata[key] = (x - train.mean(0)) / train.std(0).clamp_min(1e-6)

@@ -16,11 +16,8 @@ import torch
 
 
 def share_graph(graph: Any) -> Any:
-    """Move ``graph``'s structure and features to shared memory, in place; return ``graph``.
-
-    Idempotent. The structure keeps the formats built so far (build them first, see
-    :func:`graphtrainer.data.formats.build_formats`): one built later lives in private memory.
-    """
+    """Move ``graph``'s structure and features to shared memory, in place (idempotent); return
+    ``graph``. Formats built later (:func:`graphtrainer.data.formats.build_formats`) stay private."""
     from dgl.heterograph_index import _forking_reduce
 
     index = graph._graph
