@@ -74,8 +74,7 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 
 def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
-    """The checkpoint dict on rank 0 (with ``extra`` entries), None elsewhere. Must be called on
-    all processes."""
+    """The checkpoint dict (with ``extra``) on rank 0, None elsewhere. Must be called on all processes."""
     rngs = gdist.all_gather_object(rng_state())
     if trainer.rank != 0:
         return None

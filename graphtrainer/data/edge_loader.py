@@ -30,8 +30,8 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tensor:
-    """``[len(keys), num]`` pseudo-random non-negative int64 values, a pure function of
-    ``(seed, epoch, key, j)``, on ``keys``' device (the device sampler draws the same negatives)."""
+    """``[len(keys), num]`` pseudo-random non-negative int64, a pure function of ``(seed, epoch,
+    key, j)``, on ``keys``' device."""
     base = _mix(torch.tensor([(int(seed) * 1_000_003 + int(epoch)) % _P], dtype=torch.int64, device=keys.device))
     h = _mix((keys.to(torch.int64) % _P) ^ base)
     j = torch.arange(num, dtype=torch.int64, device=keys.device)
@@ -96,8 +96,8 @@ def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:
 
 
 class _PairSampler:
-    """``as_edge_prediction_sampler``'s work for node pairs that need not be edges of the
-    graph (held-out evaluation edges): pair graphs, negatives, then blocks for their nodes."""
+    """``as_edge_prediction_sampler``'s work for node pairs that need not be edges (held-out
+    evaluation edges)."""
 
     @staticmethod
     def check(edges: Any, n: int) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -44,8 +44,7 @@ def check_typed_ids(ids: Any, graph: Any, what: str = "seed ids") -> Dict[str, t
 
 
 def check_typed_eids(eids: Any, graph: Any, what: str = "edge ids") -> Dict[Tuple[str, str, str], torch.Tensor]:
-    """``{canonical etype: int64 edge ids}`` for a heterograph (keys may be relation names
-    or ``(src, rel, dst)`` triples), or a ``ValueError`` naming the problem."""
+    """``{canonical etype: int64 edge ids}`` (keys: relation names or triples), or a ``ValueError``."""
     etypes = list(graph.canonical_etypes)
     if not isinstance(eids, dict):
         raise ValueError(f"{what}: this graph has edge types {[e[1] for e in etypes]}; pass a dict "
@@ -64,8 +63,7 @@ def check_typed_eids(eids: Any, graph: Any, what: str = "edge ids") -> Dict[Tupl
 
 
 def type_spans(ids: Dict[Any, torch.Tensor], graph: Any, edges: bool = False) -> TypeSpans:
-    """Where each type of ``ids`` lives in the flat id space (node types, or edge types
-    with ``edges``)."""
+    """Where each type of ``ids`` lives in the flat id space (edge types with ``edges``)."""
     spans: TypeSpans = []
     offset = 0
     for ntype in ids:
