@@ -20,9 +20,8 @@ POLL_S = 0.25
 
 
 class JobFailures:
-    """A background connection to the job's store; :meth:`reported` is what another
-    machine wrote, :meth:`report` writes this machine's failure. Never blocks the caller
-    for long: without a store (not yet up, or gone with machine 0's launcher) it does nothing."""
+    """A background connection to the job's store: :meth:`reported` reads another machine's
+    failure, :meth:`report` writes this one's; without a store it does nothing, never blocking."""
 
     def __init__(self, host: str, port: int, serve: bool):
         import torch.distributed as dist

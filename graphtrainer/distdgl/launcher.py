@@ -1,9 +1,6 @@
-"""A DistDGL run as one launcher: this machine's graph servers, then its ranks, each of which
-joins the servers before its process group and trains on the ``DistGraph``.
-
-``Trainer`` uses it when :func:`distgraph_options` finds a DistDGL run (``distributed_graph=``,
-or a task holding a :class:`~graphtrainer.distdgl.graph.PartitionedGraph`); nothing else in the
-engine knows about DistDGL.
+"""A DistDGL run as one launcher: this machine's graph servers, then its ranks, each joining
+the servers before its process group. ``Trainer`` uses it when :func:`distgraph_options` finds
+a DistDGL run; nothing else in the engine knows about DistDGL.
 """
 from __future__ import annotations
 

@@ -92,8 +92,7 @@ def to_torch_graph(graph: Any) -> AnyTorchGraph:
 
 
 def convert_batch(batch: Any) -> Any:
-    """``batch`` with every DGL graph inside (tuples, lists, dicts) turned into a torch graph;
-    everything else is kept as it is."""
+    """``batch`` with every DGL graph inside (tuples, lists, dicts) as a torch graph."""
     if is_dgl_graph(batch):
         return to_torch_graph(batch)
     if isinstance(batch, (list, tuple)):

@@ -24,9 +24,8 @@ def batch_num_nodes(graph: Any) -> torch.Tensor:
 
 
 def readout(graph: Any, feat: torch.Tensor, op: str = "mean") -> torch.Tensor:
-    """One row per graph of ``graph`` (``dgl.batch`` order): the sum, mean or max of its
-    nodes' ``feat`` (as ``dgl.sum_nodes``/``mean_nodes``/``max_nodes``; a graph without
-    nodes gives zeros)."""
+    """One row per graph of ``graph`` (``dgl.batch`` order): the sum, mean or max of its nodes'
+    ``feat``, as ``dgl.sum_nodes``/``mean_nodes``/``max_nodes`` (zeros for an empty graph)."""
     if op not in READOUTS:
         raise ValueError(f"graphtrainer.nn.readout: op={op!r}; choose one of {list(READOUTS)}")
     lengths = batch_num_nodes(graph).to(feat.device)

@@ -1,5 +1,4 @@
-"""Several "machines" on one Linux box, for trying a multi-machine DistDGL run (and
-testing it) without a cluster.
+"""Several "machines" on one Linux box, to try (and test) a multi-machine DistDGL run.
 
 DistDGL tells machines apart by IP address and shares a partition through ``/dev/shm``, so
 each simulated machine is a network namespace with its own address and ``/dev/shm``, hanging
@@ -97,8 +96,7 @@ class SimulatedMachines:
         return path
 
     def popen(self, machine: int, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """Start ``argv`` on machine ``machine`` (its namespace and its ``/dev/shm``), in a
-        session of its own."""
+        """Start ``argv`` on ``machine`` (its namespace and ``/dev/shm``), in a session of its own."""
         script = 'mount --bind "$0" /dev/shm && exec "$@"'  # in the mount namespace ip-netns-exec makes
         proc = subprocess.Popen(["ip", "netns", "exec", self.names[machine], "sh", "-c", script,
                                  self.shm_dirs[machine], *argv], start_new_session=True, **kwargs)
