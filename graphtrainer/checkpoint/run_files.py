@@ -90,9 +90,8 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
 
 def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike,
                   fresh_if_none: bool = False) -> Tuple[Optional[str], str]:
-    """``(path, what was chosen in words)`` for ``ckpt_path="last"`` or ``"best"``, from the
-    first ``ModelCheckpoint`` of ``callbacks``; with ``fresh_if_none``, "last" with none yet
-    gives no path (a fresh start)."""
+    """``(path, what was chosen in words)`` for ``ckpt_path="last"``/``"best"`` from the first
+    ``ModelCheckpoint``; with ``fresh_if_none``, "last" with none yet gives no path."""
     if not callbacks:
         raise ValueError(f"ckpt_path={which!r} needs a ModelCheckpoint callback in this trainer "
                          "(none is configured): add one, or pass a file path")

@@ -118,8 +118,7 @@ def config_path(part_config: os.PathLike | str) -> str:
 
 
 def read_ip_config(path: str) -> Tuple[Tuple[str, int], ...]:
-    """``(address, first server port)`` per machine, from DGL's ip_config format
-    (``address [port]`` per line)."""
+    """``(address, first server port)`` per machine from DGL's ip_config (``address [port]`` lines)."""
     try:
         text = Path(path).read_text()
     except OSError as err:
@@ -221,9 +220,8 @@ def resolve_cluster(options: DistGraphOptions, trainers_per_machine: int) -> Clu
 
 @contextlib.contextmanager
 def written_ip_config(cluster: Cluster) -> Iterator[Cluster]:
-    """``cluster`` with an ip_config file DGL can read while inside: for a run on this machine
-    alone, its one loopback line, written into a folder of this run's own and removed on the
-    way out, whatever ends the block."""
+    """``cluster`` with an ip_config file DGL can read while inside (for this machine alone, one
+    loopback line in a folder of the run's own, removed whatever ends the block)."""
     if cluster.options.ip_config is not None:
         yield cluster
         return

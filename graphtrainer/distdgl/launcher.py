@@ -22,9 +22,8 @@ from .servers import graph_servers
 
 
 def distgraph_options(config: TrainerConfig, task: Any, dist_args: Tuple[Any, ...]) -> Optional[DistGraphOptions]:
-    """The DistDGL options of a run: the trainer's (``distributed_graph=``), or those of the
-    task's ``PartitionedGraph`` with the trainer's ``dist_args`` (ip_config, num_servers,
-    machine_rank); None when the run is not a DistDGL one."""
+    """The trainer's DistDGL options, or the task's ``PartitionedGraph`` with ``dist_args``
+    (ip_config, num_servers, machine_rank); None for other runs."""
     held = getattr(task, "graph", None)
     options = config.distgraph
     if options is not None and held is not None and not isinstance(held, PartitionedGraph):
@@ -66,9 +65,8 @@ class DistDGLLauncher(Launcher):
 
 
 class DistRankSession:
-    """A DistDGL rank's steps around the runtime (see ``graphtrainer.loop.runtime.RankSession``):
-    join the graph servers before the process group, as DGL requires; hand the task the
-    ``DistGraph``; after a successful run, leave them (DGL's client barrier)."""
+    """A DistDGL rank around the runtime (``graphtrainer.loop.runtime.RankSession``): join the
+    servers before the process group, give the task the ``DistGraph``, leave after success."""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster

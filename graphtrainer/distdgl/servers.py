@@ -164,9 +164,8 @@ def _terminate_as_exit() -> Iterator[None]:
 
 
 def _wait_listening(servers: List[GraphServer], cluster: Cluster) -> None:
-    """Until every server listens (ranks started earlier wait 3 s per failed connect, DGL's
-    retry step), or one failed; never longer than :data:`READY_WAIT_S`. Reads the socket
-    table: a probe connection would count as one of the server's clients."""
+    """Until every server listens (ranks started earlier would wait DGL's 3 s retry step) or one
+    failed, at most :data:`READY_WAIT_S`; from the socket table (a probe would count as a client)."""
     deadline = time.monotonic() + READY_WAIT_S
     ports = {cluster.server_port(s.index) for s in servers}
     while time.monotonic() < deadline:
@@ -201,9 +200,8 @@ def _shared_memory() -> Set[str]:
 
 
 def _remove_left_segments(before: Set[str], graph_name: str) -> None:
-    """Remove the shared-memory segments of servers that could not clean up (killed):
-    the graph (named after it) and the features (DGL's ``node~<type>~<key>-kvdata-``),
-    made since the servers started. Called once they are all gone."""
+    """Once the servers are gone, remove segments killed ones left since they started: the graph
+    (named after it) and features (DGL's ``node~<type>~<key>-kvdata-``)."""
     for name in _shared_memory() - before:
         if name.startswith((graph_name, "node~", "edge~")):
             with contextlib.suppress(OSError):

@@ -103,12 +103,8 @@ def one_process_per_machine() -> Optional[str]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now, below the kernel's ephemeral range.
-
-    A server binds it later (a torchrun agent, a store); an ephemeral port may meanwhile
-    become an outgoing connection's source port, or a retrying client may connect to
-    itself, and the bind would fail.
-    """
+    """A TCP port free on ``host`` now, below the ephemeral range: a server binds it later, and
+    an ephemeral port might meanwhile serve as a source port (or a retrying client's own)."""
     start = _ephemeral_start()
     pick = random.SystemRandom()  # not the seeded global generators
     for _ in range(64):

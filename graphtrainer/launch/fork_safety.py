@@ -46,12 +46,9 @@ _FORK_BLOCKERS = {
 
 
 def fork_blocker(uses_gpu: bool) -> Optional[str]:
-    """Why a rank forked now could not train, or None when it can.
-
-    torch marks a fork "bad" for CUDA once this process initialised CUDA or counted devices,
-    and for autograd once a backward started the per-device threads (where GPUs exist).
-    Only a forked child sees those marks: a throw-away child looks and answers by exit code.
-    """
+    """Why a rank forked now could not train, or None. torch marks a fork "bad" once CUDA was
+    initialised or devices counted here, or a backward started the per-device threads (where
+    GPUs exist); only a child sees those marks, so a throw-away child answers by exit code."""
     if uses_gpu and torch.cuda.is_initialized():
         return _FORK_BLOCKERS[1]
     if not hasattr(os, "fork") or torch.cuda.device_count() == 0:  # NVML count: safe here

@@ -24,9 +24,8 @@ _state: Dict[str, Any] = {"signal": None, "training": False, "failing": False, "
 
 @contextlib.contextmanager
 def caught() -> Iterator[None]:
-    """While inside (a fit's training), the stop signals set the flag. From the main thread the
-    handlers are installed here if :func:`routed` has not; from another thread only a
-    :func:`routed` main thread receives them."""
+    """While inside (a fit's training), the stop signals set the flag: installed here in the main
+    thread unless :func:`routed` did; other threads rely on a :func:`routed` main thread."""
     own = threading.current_thread() is threading.main_thread() and not _installed()
     with routed() if own else contextlib.nullcontext():
         _state.update(signal=None, training=True)

@@ -285,9 +285,8 @@ def _with_source(dump: str) -> str:
 
 
 def _cause_order(failure: tuple) -> tuple:
-    """Which failure caused the others: a rank that died on its own (it cannot report, so
-    its peers' connection errors arrive first), then a real exception, then peers' errors
-    about the lost connection; earliest first within each."""
+    """Which failure caused the others: a rank that died silently (its peers' errors arrive
+    first), then a real exception, then lost-connection errors; earliest first within each."""
     stamp, err = failure
     if err.rank < 0 or err.elsewhere:  # a graph server or another machine: the
         kind = -1                                            # ranks' errors here follow from that
