@@ -59,9 +59,8 @@ def sampler_formats(sampler: Any) -> Set[str]:
 
 
 def loader_formats(loader: Any) -> Set[str]:
-    """Formats a loader's sampling reads (empty for loaders that do not sample a big graph):
-    what graphtrainer's node and edge loaders say (``sampled_formats()``), else the sampler
-    of DGL's own ``DataLoader``."""
+    """Formats a loader's sampling reads (``sampled_formats()`` of graphtrainer's loaders, else
+    those of a DGL ``DataLoader``'s sampler; empty for loaders that do not sample a big graph)."""
     if callable(getattr(loader, "sampled_formats", None)):
         return loader.sampled_formats()
     sampler = getattr(loader, "graph_sampler", None)  # DGL's own DataLoader

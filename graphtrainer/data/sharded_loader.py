@@ -54,8 +54,7 @@ class ShardedLoader:
         return self
 
     def local_ids(self) -> torch.Tensor:
-        """The ids this rank iterates this epoch, in order (computed once per epoch: the
-        trainer asks for ``len`` before iterating)."""
+        """The ids this rank iterates this epoch, in order (computed once per epoch)."""
         rank, world = self.split_place()
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:

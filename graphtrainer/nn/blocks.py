@@ -144,10 +144,8 @@ class TorchBlock:
     # ---- PyG's names: a MessagePassing layer runs on a block --------------------------------
     @property
     def edge_index(self) -> torch.Tensor:
-        """``[2, E]`` int64 (source, destination) of every edge in edge-id order (so ``edata``
-        rows line up), ids local to the block: with a PyG layer,
-        ``conv((x, x[:block.num_dst]), block.edge_index)`` (source and destination inputs), or
-        ``size=block.size`` for a layer that takes one input and a ``size``."""
+        """``[2, E]`` int64 (source, destination) in edge-id order, local ids: for a PyG layer,
+        ``conv((x, x[:block.num_dst]), block.edge_index)``, or ``size=block.size`` with one input."""
         return torch.stack(self.edges()).long()
 
     @property

@@ -21,11 +21,9 @@ def _pair(feats: Feats) -> Tuple[int, int]:
 
 
 class SAGEConv(nn.Module):
-    """GraphSAGE (Hamilton et al.): ``fc_self(h_v) + fc_neigh(agg(h_u))``.
-
-    ``aggregator_type``: "mean", "gcn" (mean over the neighbours and the node itself, no
-    self weight) or "pool" (max of ``relu(fc_pool(h_u))``). DGL's "lstm" is not provided.
-    """
+    """GraphSAGE (Hamilton et al.): ``fc_self(h_v) + fc_neigh(agg(h_u))``. ``aggregator_type``:
+    "mean", "gcn" (mean over neighbours and the node, no self weight) or "pool" (max of
+    ``relu(fc_pool(h_u))``); DGL's "lstm" is not provided."""
 
     AGGREGATORS = ("mean", "gcn", "pool")
 
