@@ -37,8 +37,7 @@ class PrintMetrics(Callback):
         # epoch   0  train_loss 1.9324  val_loss 1.9069  val_acc 0.4860
     """
 
-    # Runs after the task's on_train_epoch_end and after the epoch's metrics are reduced
-    # (validation included), like ModelCheckpoint: earlier, the line would be incomplete.
+    # After the task's on_train_epoch_end and the metrics' reduction, else the line is incomplete.
     after_reduction = True
 
     def __init__(self, keys: Optional[Sequence[str]] = None, fmt: str = ".4f",

@@ -127,8 +127,7 @@ class GraphLoader(ShardedLoader):
         self.graphs = graphs
 
     def check_world(self, world_size: int) -> None:
-        # With fewer graphs than ranks a rank would train on padding only (or, evaluating,
-        # on nothing): almost surely a mistake (a wrong split or path), so say so.
+        # Fewer graphs than ranks: a rank would train on padding only, almost surely a mistake.
         if self.ids.numel() < world_size:
             raise ValueError(f"graph_dataloader: {self.ids.numel()} graphs cannot be split between "
                              f"{world_size} ranks; give every rank at least one graph (more graphs "

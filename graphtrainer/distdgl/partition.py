@@ -53,8 +53,8 @@ PathLike = Union[str, os.PathLike]
 
 @dataclasses.dataclass(frozen=True)
 class PartRow:
-    """One part: nodes it owns, halo copies of others' nodes, edges it owns (in-edges of
-    its inner nodes), training nodes it owns (None without a train mask), bytes on disk."""
+    """One part: owned nodes, halo nodes, owned edges (inner nodes' in-edges), owned training
+    nodes (None without a train mask), bytes on disk."""
     inner_nodes: int
     halo_nodes: int
     inner_edges: int
