@@ -168,8 +168,7 @@ def _apply(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
 
 
 def _to_device(block: Any, device: torch.device) -> Any:
-    """The block on ``device``: DGL's own where DGL runs there, else a torch-only block (a GPU
-    with DGL's CPU-only wheel; graphtrainer.nn layers take either)."""
+    """The block on ``device``: DGL's where DGL runs there, else a torch-only block."""
     return block.to(device) if dgl_runs_on(device) else to_torch_graph(block).to(device)
 
 
@@ -195,8 +194,8 @@ def _probe(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
 
 
 def _shared_outputs(graph: Any, shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]]) -> Dict[str, torch.Tensor]:
-    """One output tensor per node type: plain in one process, mapped from one ``/dev/shm``
-    file by every rank of a launched job (all on this machine)."""
+    """One output tensor per node type: plain in one process, else one ``/dev/shm`` file per type
+    mapped by every rank (all on this machine)."""
     if not gdist.is_distributed() or not _one_machine():
         return {nt: torch.empty((graph.num_nodes(nt), *row), dtype=dtype) for nt, (row, dtype) in shapes.items()}
     name = gdist.broadcast_object(f"graphtrainer-layerwise-{os.getpid()}-{uuid.uuid4().hex}"

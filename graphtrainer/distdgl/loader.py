@@ -128,11 +128,8 @@ def _one_dgl_thread() -> None:
 
 
 class DistNodeLoader(_DistSampled):
-    """Minibatches of DGL blocks over this rank's share of seed nodes of a ``DistGraph``.
-
-    Yields DGL's ``(input_nodes, output_nodes, blocks)`` with the prefetched features in
-    ``blocks[0].srcdata`` and labels in ``blocks[-1].dstdata``, as on one machine.
-    """
+    """Minibatches of DGL blocks over this rank's share of seed nodes of a ``DistGraph``: DGL's
+    ``(input_nodes, output_nodes, blocks)`` with prefetched features and labels, as on one machine."""
 
     def __init__(self, graph: Any, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, even: Any = None, seed: int = 0):
@@ -222,8 +219,7 @@ class DistEdgeLoader(_DistSampled):
             ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph, self.sampler = graph, sampler
-        # Pairs need not be edges of the graph: graphtrainer's pair sampler, on DGL's plain
-        # distributed loader. Edge ids: DGL's EdgeCollator (what DistEdgeDataLoader runs).
+        # Pairs (not edges of the graph): graphtrainer's pair sampler; edge ids: DGL's EdgeCollator.
         self.pair_sampler = _PairSampler(*self.pairs, sampler, self.negatives) if self.pairs is not None else None
 
     @property

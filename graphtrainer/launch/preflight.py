@@ -49,8 +49,7 @@ def _prepare(task: Any, method: str) -> None:
 
 
 def prepare_graph(graph: Any, formats: Sequence[str] = ("csc",)) -> Any:
-    """Build ``formats`` of ``graph`` once (default: CSC, what in-neighbour sampling reads),
-    so forked ranks share them instead of each building its own; see :mod:`graphtrainer.data.formats`."""
+    """Build ``formats`` of ``graph`` once (default CSC) for forked ranks to share (:mod:`graphtrainer.data.formats`)."""
     return build_formats(graph, formats)
 
 
