@@ -87,8 +87,7 @@ class JobFailures:
 
 
 def for_placement(placement: Any) -> Optional[JobFailures]:
-    """The failure channel of a job over several machines (a ``Placement`` with a shared
-    rendezvous); None on one machine, where the launcher sees every rank itself."""
+    """The failure channel of a multi-machine job's ``Placement``; None on one machine."""
     if placement.master_addr is None:
         return None
     return JobFailures(placement.master_addr, placement.master_port + 1, serve=placement.first_rank == 0)

@@ -49,8 +49,7 @@ def context() -> mp.context.BaseContext:
 
 
 def start_server() -> int:
-    """Start the fork server now (no-op when it runs) and return its pid. It imports in the
-    background; the first rank start waits for it."""
+    """Start the fork server now (no-op when it runs), importing in the background; its pid."""
     context()
     previous = {name: os.environ.get(name) for name in (ENV_FLAG, LAUNCHER_ENV)}
     os.environ[ENV_FLAG] = "1"

@@ -65,8 +65,7 @@ def import_rank_modules() -> None:
 
 
 def allocator_option(value: str) -> str:
-    """Check ``Trainer(allocator=...)``; ``GRAPHTRAINER_MALLOC_TUNING``, when set, overrides
-    it (the variable predates the option)."""
+    """Check ``Trainer(allocator=...)``; a set ``GRAPHTRAINER_MALLOC_TUNING`` (older) overrides it."""
     env = os.environ.get(_ENV)
     if env is not None:
         if env not in _ENV_MEANING:

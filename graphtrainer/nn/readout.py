@@ -71,8 +71,7 @@ def edge_endpoints(pair_graph: Any, etype: Any = None) -> Tuple[torch.Tensor, to
 
 
 def score_edges(pair_graph: Any, h: torch.Tensor, mlp: Optional[nn.Module] = None, etype: Any = None) -> torch.Tensor:
-    """One logit per edge of ``pair_graph`` (edge-id order): ``h_u · h_v``, or
-    ``mlp(h_u * h_v)`` squeezed to one value when ``mlp`` is given."""
+    """One logit per edge of ``pair_graph`` (edge-id order): ``h_u · h_v``, or ``mlp(h_u * h_v)``."""
     src, dst = edge_endpoints(pair_graph, etype)
     prod = h[src] * h[dst]
     return prod.sum(-1) if mlp is None else mlp(prod).squeeze(-1)

@@ -45,8 +45,7 @@ def can_simulate() -> Tuple[bool, str]:
 
 
 class SimulatedMachines:
-    """``count`` network namespaces joined by a bridge; machine ``m`` has address
-    ``127.100.0.<m+1>``. Use as a context manager."""
+    """``count`` network namespaces joined by a bridge (a context manager; see the module doc)."""
 
     def __init__(self, count: int):
         if count < 1 or count > 200:
