@@ -89,8 +89,9 @@ _REASON_MARKS = ("what():", "error", "fail", "abort", "exception", "assert", "fa
 
 
 def last_words(tail: str) -> Optional[str]:
-    """The line of ``tail`` most likely to say why a process aborted: the last naming an error
-    before faulthandler's dump, skipping exit reports (LIBXSMM's "Command: ..."); else the last."""
+    """The line of ``tail`` most likely to say why a process aborted: the last one before
+    Python's own fatal-error dump (faulthandler's stacks) that names an error, skipping
+    reports printed at exit (LIBXSMM's "Command: ... Uptime: ..."); else the last line."""
     lines: List[str] = [line.strip() for line in tail.splitlines() if line.strip()]
     lines = lines[:_dump_start(lines)] or lines
     reasons = [line for line in lines if any(mark in line.lower() for mark in _REASON_MARKS)]
