@@ -1,9 +1,8 @@
 """The Trainer's configuration, the state of a run, and what a run hands back.
 
-:class:`TrainerConfig` is built once from ``Trainer.__init__``'s arguments and never
-changes. :class:`RunState` is owned by the rank runtime: it updates the fields as the run
-goes, callbacks and tasks read them (``trainer.state``, or the ``Trainer`` properties of
-the same names), and rank 0's copy comes back to the caller in a :class:`RunResult`.
+:class:`TrainerConfig` is built once from ``Trainer.__init__``'s arguments. :class:`RunState`
+is updated by the rank runtime and read by callbacks and tasks (``trainer.state`` or the
+properties of :class:`RunView`); rank 0's copy comes back in a :class:`RunResult`.
 """
 from __future__ import annotations
 
@@ -124,13 +123,10 @@ class RunState:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     #: True when the ranks run in processes the trainer started.
     launched: bool = False
-    #: The epoch running (0-based); after ``fit``, the number of epochs completed.
+    #: Counters and metrics: see the :class:`RunView` properties of the same names.
     current_epoch: int = 0
-    #: Optimizer steps taken.
     global_step: int = 0
-    #: One row of exactly reduced metrics per finished epoch.
     history: List[Dict[str, float]] = field(default_factory=list)
-    #: The latest reduced value of every logged metric.
     callback_metrics: Dict[str, float] = field(default_factory=dict)
     should_stop: bool = False
     #: True from the end of an epoch's work until the next epoch starts: a checkpoint

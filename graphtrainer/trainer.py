@@ -39,123 +39,95 @@ LAUNCHERS = ("auto", "fork", "spawn", "forkserver")
 class Trainer(RunView):
     """Runs a :class:`~graphtrainer.GraphTask` on one or many processes.
 
-    ``Trainer(gpus=4)`` starts 4 ranks, one per GPU, over nccl; ``Trainer(num_procs=2)``
-    starts 2 CPU ranks over gloo; with neither, training runs in this process. Under
-    torchrun or Slurm (``RANK``/``WORLD_SIZE`` or ``SLURM_PROCID``/``SLURM_NTASKS`` set) the
-    ranks already exist: nothing is launched and each process runs its own rank.
+    ``Trainer(gpus=4)`` starts 4 ranks, one per GPU, over nccl; ``Trainer(num_procs=2)`` 2 CPU
+    ranks over gloo; with neither, training runs in this process. Under torchrun or Slurm
+    (``RANK``/``WORLD_SIZE`` or ``SLURM_PROCID``/``SLURM_NTASKS``) each process runs its own rank.
 
     Args:
         gpus: number of GPUs, or a list of device indices (one rank each). Repeating an
             index puts several ranks on one GPU; they then talk over gloo.
         num_procs: CPU ranks when ``gpus`` is not given (default 1: no launch).
-        launcher: ``"auto"`` (the default: fork on Linux, unless CUDA or autograd already ran
-            in this process, which makes forked ranks unusable: then forkserver, with a
-            warning; spawn elsewhere), ``"fork"`` (the graph is shared copy-on-write),
-            ``"forkserver"`` (ranks forked from a clean server that imported torch and dgl
-            once; the graph in shared memory as with spawn; safe after CUDA use) or
-            ``"spawn"`` (graph and features moved to shared memory once). Forkserver and
-            spawn need a script file whose entry point is under ``if __name__ == "__main__":``.
+        launcher: ``"auto"`` (fork on Linux, or forkserver with a warning once CUDA or
+            autograd ran in this process; spawn elsewhere), ``"fork"`` (the graph shared
+            copy-on-write), ``"forkserver"`` (ranks forked from a clean server that imported
+            torch and dgl once; safe after CUDA use) or ``"spawn"``; the last two move the
+            graph to shared memory and need the entry point under ``if __name__ == "__main__":``.
         max_epochs, max_steps: stop after either (``max_steps=-1``: no step limit).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches:
             batches per epoch and rank, as a count (int) or a fraction (float <= 1.0).
         check_val_every_n_epoch: validation frequency.
         seed: seeds the model build, each epoch's id permutation and every rank's
             generators (per epoch, from ``(seed, rank, epoch)``).
-        threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1). In
-            this process (one rank) and under torchrun or Slurm it applies when given;
-            otherwise the process's setting stands (torchrun sets ``OMP_NUM_THREADS=1``
-            when it starts several processes per node). DGL samples with these threads,
-            and its multi-threaded sampling is not repeatable: one thread is.
+        threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1; in
+            this process and under torchrun or Slurm only when given). DGL samples with
+            these threads; only one thread makes its sampling repeatable.
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
-        logger: True for a CSV logger, False for none, or a logger object (any Lightning-style
-            logger: ``log_metrics(metrics, step)``, see :mod:`graphtrainer.loop.loggers`) or a
-            list of them, each beside the CSV logger.
+        logger: True for a CSV logger, False for none, or Lightning-style loggers
+            (:mod:`graphtrainer.loop.loggers`) to use beside the CSV logger.
         gradient_clip_val: clip the gradients to this value: their global norm
             (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
         accumulate_grad_batches: step the optimizer every this many batches; the
             batches in between skip DDP's all-reduce (``no_sync``).
         log_every_n_steps: step rows in ``metrics.csv``.
         backend: force a ``torch.distributed`` backend (default nccl on GPU, gloo on CPU).
-        hang_timeout: seconds a launched rank may make no progress (no batch fetched or
-            stepped, no hook entered) before the run is ended with a :class:`RankFailedError`
-            naming it, the hook and batch it was in, and its Python stack. Ranks waiting
-            for it in a collective are not blamed. ``None`` turns the check off; raise it
-            for hooks that legitimately run longer (a long ``setup``, a full-graph
-            inference in ``on_validation_epoch_end``). Under torchrun or Slurm nothing
-            watches the ranks from outside: ``timeout`` applies there.
+        hang_timeout: seconds a launched rank may make no progress (no batch, no hook entered)
+            before a :class:`RankFailedError` names it, its hook, batch and Python stack (ranks
+            waiting for it in a collective are not blamed). ``None``: no check; raise it for
+            long hooks (``setup``, full-graph inference). Under torchrun or Slurm: ``timeout``.
         timeout: seconds (or a ``timedelta``) a collective may wait for its peers before
             the process group raises; default 10 minutes.
         detect_anomaly: stop at the first non-finite training loss (``FloatingPointError``
-            naming rank, epoch, batch and step) and run backward under autograd's anomaly
-            detection. Without it, the first non-finite loss of a run is reported once as
-            a warning and training goes on.
-        precision: ``"32"`` (default), ``"bf16-mixed"`` (bfloat16 autocast for the forward
-            passes of the steps, on CPU ranks too) or ``"16-mixed"`` (float16 autocast with a
-            gradient scaler, whose state is checkpointed; GPUs only).
+            naming rank, epoch, batch and step), backward under autograd's anomaly detection;
+            without it, the first non-finite loss is warned about once.
+        precision: ``"32"``, ``"bf16-mixed"`` (bfloat16 autocast of the forward passes, also on
+            CPU) or ``"16-mixed"`` (float16 autocast, checkpointed gradient scaler; GPUs only).
         fast_dev_run: True (or n) runs 1 (or n) batches of training, validation, test and
             predict in one epoch, and writes nothing: no run folder, logs or checkpoints.
-        val_check_interval: also validate during the epoch, every this many training
-            batches (int) or this fraction of the epoch (float); metrics stay exact. With
-            uneven batch counts, checks fall only where every rank still has batches.
+        val_check_interval: also validate every this many training batches (int) or fraction
+            of the epoch (float), exactly; only where every rank still has batches.
         max_time: stop at the first epoch end after this much training (``"DD:HH:MM:SS"``,
             seconds, a ``timedelta`` or a dict such as ``{"hours": 12}``).
         min_epochs: no stop (``EarlyStopping``, ``should_stop``) before this many epochs.
-        overfit_batches: train (and validate) on the same first n batches (int) or
-            fraction of batches (float) every epoch: a debugging check that the model can
-            fit a little data.
+        overfit_batches: train and validate on the same first batches (int, or float fraction)
+            every epoch: a check that the model can fit a little data.
         enable_model_summary: print the model's parameter counts on rank 0 at the start of
             ``fit`` (a :class:`~graphtrainer.callbacks.ModelSummary` callback).
-        profiler: ``"simple"`` prints, at the end of ``fit``, wall time per hook and per
-            stage of a training step (sample, to device, forward, backward, all-reduce,
-            optimizer) for every rank; ``"pytorch"`` writes a ``torch.profiler`` trace of a
-            few training steps of rank 0 to ``<log_dir>/profile/``.
-        find_unused_parameters: let DDP find, after each forward, the parameters that got
-            no gradient (needed when not every parameter takes part in every loss, e.g. a
-            heterograph model whose relations a batch may lack; without it DDP stops with
-            an error that names this option). It walks the autograd graph every step. DDP
-            then prints "did not find any unused parameters" once per rank as soon as one
-            step used them all, even when other steps need the option (see
-            :mod:`graphtrainer.loop.ddp`); ``ddp_kwargs={"static_graph": True}`` avoids both the
-            walk and the warning where every step uses the same parameters.
+        profiler: ``"simple"`` prints after ``fit`` each rank's wall time per hook and per stage
+            of a training step; ``"pytorch"`` writes a ``torch.profiler`` trace of a few of rank
+            0's steps to ``<log_dir>/profile/``.
+        find_unused_parameters: let DDP find, after each forward, the parameters that got no
+            gradient (when not all take part in every loss, e.g. relations a batch may lack),
+            walking the autograd graph every step; DDP may warn once per rank that it "did not
+            find any unused parameters" (:mod:`graphtrainer.loop.ddp`). Where every step uses
+            the same parameters, ``ddp_kwargs={"static_graph": True}`` avoids both.
         ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
             ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
             the module and devices itself.
         distributed_graph: a partition config (``parts/cora.json``, or its folder) made by
-            ``python -m graphtrainer.cli.partition``: train on DistDGL. On each machine ``fit``
-            starts the machine's graph servers and ``num_procs`` (or ``gpus``) trainer ranks;
-            in each rank ``task.graph`` is the ``DistGraph`` and ``node_dataloader`` gives
-            ``DistNodeDataLoader`` batches. A task whose ``graph`` is a
-            :class:`~graphtrainer.distdgl.graph.PartitionedGraph` needs no other option.
-        ip_config: for several machines, DGL's ip_config file: one line ``<address> [port]``
-            per machine (one partition each), the same file on every machine. Without it
-            the run is this machine alone, on loopback.
+            ``python -m graphtrainer.cli.partition``: on each machine ``fit`` starts its graph
+            servers and ``num_procs`` (or ``gpus``) ranks, whose ``task.graph`` is the
+            ``DistGraph``. Not needed when ``task.graph`` is a
+            :class:`~graphtrainer.distdgl.graph.PartitionedGraph`.
+        ip_config: for several machines, DGL's ip_config file (``<address> [port]`` per
+            machine, one partition each, the same file everywhere); else this machine alone.
         num_servers: graph servers per machine (more serve more ranks' sampling requests).
         machine_rank: which line of ``ip_config`` this machine is; by default
             ``$GRAPHTRAINER_MACHINE_RANK``, else Slurm's ``$SLURM_NODEID``, else the line
             holding one of this machine's addresses.
-        block_type: how batches holding DGL graphs reach the rank's device. ``"auto"``: as DGL
-            graphs where DGL can move them (CPU ranks; DGL's CUDA build), else as torch blocks
-            (:class:`graphtrainer.nn.TorchBlock`), which ``graphtrainer.nn`` layers take;
-            ``"torch"``: always torch blocks; ``"dgl"``: always DGL graphs.
-        sampling: where node and edge loaders sample. ``"auto"``: on GPU ranks the GPU, in torch
-            ops, when the sampler is supported and the graph fits (else DGL on the CPU, rank 0
-            saying why), DGL on CPU ranks; ``"device"``: the rank's device, refusing what it
-            cannot sample; ``"cpu"``: DGL. See :mod:`graphtrainer.data.device.mode`.
-        prefetch_batches: with torch blocks on a GPU and the default
-            ``transfer_batch_to_device``, pin each batch and copy it on a side CUDA stream
-            one batch ahead, so the copy overlaps the step before it.
-        allocator: each rank's glibc allocator (:mod:`graphtrainer.launch.lean`). ``"default"``:
-            glibc's thresholds, the heap trimmed at a rank's start and per epoch (no cost);
-            ``"lean"``: a 1 MB mmap threshold, about half a rank's private memory for 1.37x the
-            epoch time (``benchmarks/README.md``); ``"glibc"``: untouched.
-            ``GRAPHTRAINER_MALLOC_TUNING=0``/``1`` is read as ``"glibc"``/``"lean"`` (warned).
-        pin_cpus: pin each rank this trainer launches (fork, spawn, forkserver, DistDGL
-            trainers) to its own ``threads_per_proc`` cores of the launching process's affinity
-            mask, wrapping round when ranks outnumber cores; its sampling workers keep the whole
-            mask. Ranks started by torchrun or Slurm are left as they were placed. See
-            :mod:`graphtrainer.process.affinity`.
+        block_type: how batches holding DGL graphs reach the device: ``"auto"`` (DGL graphs
+            where DGL can move them, else :class:`graphtrainer.nn.TorchBlock`), ``"torch"`` or ``"dgl"``.
+        sampling: where node and edge loaders sample: ``"auto"``, ``"device"`` (refusing what
+            it cannot sample) or ``"cpu"`` (DGL); see :mod:`graphtrainer.data.device.mode`.
+        prefetch_batches: with torch blocks on a GPU and the default transfer, copy each batch
+            (pinned, side CUDA stream) one batch ahead, overlapping the step before it.
+        allocator: each rank's glibc allocator (:mod:`graphtrainer.launch.lean`): ``"default"``
+            (no cost), ``"lean"`` (about half a rank's private memory for 1.37x the epoch
+            time) or ``"glibc"`` (untouched).
+        pin_cpus: pin each rank this trainer launches to its own ``threads_per_proc`` cores of
+            the launching process's affinity mask (wrapping round; sampling workers keep the
+            whole mask; torchrun and Slurm ranks are left alone). See :mod:`graphtrainer.process.affinity`.
     """
 
     def __init__(
@@ -274,8 +246,7 @@ class Trainer(RunView):
 
     @property
     def active_callbacks(self) -> List[Callback]:
-        """The callbacks that run: all of them, except checkpointing and early stopping in a
-        ``fast_dev_run`` (which writes nothing and runs one epoch)."""
+        """The callbacks that run: all but checkpointing and early stopping in a ``fast_dev_run``."""
         if not self.config.fast_dev_run:
             return self.callbacks
         return [cb for cb in self.callbacks if not isinstance(cb, (ModelCheckpoint, EarlyStopping))]
@@ -284,13 +255,10 @@ class Trainer(RunView):
     def fit(self, task: GraphTask, ckpt_path: Optional[str] = None) -> "Trainer":
         """Train ``task``; resume from ``ckpt_path`` ("last", "best" or a path) if given.
 
-        Each call is a run of its own: it writes under a new ``version_<n>`` folder (never
-        into the folder of the run it resumes from) and its callbacks start afresh (best
-        score and path, top-k, early-stopping counters). The model's weights carry over
-        from a previous ``fit`` of the same task, as in Lightning; resuming replaces them.
-
-        After it returns, :attr:`history` holds one row of exactly reduced metrics per
-        epoch, :attr:`log_dir` the run directory, and ``task.model`` the trained weights.
+        Each call is a run of its own, in a new ``version_<n>`` folder, with callbacks afresh
+        (best score, top-k, early-stopping counters); the weights carry over from a previous
+        ``fit``, as in Lightning, unless resuming replaces them. Afterwards :attr:`history`
+        holds one exactly reduced row per epoch and :attr:`log_dir` the run directory.
         """
         # Before the reset: "best" may use this trainer's last run; "last" with none yet starts afresh.
         ckpt_path = self._resolve_ckpt(ckpt_path, fresh_if_none=True)
@@ -322,8 +290,7 @@ class Trainer(RunView):
 
     # ---- launching ----------------------------------------------------------------------
     def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:
-        """Run ``stage`` through the launcher that fits this process (see :meth:`_launcher`);
-        bring rank 0's result into this process."""
+        """Run ``stage`` through :meth:`_launcher`'s launcher; bring rank 0's result here."""
         check_task(task, stage)
         check_sparse_embeddings(task)
         if stage == "fit":
@@ -367,8 +334,7 @@ class Trainer(RunView):
         return RankContext(self.config, self.state, self.callbacks, self.active_callbacks, task)
 
     def _guarded(self, stage: str, run: Callable[[], RunResult]) -> RunResult:
-        """``run()``; if a fit fails before anything worth keeping was written (no epoch row, no
-        checkpoint), its run folder goes too, so failed starts leave no empty ``version_<n>``."""
+        """``run()``; a fit that fails before writing an epoch row or checkpoint removes its folder."""
         try:
             return run()
         except BaseException:

@@ -18,29 +18,21 @@ from .._moved import metric_key
 class ModelCheckpoint(Callback):
     """Checkpoint the run every ``every_n_epochs`` epochs.
 
-    With ``monitor``, keep the ``save_top_k`` best files by that reduced metric
-    (``mode`` "min" or "max"); without it, keep the ``save_top_k`` most recent.
+    With ``monitor``, keep the ``save_top_k`` best files by that reduced metric (``mode``
+    "min" or "max"; a non-finite value is never best); without it, the most recent.
     ``save_top_k=-1`` keeps all, ``0`` none (with ``save_last`` only ``last.ckpt``).
-    ``filename`` is formatted with ``epoch``, ``step`` and the logged metrics, each
-    written as ``name=value`` (``"{epoch}-{val_loss:.4f}"`` gives
-    ``epoch=3-val_loss=0.4120.ckpt``; ``epoch`` is the 0-based epoch just finished, the
-    same number the checkpoint's ``"epoch"`` field holds). ``dirpath`` defaults to
-    ``<log_dir>/checkpoints``, the run's own folder: a resumed or repeated fit writes into
-    its new run folder, never into the one it resumed from. A non-finite monitored value
-    is never recorded as best. A ``monitor`` that was not logged raises a ``KeyError`` naming
-    it and the metrics that exist, at the first epoch end where it should be there (one where
-    validation ran, or any with no validation loader), as Lightning does: a run whose best
-    file cannot be chosen should not train on. An old metric name (``val_hits@20``) monitors
-    its new one (``val_pooled_hits@20``), with a ``DeprecationWarning``.
+    ``filename`` is formatted with ``epoch`` (0-based, as the checkpoint's ``"epoch"``),
+    ``step`` and the logged metrics as ``name=value`` (``"{epoch}-{val_loss:.4f}"`` gives
+    ``epoch=3-val_loss=0.4120.ckpt``). ``dirpath`` defaults to the run's own
+    ``<log_dir>/checkpoints``. A ``monitor`` never logged raises a ``KeyError`` naming the
+    metrics that exist, at the first epoch end where it should be (as Lightning); an old
+    name (``val_hits@20``) monitors its new one with a ``DeprecationWarning``.
 
-    Each ``fit`` starts with no best file and no top-k. Resuming restores the top-k state
-    only when the checkpoint came from this same ``dirpath`` (an explicit one): files of
-    another run are never deleted or overwritten.
-
-    Rank 0 decides what to save and delete and broadcasts the decision, so every rank
-    agrees; saving itself is collective (rank 0 writes atomically, then a barrier).
-    After ``fit``, :attr:`best_model_path`, :attr:`best_model_score` and
-    :attr:`last_model_path` are set on the caller's side too.
+    Each ``fit`` starts with no best file and no top-k; resuming restores them only from a
+    checkpoint of this same explicit ``dirpath``, so another run's files are never touched.
+    Rank 0 decides what to save and delete and broadcasts it; saving is collective. After
+    ``fit``, :attr:`best_model_path`, :attr:`best_model_score` and :attr:`last_model_path`
+    are set on the caller's side too.
     """
 
     after_reduction = True

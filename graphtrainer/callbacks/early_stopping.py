@@ -14,11 +14,9 @@ from .._moved import metric_key
 class EarlyStopping(Callback):
     """Stop after ``patience`` checks without an improvement larger than ``min_delta``.
 
-    With ``check_finite`` a NaN or infinite monitored value stops training at once, with
-    a message. Rank 0 decides and broadcasts, so all ranks stop at the same epoch. A ``monitor``
-    that was not logged raises a ``KeyError`` naming it and the metrics that exist, at the first
-    epoch end where it should be there (as Lightning; an old metric name such as ``val_hits@20``
-    monitors its new one, with a ``DeprecationWarning``).
+    With ``check_finite`` a non-finite value stops training at once. Rank 0 decides and
+    broadcasts. A ``monitor`` never logged raises a ``KeyError`` as in
+    :class:`~graphtrainer.callbacks.ModelCheckpoint` (old metric names too).
     """
 
     after_reduction = True

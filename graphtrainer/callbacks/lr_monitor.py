@@ -9,11 +9,8 @@ from .base import Callback
 
 
 class LearningRateMonitor(Callback):
-    """Logs ``lr-<Optimizer>[-<i>]/pg<j>`` for each optimizer ``i`` and param group ``j``.
-
-    ``logging_interval="epoch"``: an epoch metric (in ``history`` and ``metrics.csv``);
-    ``"step"``: a step row in the logger, on rank 0.
-    """
+    """Logs ``lr-<Optimizer>[-<i>]/pg<j>`` for each optimizer ``i`` and param group ``j``:
+    ``logging_interval="epoch"`` as an epoch metric, ``"step"`` as a step row on rank 0."""
 
     def __init__(self, logging_interval: str = "epoch"):
         if logging_interval not in ("epoch", "step"):

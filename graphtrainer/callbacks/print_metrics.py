@@ -15,27 +15,21 @@ from ..task import GraphTask
 class PrintMetrics(Callback):
     """Prints ``epoch   N  name value  name value ...`` on rank 0 at the end of every epoch.
 
-    ``N`` is the 0-based index of the epoch that just ended: the ``epoch`` of
-    ``trainer.history`` rows and of checkpoint file names. Values are the epoch's metrics
-    as every rank sees them, reduced over all ranks (``trainer.callback_metrics``),
-    validation included when it ran that epoch.
+    ``N`` is the 0-based epoch just ended (as in ``trainer.history`` and checkpoint names);
+    values are the reduced ``trainer.callback_metrics``, validation included when it ran.
 
     Args:
-        keys: the metrics to print, in this order. An entry may be a shell-style pattern
-            (``"train_batches_rank*"``), which prints every matching metric in sorted
-            order. Metrics that do not exist (yet) are left out of the line, so one list
-            serves epochs with and without validation; at the first epoch end where validation
-            ran (or every epoch end, with no validation loader) and an entry matched nothing,
-            a warning names it and the metrics that exist (once per entry: a warning rather
-            than an error, since a printed line never decides the run). An old metric name
+        keys: the metrics to print, in order; an entry may be a shell-style pattern
+            (``"train_batches_rank*"``, matches sorted). Missing metrics are left out, so one
+            list serves epochs with and without validation; an entry that matched nothing at
+            the first epoch end where it should is warned about once. An old metric name
             (``val_hits@20``) prints its new one, with a ``DeprecationWarning``. ``None``
             prints every metric, sorted by name.
         fmt: format spec of a value (``format(value, fmt)``), ``".4f"`` by default.
         formats: format specs of particular metrics, by name or pattern
             (``{"input_nodes": ".0f"}``); they take precedence over ``fmt``.
-        elapsed: append ``(S s)``: wall-clock seconds since this callback was made (make
-            it just before ``fit`` to time the run; the clock is the machine's, so launched
-            ranks count from the same start).
+        elapsed: append ``(S s)``, wall-clock seconds since this callback was made (make it
+            just before ``fit``; launched ranks count from the same start).
 
     Example::
 
@@ -43,8 +37,7 @@ class PrintMetrics(Callback):
         # epoch   0  train_loss 1.9324  val_loss 1.9069  val_acc 0.4860
     """
 
-    # Runs after the task's on_train_epoch_end and after the epoch's metrics are reduced
-    # (validation included), like ModelCheckpoint: earlier, the line would be incomplete.
+    # After the task's on_train_epoch_end and the metrics' reduction, else the line is incomplete.
     after_reduction = True
 
     def __init__(self, keys: Optional[Sequence[str]] = None, fmt: str = ".4f",

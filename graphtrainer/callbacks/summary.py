@@ -11,9 +11,8 @@ from ..task import GraphTask
 
 
 class ModelSummary(Callback):
-    """Prints one row per module down to ``max_depth`` (name, type, parameters) and the
-    trainable and total counts. On by default (``Trainer(enable_model_summary=False)``
-    turns it off)."""
+    """Prints one row per module down to ``max_depth`` (name, type, parameters) and the trainable
+    and total counts; on unless ``Trainer(enable_model_summary=False)``."""
 
     def __init__(self, max_depth: int = 1):
         self.max_depth = max_depth

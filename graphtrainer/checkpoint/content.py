@@ -25,14 +25,9 @@ A checkpoint is a dict of plain values and tensors, loadable with
                        equals one never stopped
 ====================== ==============================================================
 
-Resuming from a checkpoint written at an epoch end is exact: every epoch reseeds
-torch, numpy, python and DGL from ``(seed, rank, epoch)`` and the id permutation comes
-from ``(seed, epoch)``. A checkpoint written mid-epoch (``trainer.save_checkpoint`` in a
-step hook) resumes approximately: that epoch restarts from its first batch with the
-saved weights.
-
-Files are written and verified by :mod:`graphtrainer.checkpoint.file` (atomic, with a
-SHA-256 digest checked before anything is loaded).
+Resuming from an epoch end is exact (every epoch reseeds from ``(seed, rank, epoch)``); from
+a ``trainer.save_checkpoint`` in a step hook it restarts that epoch with the saved weights.
+Files are written atomically and verified by :mod:`graphtrainer.checkpoint.file`.
 """
 from __future__ import annotations
 
@@ -79,8 +74,7 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 
 def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
-    """The checkpoint dict on rank 0 (with ``extra`` entries), None elsewhere. Must be called on
-    all processes."""
+    """The checkpoint dict (with ``extra``) on rank 0, None elsewhere. Must be called on all processes."""
     rngs = gdist.all_gather_object(rng_state())
     if trainer.rank != 0:
         return None
@@ -149,7 +143,6 @@ def resume_epoch(ckpt: Dict[str, Any]) -> int:
     if ckpt.get("format_version", 1) < 2:  # format 1 stored epochs completed
         return epoch
     return epoch + (1 if ckpt.get("epoch_finished") else 0)
-
 
 
 def load_checkpoint(path: str | os.PathLike, module: nn.Module) -> Dict[str, Any]:

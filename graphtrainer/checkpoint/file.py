@@ -1,16 +1,13 @@
 """Checkpoint files on disk: atomic, verifiable writes and safe, verified reads.
 
-Every file written here ends with a SHA-256 digest of its bytes, kept in the zip
-archive's comment field (which torch's reader ignores), so one flipped byte anywhere is
-found before anything is loaded. Files without the digest (written elsewhere) get the
-zip's own CRC check of every member instead.
+Every file written here ends with a SHA-256 digest of its bytes in the zip comment (which
+torch's reader ignores): one flipped byte is found before anything loads. Files without it
+get the zip's CRC check of every member.
 
-A file is written to ``.<name>.tmp-<host>-<pid>`` in the target folder and renamed over
-the target only when complete, so a crash or a full disk leaves the earlier file intact.
-The partial file is removed on exceptions and, in ranks, on SIGINT (SIGTERM asks a fit to
-stop after the save: see :mod:`graphtrainer.loop.preemption`); one left by a writer that was
-killed outright is removed by the next fit
-(:func:`graphtrainer.checkpoint.run_files.remove_dead_partials`) or the next save into that folder.
+A file is written to ``.<name>.tmp-<host>-<pid>`` and renamed over the target when complete,
+so a crash or full disk leaves the earlier file intact. The partial file is removed on
+exceptions and, in ranks, on SIGINT; one left by a killed writer by the next fit
+(:func:`graphtrainer.checkpoint.run_files.remove_dead_partials`) or save into that folder.
 """
 from __future__ import annotations
 
@@ -70,11 +67,8 @@ class _HashingWriter:
 
 
 def write_verified(obj: Dict[str, Any], fh: Any, name: str) -> None:
-    """``torch.save(obj)`` into the open binary file ``fh``, then its digest trailer.
-
-    I/O errors surface as :class:`CheckpointError` naming the cause and ``name``, not as
-    torch's serializer error.
-    """
+    """``torch.save(obj)`` into the open binary file ``fh``, then its digest trailer; I/O
+    errors as :class:`CheckpointError` naming the cause and ``name``."""
     writer = _HashingWriter(fh)
     try:
         torch.save(obj, writer)

@@ -66,12 +66,10 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
     """The file ``ckpt_path="last"`` or ``"best"`` means for ``callback`` (a ModelCheckpoint);
     None when there is none and ``missing_ok`` (a ``ValueError`` otherwise).
 
-    This trainer's own last fit answers first; otherwise (a fresh process, e.g. after a
-    crash) the folders on disk do: the callback's explicit ``dirpath``, or else the newest
-    run under ``root`` that has one. "last" is that folder's ``last.ckpt`` or, when the
-    ModelCheckpoint kept none (``save_last=False``, the default), its newest checkpoint
-    file: a restart goes on from the latest epoch saved rather than from scratch. "best" is
-    read from the ModelCheckpoint state saved in that folder's newest checkpoint.
+    This trainer's last fit answers first, else (a fresh process) the callback's explicit
+    ``dirpath`` or the newest run under ``root`` with checkpoints. "last" is its ``last.ckpt``
+    or else its newest checkpoint (``save_last=False``); "best" is read from the
+    ModelCheckpoint state in its newest checkpoint.
     """
     known = callback.best_model_path if which == "best" else callback.last_model_path
     if known and Path(known).is_file():
@@ -92,9 +90,8 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
 
 def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike,
                   fresh_if_none: bool = False) -> Tuple[Optional[str], str]:
-    """``(path, what was chosen in words)`` for ``ckpt_path="last"`` or ``"best"``, from the
-    first ``ModelCheckpoint`` of ``callbacks``; with ``fresh_if_none``, "last" with none yet
-    gives no path (a fresh start)."""
+    """``(path, what was chosen in words)`` for ``ckpt_path="last"``/``"best"`` from the first
+    ``ModelCheckpoint``; with ``fresh_if_none``, "last" with none yet gives no path."""
     if not callbacks:
         raise ValueError(f"ckpt_path={which!r} needs a ModelCheckpoint callback in this trainer "
                          "(none is configured): add one, or pass a file path")

@@ -1,11 +1,9 @@
 """Link-prediction minibatches over this rank's share of seed edges.
 
-:class:`EdgeLoader` splits edge ids (or positions in a list of node pairs) exactly as
-:class:`~graphtrainer.data.node_loader.NodeLoader` splits node ids, and samples each batch with
-DGL's ``as_edge_prediction_sampler``. Negatives come from :class:`PerEdgeUniform`: the
-``j``-th negative of an edge is a hash of ``(seed, epoch, edge, j)``, so it does not
-depend on the batch, the rank or the number of ranks (1 rank × 2b and 2 ranks × b see
-the same negatives, and evaluation sees the same ones every time).
+:class:`EdgeLoader` splits edge ids (or positions in a list of node pairs) as
+:class:`~graphtrainer.data.node_loader.NodeLoader` splits node ids, and samples with DGL's
+``as_edge_prediction_sampler``. The ``j``-th negative of an edge (:class:`PerEdgeUniform`) is a
+hash of ``(seed, epoch, edge, j)``: the same whatever the batch, rank or number of ranks.
 """
 from __future__ import annotations
 
@@ -32,8 +30,8 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tensor:
-    """``[len(keys), num]`` pseudo-random non-negative int64 values, a pure function of
-    ``(seed, epoch, key, j)``, on ``keys``' device (the device sampler draws the same negatives)."""
+    """``[len(keys), num]`` pseudo-random non-negative int64, a pure function of ``(seed, epoch,
+    key, j)``, on ``keys``' device."""
     base = _mix(torch.tensor([(int(seed) * 1_000_003 + int(epoch)) % _P], dtype=torch.int64, device=keys.device))
     h = _mix((keys.to(torch.int64) % _P) ^ base)
     j = torch.arange(num, dtype=torch.int64, device=keys.device)
@@ -41,12 +39,9 @@ def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tens
 
 
 class PerEdgeUniform:
-    """DGL negative sampler: ``k`` negatives per positive edge ``(u, v)``, namely ``(u, w)``
-    with ``w`` uniform over the nodes, reproducible from ``(seed, epoch, edge id)``.
-
-    The loader sets :attr:`seed` and :attr:`epoch`; :attr:`keys`, when set, maps edge ids
-    to the key hashed (positions in a pair list).
-    """
+    """DGL negative sampler: ``k`` negatives ``(u, w)`` per positive edge ``(u, v)``, ``w`` uniform
+    over the nodes, reproducible from ``(seed, epoch, edge id)``; the loader sets :attr:`seed` and
+    :attr:`epoch`."""
 
     def __init__(self, k: int = 1):
         if int(k) < 1:
@@ -101,8 +96,17 @@ def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:
 
 
 class _PairSampler:
-    """``as_edge_prediction_sampler``'s work for node pairs that need not be edges of the
-    graph (held-out evaluation edges): pair graphs, negatives, then blocks for their nodes."""
+    """``as_edge_prediction_sampler``'s work for node pairs that need not be edges (held-out
+    evaluation edges)."""
+
+    @staticmethod
+    def check(edges: Any, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` node-id pairs, checked against ``n`` nodes."""
+        src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
+        dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
+        if src.numel() != dst.numel():
+            raise ValueError(f"edge_dataloader pairs: src has {src.numel()} nodes, dst {dst.numel()}")
+        return src, dst
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, sampler: Any, negatives: Optional[PerEdgeUniform]):
         self.src, self.dst, self.sampler, self.negatives = src, dst, sampler, negatives
@@ -143,24 +147,20 @@ class EdgeLoader(SampledLoader):
     """Link-prediction batches over this rank's share of seed edges.
 
     ``sampler``: a DGL block sampler, or a list of fanouts (``NeighborSampler`` prefetching
-    ``feat``). ``edges``: edge ids of ``graph`` (1-D integer tensor or boolean mask over edges), or a
-    pair ``(src, dst)`` of node-id tensors (pairs need not be edges of the graph: held-out
-    validation/test edges). ``negatives``: an int ``k`` (``k`` uniform negatives per edge via
-    :class:`PerEdgeUniform`), any DGL negative sampler (edge ids only), or ``None``.
-    ``exclude``: ``None``, ``"self"`` or ``"reverse_id"`` (needs ``reverse_eids``; edge ids
-    only), removing the seed edges (and their reverses) from the sampled blocks.
+    ``feat``). ``edges``: edge ids (1-D integer tensor or edge mask), or ``(src, dst)`` node-id
+    tensors (pairs need not be edges: held-out validation/test edges). ``negatives``: an int
+    ``k`` (:class:`PerEdgeUniform`: new negatives each training epoch, the same at every
+    evaluation), any DGL negative sampler (edge ids only), or ``None``. ``exclude``: ``None``,
+    ``"self"`` or ``"reverse_id"`` (needs ``reverse_eids``; edge ids only) keeps the seed edges
+    (and their reverses) out of the blocks.
 
-    On a heterograph ``edges`` is ``{etype: eids}`` (relation names or canonical triples):
-    each type is permuted and split evenly like :class:`~graphtrainer.data.node_loader.NodeLoader`'s
-    node types, batches hold ``{canonical etype: eids}`` and heterograph pair graphs,
-    ``negatives=k`` draws each type's negatives among its destination type, and
-    ``exclude="reverse_types"`` with ``reverse_etypes={etype: reverse}`` keeps the seed edges
-    and their reverses out of the blocks.
+    On a heterograph ``edges`` is ``{etype: eids}``: each type is split evenly as
+    ``NodeLoader``'s node types, batches hold ``{canonical etype: eids}``, ``negatives=k`` draws
+    among each type's destination type, and ``exclude="reverse_types"`` takes
+    ``reverse_etypes={etype: reverse}``.
 
-    Yields what DGL's edge loader yields: ``(input_nodes, pair_graph, neg_pair_graph,
-    blocks)``, or ``(input_nodes, pair_graph, blocks)`` without negatives. The negatives
-    of ``negatives=k`` follow ``(seed, epoch)``: new ones each training epoch, and the same
-    ones at every evaluation (evaluation loaders stay at epoch 0).
+    Yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` as DGL's edge loader, without
+    ``neg_pair_graph`` when there are no negatives.
     """
 
     def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *,
@@ -184,15 +184,11 @@ class EdgeLoader(SampledLoader):
             self.spans = type_spans(self.typed, graph, edges=True)
             ids = flatten(self.typed, self.spans)
         elif isinstance(edges, (tuple, list)) and len(edges) == 2:
-            src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
-            dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
-            if src.numel() != dst.numel():
-                raise ValueError(f"edge_dataloader pairs: src has {src.numel()} nodes, dst {dst.numel()}")
             if exclude is not None:
                 raise ValueError("exclude= applies to edge ids of the graph; node pairs are not "
                                  "edges of it, so there is nothing to exclude: pass exclude=None")
-            self.pairs = (src, dst)
-            ids = torch.arange(src.numel())
+            self.pairs = _PairSampler.check(edges, n)
+            ids = torch.arange(self.pairs[0].numel())
         else:
             # Edge ids checked against the number of edges: DGL aborts in C++ otherwise.
             ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
@@ -229,8 +225,7 @@ class EdgeLoader(SampledLoader):
     def __iter__(self) -> Iterator[Any]:
         if isinstance(self.negatives, PerEdgeUniform):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
-        # Pairs go through DGL's loader too (their positions are the indices): it fills in
-        # the features the block sampler asked to prefetch.
+        # Pairs go through DGL's loader too (positions as indices): it fills in prefetched features.
         return iterate_sampled(self)
 
 

@@ -1,10 +1,8 @@
 """Which sparse formats a task's samplers read, and building only those before a launch.
 
-A DGL graph can hold its structure as COO (edge list), CSR (out-edges by source) and
-CSC (in-edges by destination). ``create_formats_()`` builds all three, but CPU
-in-neighbour sampling reads CSC only: at 2M nodes / 20M edges the unused CSR is about
-340 MB, shared by the ranks yet paid once per run. So before a launch graphtrainer
-builds only what the samplers it can see need (:func:`formats_for`):
+DGL's ``create_formats_()`` builds COO, CSR and CSC, but in-neighbour sampling reads CSC
+only (at 2M nodes / 20M edges the unused CSR is about 340 MB per run), so before a launch
+graphtrainer builds only what the samplers it can see need (:func:`formats_for`):
 
 - CSC for every graph (DGL's block samplers walk in-edges by default);
 - CSR for a ``NeighborSampler(edge_dir="out")``;
@@ -12,8 +10,8 @@ builds only what the samplers it can see need (:func:`formats_for`):
 - whatever the task names in ``GraphTask.graph_formats`` (e.g. ``("csc", "csr")`` or
   ``"all"``), for samplers it builds later, inside the ranks.
 
-A sampler that needs a format nobody built still works: DGL builds it on first use,
-but then in each rank privately; :func:`warn_if_missing` says so once and names the fix.
+A format nobody built is built by DGL on first use, privately in each rank:
+:func:`warn_if_missing` says so once and names the fix.
 """
 from __future__ import annotations
 
@@ -61,9 +59,8 @@ def sampler_formats(sampler: Any) -> Set[str]:
 
 
 def loader_formats(loader: Any) -> Set[str]:
-    """Formats a loader's sampling reads (empty for loaders that do not sample a big graph):
-    what graphtrainer's node and edge loaders say (``sampled_formats()``), else the sampler
-    of DGL's own ``DataLoader``."""
+    """Formats a loader's sampling reads (``sampled_formats()`` of graphtrainer's loaders, else
+    those of a DGL ``DataLoader``'s sampler; empty for loaders that do not sample a big graph)."""
     if callable(getattr(loader, "sampled_formats", None)):
         return loader.sampled_formats()
     sampler = getattr(loader, "graph_sampler", None)  # DGL's own DataLoader
@@ -98,10 +95,7 @@ def _attribute_values(obj: Any) -> Iterable[Any]:
 
 def build_formats(graph: Any, formats: Iterable[str]) -> Any:
     """Build ``formats`` of ``graph`` in place (each relation of a heterograph); others stay unbuilt.
-
-    A ``ValueError`` names the format when the graph was restricted to others
-    (``graph.formats([...])``) and so cannot hold it.
-    """
+    A ``ValueError`` names a format the graph was restricted against (``graph.formats([...])``)."""
     formats = check_formats(tuple(formats), "formats")
     state = graph.formats()
     allowed = set(state["created"]) | set(state["not created"])
@@ -125,9 +119,8 @@ def created_formats(graph: Any) -> List[str]:
 
 
 def warn_unbuilt_formats(loader: Any) -> None:
-    """For graphtrainer's node and edge loaders: warn when their sampling reads a format of
-    their graph that is not built (called in ranks launched from a prepared graph; under
-    torchrun or Slurm each process builds its own graph, and there is nothing to share)."""
+    """Warn when a graphtrainer loader's sampling reads a format of its graph that is not built
+    (in ranks launched from a prepared graph)."""
     if callable(getattr(loader, "sampled_formats", None)) and getattr(loader, "graph", None) is not None:
         warn_if_missing(loader.graph, loader.sampled_formats(), type(loader).__name__)
 

@@ -1,17 +1,12 @@
 """Minibatches of whole graphs (graph classification/regression) over this rank's share.
 
-A dataset of many small graphs is first packed into a :class:`PackedGraphs`: every
-graph's edges, node and edge features concatenated into a few flat tensors plus
-offsets, and the labels stacked. That is what travels to the ranks: with spawn, a
-handful of tensors go to shared memory once (a list of thousands of ``DGLGraph``
-objects would each be pickled, each with its own shared-memory segments and file
-descriptors); with fork they are shared copy-on-write. A batch is rebuilt from slices
-of those tensors, which gives the same graph as ``dgl.batch`` of the originals.
-
-Measured on this project's machine: a task holding 2,000 MiniGC graphs as a list could
-not be spawned under ``ulimit -n 1024`` ("Too many open files" while sharing them); with
-the same graphs packed it started and trained one epoch in 4.3 s (10.9 s for the list
-with a higher limit). :func:`graphtrainer.launch.preflight.prepare_graphs` warns about such lists.
+Many small graphs are packed into a :class:`PackedGraphs`: edges and features concatenated
+into a few flat tensors with offsets, labels stacked. With spawn these few tensors go to
+shared memory once (a list of ``DGLGraph`` objects would each be pickled with its own
+segments and file descriptors); a batch rebuilt from slices equals ``dgl.batch`` of the
+originals. 2,000 MiniGC graphs as a list could not be spawned under ``ulimit -n 1024``;
+packed, they trained an epoch in 4.3 s (10.9 s for the list with a higher limit);
+:func:`graphtrainer.launch.preflight.prepare_graphs` warns about such lists.
 """
 from __future__ import annotations
 
@@ -33,11 +28,8 @@ def _ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 class PackedGraphs:
     """A dataset of graphs as flat tensors: ``len``, ``[i]`` gives ``(graph, label)``,
-    :meth:`batch` gives ``(dgl.batch(graphs), labels)`` for a list of indices.
-
-    ``dataset``: a ``DGLDataset`` or any sequence of ``(graph, label)`` pairs of
-    homogeneous graphs. Node/edge features kept are those every graph has.
-    """
+    :meth:`batch` ``(dgl.batch(graphs), labels)``. ``dataset``: a ``DGLDataset`` or sequence
+    of ``(graph, label)`` of homogeneous graphs; features kept are those every graph has."""
 
     def __init__(self, dataset: Any):
         import dgl  # here: the engine imports without DGL (plain-torch tasks)
@@ -135,8 +127,7 @@ class GraphLoader(ShardedLoader):
         self.graphs = graphs
 
     def check_world(self, world_size: int) -> None:
-        # With fewer graphs than ranks a rank would train on padding only (or, evaluating,
-        # on nothing): almost surely a mistake (a wrong split or path), so say so.
+        # Fewer graphs than ranks: a rank would train on padding only, almost surely a mistake.
         if self.ids.numel() < world_size:
             raise ValueError(f"graph_dataloader: {self.ids.numel()} graphs cannot be split between "
                              f"{world_size} ranks; give every rank at least one graph (more graphs "

@@ -1,21 +1,18 @@
 """Seed ids of heterographs: ``{ntype: ids}`` checked, put in one id space, ordered and split.
 
-A rank's share must have as many seeds as every other rank's (DDP needs as many batches
-everywhere), every id of every type must be seen once per epoch, and every type should be
-split evenly. Each type is therefore permuted once per epoch, identically on every rank,
-and split between ranks as a homogeneous graph's ids are (padding or dropping per type,
-so every rank gets exactly as many seeds of each type). A rank then merges its types in
-proportion to their sizes, so every batch holds each type in about its global share.
+Every rank needs as many seeds (DDP: as many batches), every id is seen once per epoch, and
+every type is split evenly: each type is permuted per epoch, identically on every rank, and
+split as a homogeneous graph's ids (padding or dropping per type); a rank merges its types
+in proportion to their sizes, so a batch holds each type in about its global share.
 
-Batches address all types in one flat id space (``offset[ntype] + id``, offsets by the
-graph's node counts in the dict's type order). Evaluation needs no permutation: the flat
-ids of the types one after the other are split like any ids (rank ``r`` holds positions
-``r, r + world, ...``, which keeps each type even to one id and predictions in order).
+Batches address all types in one flat id space (``offset[ntype] + id``, offsets by node
+counts in the dict's order). Evaluation splits the flat ids unpermuted (rank ``r`` holds
+positions ``r, r + world, ...``: each type even to one id, predictions in order).
 
-Position ``j`` of a type's permutation gets the key ``(j + 0.5) / n`` on every rank, so
-when every batch window holds an even count of each type (e.g. 64 papers and 32 words,
-batch 12 with one rank or 6 with two), 2 ranks with batch ``b`` train on exactly the
-seeds of 1 rank with batch ``2b``; otherwise they differ at the edges of batches only.
+Position ``j`` of a type's permutation gets the key ``(j + 0.5) / n``, so when each batch
+window holds an even count of each type (64 papers and 32 words, batch 12 on one rank or 6
+on two), 2 ranks with batch ``b`` train on exactly 1 rank's seeds with batch ``2b``;
+otherwise they differ at batch edges only.
 """
 from __future__ import annotations
 
@@ -47,8 +44,7 @@ def check_typed_ids(ids: Any, graph: Any, what: str = "seed ids") -> Dict[str, t
 
 
 def check_typed_eids(eids: Any, graph: Any, what: str = "edge ids") -> Dict[Tuple[str, str, str], torch.Tensor]:
-    """``{canonical etype: int64 edge ids}`` for a heterograph (keys may be relation names
-    or ``(src, rel, dst)`` triples), or a ``ValueError`` naming the problem."""
+    """``{canonical etype: int64 edge ids}`` (keys: relation names or triples), or a ``ValueError``."""
     etypes = list(graph.canonical_etypes)
     if not isinstance(eids, dict):
         raise ValueError(f"{what}: this graph has edge types {[e[1] for e in etypes]}; pass a dict "
@@ -67,8 +63,7 @@ def check_typed_eids(eids: Any, graph: Any, what: str = "edge ids") -> Dict[Tupl
 
 
 def type_spans(ids: Dict[Any, torch.Tensor], graph: Any, edges: bool = False) -> TypeSpans:
-    """Where each type of ``ids`` lives in the flat id space (node types, or edge types
-    with ``edges``)."""
+    """Where each type of ``ids`` lives in the flat id space (edge types with ``edges``)."""
     spans: TypeSpans = []
     offset = 0
     for ntype in ids:
@@ -96,10 +91,7 @@ def split_flat(flat: torch.Tensor, spans: Sequence[Tuple[str, int, int]]) -> Dic
 def typed_share(ids: Dict[str, torch.Tensor], spans: TypeSpans, seed: int, epoch: int, rank: int, world: int,
                 even: str) -> torch.Tensor:
     """This rank's flat seeds for a shuffled epoch: each type permuted from ``(seed, epoch,
-    type)`` (the same on every rank) and split like :func:`shard_ids` splits ids
-    (``even``: "pad" or "drop" per type, so every rank gets as many seeds of each type),
-    then the types merged in proportion: position ``j`` of a type of ``n`` ids sits at
-    ``(j + 0.5) / n`` of the order."""
+    type)``, split like :func:`shard_ids` (``even`` per type), merged in proportion (module doc)."""
     flats, keys = [], []
     for k, (ntype, offset, _) in enumerate(spans):
         n = ids[ntype].numel()

@@ -1,30 +1,23 @@
 """Layer-wise full-graph inference: every node's output with full neighbourhoods.
 
-Sampled evaluation scores each node with a random subset of its neighbours, so its
-metric is noisy and not the one papers report. :func:`layerwise` computes layer ``l``
-for every node of the graph from layer ``l - 1``'s outputs of its full neighbourhood
-(as DGL's multi-GPU examples do), one layer at a time, so a node's ``L``-hop
-neighbourhood never has to fit in memory at once.
+Sampled evaluation scores a node with a random subset of its neighbours: a noisy metric,
+not the one papers report. :func:`layerwise` computes layer ``l`` for every node from layer
+``l - 1``'s outputs of its full neighbourhood (as DGL's multi-GPU examples), one layer at a
+time, so no ``L``-hop neighbourhood has to fit in memory.
 
-Each rank computes a contiguous range of the nodes of each type (ranges differ by at
-most one node) in batches of ``batch_size`` destination nodes, and writes its rows into
-one output tensor per layer that all ranks share: a file in ``/dev/shm`` mapped by every
-rank (CPU), so no rank ever holds another copy of the layer and no collective carries
-the rows. After the last layer every rank holds the full result.
+Each rank computes a contiguous range of each node type in batches of ``batch_size``
+destination nodes and writes its rows into one output per layer shared by all ranks (a
+``/dev/shm`` file each maps): no copy per rank, no collective carrying rows.
 
-Memory (per layer, ``N`` nodes, ``D`` = the widest layer output, float32): the shared
-outputs of the previous and the current layer, ``2·N·D·4`` bytes for the whole machine
-(not per rank), plus per rank one batch: its block (the batch's in-edges) and the input
-rows of its source nodes, ``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most.
-Measured (``benchmarks/layerwise.py``): 1M nodes, 10M edges, SAGE 64 -> 64 -> 8 on 2
-ranks: 275 MB of shared outputs in all, 70-120 MB private memory per rank (batch size
-1,024 to 8,192), 10-21 s on 2 loaded CPU cores.
+Memory per layer (``N`` nodes, ``D`` the widest output, float32): ``2·N·D·4`` bytes for the
+machine (previous and current layer), plus per rank one batch's block and source rows,
+``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most. 1M nodes, 10M edges,
+SAGE 64 -> 64 -> 8, 2 ranks: 275 MB shared, 70-120 MB private per rank, 10-21 s
+(``benchmarks/layerwise.py``).
 
-The model must give per-layer access: an ``inference_layer(i, block, h)`` method that
-applies layer ``i`` (and what follows it in ``forward``: activation; dropout is off in
-eval mode) to ``h``, the source-node inputs of ``block``, and a ``layers`` sequence with
-one entry per layer. :class:`graphtrainer.models.SAGE` and
-:class:`graphtrainer.models.HeteroSAGE` have both.
+The model needs ``layers`` (one entry per layer) and ``inference_layer(i, block, h)``, applying
+layer ``i`` and what follows it in ``forward`` to ``h``, ``block``'s source inputs (as
+:class:`graphtrainer.models.SAGE` and :class:`graphtrainer.models.HeteroSAGE`).
 """
 from __future__ import annotations
 
@@ -71,13 +64,11 @@ def layerwise(model: nn.Module, graph: Any, features: Optional[Features] = None,
               device: Optional[torch.device] = None, feat_key: str = "feat") -> Features:
     """Every node's output of ``model`` on ``graph`` with full neighbourhoods, layer by layer.
 
-    Call it on every rank (it is collective when a process group exists: one barrier per
-    layer), outside ``training_step``: in ``on_validation_epoch_end``, ``on_test_epoch_end``,
-    ``predict_step`` or after ``fit``. ``features`` default to ``graph.ndata[feat_key]``
-    (``{ntype: tensor}`` on a heterograph); ``model`` is the plain module (``task.module``)
-    or its DDP wrapper. Returns ``[num_nodes, out]`` (or ``{ntype: ...}``) on the CPU, the
-    same tensor on every rank (shared memory between launched ranks). The model is put in
-    eval mode for the call and its mode restored after.
+    Must be called on all processes (one barrier per layer), outside ``training_step`` (e.g.
+    ``on_validation_epoch_end``, ``predict_step``, after ``fit``). ``features`` default to
+    ``graph.ndata[feat_key]`` (``{ntype: tensor}`` on a heterograph); ``model`` is
+    ``task.module`` or its DDP wrapper, in eval mode for the call. Returns ``[num_nodes, out]``
+    (or ``{ntype: ...}``) on the CPU, the same on every rank.
     """
     import dgl  # here: the engine imports without DGL (plain-torch tasks)
 
@@ -128,7 +119,6 @@ def _features(graph: Any, features: Optional[Features], feat_key: str, hetero: b
 
 def _one_layer(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, torch.Tensor], sampler: Any,
                batch_size: int, device: torch.device, rank: int, world: int) -> Dict[str, torch.Tensor]:
-    """Layer ``layer`` for every node: this rank's ranges computed, all ranks' rows shared."""
     shapes = _probe(layer_fn, layer, graph, h, sampler, device)
     shared = gdist.is_distributed() and _one_machine()
     out = _shared_outputs(graph, shapes)
@@ -151,8 +141,7 @@ def _one_layer(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str
     if shared:
         gdist.barrier()  # every rank's rows are written before anyone reads the layer
         return out
-    # Ranks on several machines: ranges are contiguous in rank order, so gathering the
-    # ranks' ranges in rank order rebuilds the layer.
+    # Several machines: the ranges are contiguous in rank order, so a gather rebuilds the layer.
     return {nt: gdist.all_gather_tensor(out[nt][slice(*node_range(out[nt].shape[0], rank, world))])
             for nt in shapes}
 
@@ -179,16 +168,14 @@ def _apply(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
 
 
 def _to_device(block: Any, device: torch.device) -> Any:
-    """The block on ``device``: DGL's own where DGL runs there, else a torch-only block (a GPU
-    with DGL's CPU-only wheel; graphtrainer.nn layers take either)."""
+    """The block on ``device``: DGL's where DGL runs there, else a torch-only block."""
     return block.to(device) if dgl_runs_on(device) else to_torch_graph(block).to(device)
 
 
 def _probe(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, torch.Tensor], sampler: Any,
            device: torch.device) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
-    """Output row shape and dtype of each node type the layer produces (from the node of
-    each type with the most in-edges: the same on every rank, so every rank allocates the
-    same outputs; a heterograph layer has no output for a type with no in-edges)."""
+    """Output row shape and dtype per node type, probed on each type's node with the most
+    in-edges (the same on every rank; types without in-edges give none)."""
     shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]] = {}
     for nt in graph.ntypes:
         if graph.num_nodes(nt) == 0:
@@ -207,14 +194,14 @@ def _probe(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
 
 
 def _shared_outputs(graph: Any, shapes: Dict[str, Tuple[Tuple[int, ...], torch.dtype]]) -> Dict[str, torch.Tensor]:
-    """One output tensor per node type: plain in one process, mapped from one ``/dev/shm``
-    file by every rank of a launched job (all on this machine)."""
+    """One output tensor per node type: plain in one process, else one ``/dev/shm`` file per type
+    mapped by every rank (all on this machine)."""
     if not gdist.is_distributed() or not _one_machine():
         return {nt: torch.empty((graph.num_nodes(nt), *row), dtype=dtype) for nt, (row, dtype) in shapes.items()}
     name = gdist.broadcast_object(f"graphtrainer-layerwise-{os.getpid()}-{uuid.uuid4().hex}"
                                   if gdist.get_rank() == 0 else None)
     paths = {nt: os.path.join(SHM_DIR, f"{name}-{k}") for k, nt in enumerate(shapes)}
-    sizes = {nt: graph.num_nodes(nt) * _numel(row) for nt, (row, _) in shapes.items()}
+    sizes = {nt: graph.num_nodes(nt) * torch.Size(row).numel() for nt, (row, _) in shapes.items()}
     if gdist.get_rank() == 0:
         for nt, (_, dtype) in shapes.items():
             with open(paths[nt], "wb") as f:
@@ -230,13 +217,6 @@ def _shared_outputs(graph: Any, shapes: Dict[str, Tuple[Tuple[int, ...], torch.d
                 if os.path.exists(path):
                     os.unlink(path)
     return out
-
-
-def _numel(row: Tuple[int, ...]) -> int:
-    n = 1
-    for d in row:
-        n *= d
-    return n
 
 
 _SAME_MACHINE: Dict[int, bool] = {}

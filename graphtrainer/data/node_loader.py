@@ -33,24 +33,16 @@ class SampledLoader(ShardedLoader):
 class NodeLoader(SampledLoader):
     """Minibatches of DGL blocks over this rank's share of seed nodes.
 
-    The trainer calls :meth:`set_epoch` before each epoch, and :meth:`for_evaluation`
-    for validation, test and predict loaders, where every id must be seen exactly once.
+    Yields DGL's ``(input_nodes, output_nodes, blocks)``. On a heterograph ``ids``,
+    ``input_nodes`` and ``output_nodes`` are ``{ntype: ids}`` (every given type a key of
+    ``output_nodes``); ``batch_size`` counts all types together, each type split evenly and
+    mixed in proportion (:mod:`graphtrainer.data.hetero`); evaluation order is the dict's.
 
-    Yields DGL's ``(input_nodes, output_nodes, blocks)``. On a heterograph ``ids`` is
-    ``{ntype: ids}`` and so are ``input_nodes`` and ``output_nodes`` (every given type is
-    a key of ``output_nodes``, empty when a batch has none of it); ``batch_size`` counts
-    seeds of all types together; each type is permuted and split evenly, and a rank's
-    batches mix the types in proportion (see :mod:`graphtrainer.data.hetero`). Evaluation
-    order, which predictions follow, is the dict's types one after the other.
-
-    ``dataloader_kwargs`` go to DGL's ``DataLoader``: ``num_workers=k`` samples in ``k``
-    worker processes per rank (``persistent_workers=True`` keeps them across epochs).
-    Each batch is sampled from its own seed ``(seed, rank, epoch, batch)``, so the batches
-    are the same with any number of workers (see :mod:`graphtrainer.data.workers`).
-
-    With ``Trainer(sampling="device")`` (or ``"auto"`` on a GPU) the same batches are
-    sampled on the rank's device in torch ops, with torch blocks (see
-    :mod:`graphtrainer.data.device`); :attr:`sampling_mode` says which.
+    ``dataloader_kwargs`` go to DGL's ``DataLoader`` (``num_workers=k``,
+    ``persistent_workers=True``); each batch is sampled from its own seed ``(seed, rank,
+    epoch, batch)``, the same with any number of workers (:mod:`graphtrainer.data.workers`).
+    With ``Trainer(sampling="device")`` (or ``"auto"`` on a GPU) the same batches are sampled
+    on the device as torch blocks (:mod:`graphtrainer.data.device`; :attr:`sampling_mode`).
     """
 
     def __init__(
@@ -103,10 +95,7 @@ def iterate_sampled(loader: Any) -> Iterator[Any]:
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
-    """A ``NeighborSampler`` that also gathers ``feat`` for input nodes and ``label`` for seeds.
-
-    A fanout of -1 takes every neighbour.
-    """
+    """A ``NeighborSampler`` (fanout -1: every neighbour) gathering ``feat`` and seeds' ``label``."""
     import dgl  # here, not at the top: the engine imports without DGL for plain-torch tasks
 
     fanouts = check_fanouts(fanouts)

@@ -1,9 +1,7 @@
 """``batch_format="pyg"``: any of graphtrainer's node or edge loaders, yielding PyG batches.
 
-:class:`PygLoader` wraps a loader and turns each batch it yields into PyG's ``Data`` (see
-:mod:`graphtrainer.nn.pyg` for the fields and the sampling semantics). Everything else
-(the split between ranks, epochs, evaluation mode, ``len``, the graph formats it reads) is
-the wrapped loader's, so the trainer treats it as that loader.
+:class:`PygLoader` turns each batch of a loader into PyG's ``Data`` (:mod:`graphtrainer.nn.pyg`);
+the split, epochs, evaluation mode, ``len`` and formats stay the wrapped loader's.
 """
 from __future__ import annotations
 

@@ -15,16 +15,13 @@ class ShardedLoader:
     """Base of graphtrainer's loaders: one global permutation of ``ids`` per epoch, an
     even split between ranks, and an exact split for evaluation.
 
-    ``ids`` are what is split: node ids, edge ids, positions in a list of node pairs or
-    indices of graphs in a dataset. Subclasses turn a share into batches in
-    :meth:`__iter__`. Lazy and rank-agnostic until iterated: rank and world size are read
-    from the process group when the share is computed (single process when there is
-    none), so a loader can be built in the launching process and travel to the ranks.
+    ``ids``: node or edge ids, positions in a list of pairs, or graph indices; subclasses
+    batch a share in :meth:`__iter__`. Rank and world size are read when the share is
+    computed, so a loader built in the launching process can travel to the ranks.
 
-    The trainer relies on three properties of every subclass: ``len`` is exact (so it
-    can skip ``Join`` when ranks have as many batches), :meth:`for_evaluation` sees every
-    id exactly once across ranks, and rank ``r`` of ``world`` then holds positions
-    ``r, r + world, ...`` of ``ids`` in order (how predictions are put back in order).
+    The trainer relies on: ``len`` being exact (to skip ``Join`` when ranks have as many
+    batches), :meth:`for_evaluation` seeing every id once across ranks, and rank ``r`` then
+    holding positions ``r, r + world, ...`` in order (how predictions are put back in order).
     """
 
     #: On a heterograph: ``{type: ids}`` and the types' spans in the flat id space of
@@ -57,8 +54,7 @@ class ShardedLoader:
         return self
 
     def local_ids(self) -> torch.Tensor:
-        """The ids this rank iterates this epoch, in order (computed once per epoch: the
-        trainer asks for ``len`` before iterating)."""
+        """The ids this rank iterates this epoch, in order (computed once per epoch)."""
         rank, world = self.split_place()
         key = (rank, world, self.epoch, self.seed, self.shuffle, self.even)
         if self._share is not None and self._share[0] == key and self._share[1] is self.ids:
@@ -81,13 +77,11 @@ class ShardedLoader:
         return share
 
     def split_place(self) -> Tuple[int, int]:
-        """``(place, count)``: who splits the ids and which share is this rank's (by default
-        all ranks of the job)."""
+        """``(place, count)``: this rank's share among who splits the ids (default: the job)."""
         return comm.get_rank(), comm.get_world_size()
 
     def local_batches(self) -> List[torch.Tensor]:
-        """This rank's share cut into batches of ``batch_size`` (the last one shorter unless
-        ``drop_last``)."""
+        """This rank's share in batches of ``batch_size`` (the last shorter unless ``drop_last``)."""
         share = self.local_ids()
         batches = list(torch.split(share, self.batch_size))
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:

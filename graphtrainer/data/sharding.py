@@ -1,9 +1,8 @@
 """Splitting seed ids between ranks, and DGL block-sampling loaders built on that split.
 
-DGL 2.1's ``DataLoader(use_ddp=True)`` gives each rank the same contiguous slice every
-epoch, ignores ``ddp_seed`` and has no ``set_epoch``. :func:`shard_ids` replaces it: one
-global permutation per epoch from ``(seed, epoch)``, identical on every rank, then a
-strided split, so every id is seen once per epoch across the job.
+DGL 2.1's ``DataLoader(use_ddp=True)`` gives each rank the same slice every epoch (it
+ignores ``ddp_seed``, has no ``set_epoch``). :func:`shard_ids` permutes once per epoch from
+``(seed, epoch)``, identically on every rank, then splits strided.
 """
 from __future__ import annotations
 
@@ -25,15 +24,12 @@ def shard_ids(
     shuffle: bool = True,
     even: str = "pad",
 ) -> torch.Tensor:
-    """This rank's share of ``ids`` for one epoch.
+    """This rank's share of ``ids`` for one epoch; ``even`` evens the shares' lengths:
 
-    ``even`` says how shares are made equal in length:
-
-    - ``"pad"``: repeat ids from the start of the permutation until every rank has
-      ``ceil(n / world_size)``; no rank holds the same id twice.
-    - ``"drop"``: drop the last ``n % world_size`` ids of the permutation.
-    - ``"none"``: no padding, no dropping; shares differ in length by at most one and
-      every id appears on exactly one rank (use this for evaluation).
+    - ``"pad"``: repeat ids from the permutation's start up to ``ceil(n / world_size)`` each
+      (no rank holds an id twice);
+    - ``"drop"``: drop the permutation's last ``n % world_size`` ids;
+    - ``"none"``: shares differ by at most one, every id on exactly one rank (evaluation).
     """
     if even not in EVEN_MODES:
         raise ValueError(f"even={even!r}: choose one of {EVEN_MODES}")

@@ -18,14 +18,11 @@ def check_loader(loader: Any, world_size: int, evaluation: bool = False) -> None
     """A clear ``ValueError`` for a loader that would crash its process in C++ or cannot be
     split between ``world_size`` ranks. Run in each rank before the first batch.
 
-    graphtrainer's loaders check their own ids when built and their split here. DGL's own
-    ``DataLoader`` is checked too: node ids against the number of nodes, and for an edge
-    loader (``as_edge_prediction_sampler``) edge ids against the number of edges and the
-    reverse edge ids; DGL aborts on out-of-range ids, and 2.1's ``use_ddp`` split pads a
-    rank short of half a share with uninitialised ids (tiny id sets), then segfaults.
-    DGL's ``GraphDataLoader`` must have graphs, at least one per rank with ``use_ddp``.
-    With ``evaluation``, a DGL loader whose ``use_ddp`` split pads with repeats gets a
-    warning: those ids would be scored twice.
+    graphtrainer's loaders check their ids when built and their split here. DGL's
+    ``DataLoader`` gets its node ids, or edge and reverse edge ids, checked (DGL aborts on
+    out-of-range ids, and 2.1's ``use_ddp`` split of tiny id sets pads with uninitialised ids,
+    then segfaults); ``GraphDataLoader`` needs a graph per rank with ``use_ddp``. With
+    ``evaluation``, a ``use_ddp`` split padding with repeats is warned about (scored twice).
     """
     if isinstance(loader, ShardedLoader):
         loader.check_world(world_size)

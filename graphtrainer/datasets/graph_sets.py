@@ -34,12 +34,10 @@ def minigc(num_graphs: int = 1000, min_nodes: int = 10, max_nodes: int = 20, see
 def read_tu(folder: PathLike, name: str) -> list:
     """A graph-classification dataset in the TU text format, as a list of ``(graph, label)``.
 
-    Reads ``<name>_A.txt`` (one ``"i, j"`` edge per line, 1-based node ids over the whole
-    dataset), ``<name>_graph_indicator.txt`` (the 1-based graph of each node) and
-    ``<name>_graph_labels.txt`` (one label per graph; mapped to ``0..C-1`` in sorted order),
-    and ``<name>_node_attributes.txt`` when present (comma-separated floats per node →
-    ``ndata["feat"]``; otherwise ``feat`` is the in-degree, ``[N, 1]``). Graphs keep every
-    edge as listed (TU files list both directions of undirected edges).
+    Reads ``<name>_A.txt`` (``"i, j"`` edges, 1-based node ids over the dataset, kept as
+    listed), ``_graph_indicator.txt`` (each node's 1-based graph), ``_graph_labels.txt``
+    (mapped to ``0..C-1`` sorted) and, if present, ``_node_attributes.txt`` (floats per node
+    → ``ndata["feat"]``; else ``feat`` is the in-degree, ``[N, 1]``).
     """
     folder = pathlib.Path(folder)
     files = {k: folder / f"{name}_{k}.txt" for k in ("A", "graph_indicator", "graph_labels")}

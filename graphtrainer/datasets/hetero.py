@@ -1,11 +1,7 @@
 """Heterogeneous graphs: Cora as papers and words, and a synthetic one of any size.
 
-Both have node types ``paper`` and ``word`` and relations
-``("paper", "cites", "paper")``, ``("paper", "has", "word")`` and
-``("word", "in", "paper")`` (the reverse of ``has``, so words pass messages to papers).
-Papers carry ``feat``, ``label`` and ``train_mask`` / ``val_mask`` / ``test_mask``;
-words carry nothing (models learn an embedding per word). Re-exported by
-:mod:`graphtrainer.datasets`.
+Node types ``paper`` (``feat``, ``label``, ``*_mask``) and ``word`` (no data: models learn an
+embedding); relations ``cites`` (paper-paper), ``has`` (paper-word) and ``in`` (its reverse).
 """
 from __future__ import annotations
 
@@ -33,11 +29,9 @@ def _hetero(cites: tuple, has: tuple, num_papers: int, num_words: int, papers: d
 def cora_hetero(root: Optional[PathLike] = None, cache: Optional[PathLike] = None, name: str = "cora") -> dgl.DGLGraph:
     """Cora (or ``name="citeseer"``) as a heterograph of papers and words.
 
-    Papers are Cora's 2,708 nodes with their features, labels and the public split;
-    ``cites`` are Cora's (symmetric) citation edges. Words are the 1,433 columns of the
-    bag-of-words features: paper ``p`` ``has`` word ``w`` when ``feat[p, w] > 0``
-    (49,216 pairs on Cora), and ``in`` holds the same pairs reversed. Read offline like
-    :func:`graphtrainer.datasets.load`.
+    Papers are Cora's nodes with features, labels, public split and citations; words are the
+    1,433 bag-of-words columns, paper ``p`` ``has`` word ``w`` when ``feat[p, w] > 0`` (49,216
+    pairs). Read offline like :func:`graphtrainer.datasets.load`.
     """
     papers = load(name, root=root, cache=cache)
     feat = papers.ndata["feat"]
@@ -50,15 +44,11 @@ def synthetic_hetero(num_papers: int, num_words: int, avg_degree: float = 10.0, 
                      homophily: float = 0.75) -> dgl.DGLGraph:
     """A reproducible, learnable heterograph of papers and words of any size.
 
-    Papers and their ``cites`` edges, features, labels and masks are
-    :func:`graphtrainer.datasets.synthetic` (``num_papers``, ``avg_degree``, ``feat_dim``,
-    ``num_classes``, ``seed``). Words are split into ``num_classes`` equal blocks; each
-    paper ``has`` ``words_per_paper`` words, each drawn with probability ``homophily``
-    from its class's block and otherwise from all words (duplicates kept), so the words
-    a paper shares with others carry label signal. ``in`` is ``has`` reversed.
+    Papers are :func:`graphtrainer.datasets.synthetic`'s graph. Words fall into ``num_classes``
+    equal blocks; each paper ``has`` ``words_per_paper`` words, each from its class's block
+    with probability ``homophily``, else from all words (duplicates kept): label signal.
 
-    Measured once on 2 CPU cores: 1,000,000 papers, 100,000 words, avg_degree 10,
-    5 words per paper (10M cites + 5M has + 5M in edges), ~6 s.
+    1M papers, 100k words, avg_degree 10, 5 words per paper: ~6 s on 2 CPU cores.
     """
     num_papers = _check_int("num_papers", num_papers, 1)
     num_words = _check_int("num_words", num_words, num_classes)

@@ -25,9 +25,8 @@ DATA_ENV = "GRAPHTRAINER_DATA"
 CACHE_ENV = "GRAPHTRAINER_CACHE"
 KNOWN = ("cora", "citeseer", "tolokers", "facebook")
 
-# Folders under <root>/dgl, named as dgl.data.DGLDataset.raw_path computes them for
-# the default DGL_REPO (the hash is of the download URL). They are pinned here so a
-# different $DGL_REPO cannot make DGL look elsewhere and try to download.
+# Folders under <root>/dgl as DGLDataset.raw_path names them for the default DGL_REPO (hash of the
+# URL), pinned so another $DGL_REPO cannot make DGL look elsewhere and download.
 _DGL_FOLDERS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "cora": ("cora_v2_d697a464", tuple(
         f"ind.cora_v2.{s}" for s in ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index"))),
@@ -43,14 +42,9 @@ _FACEBOOK_FILES = ("facebook_edges.csv", "facebook_target.csv", "facebook_featur
 _FACEBOOK_VERSION = "facebook-v1"
 
 
-# ---------------------------------------------------------------------------
-# Folders
-# ---------------------------------------------------------------------------
-
 def data_root(root: Optional[PathLike] = None) -> pathlib.Path:
-    """The data folder: ``root``, else ``$GRAPHTRAINER_DATA``, else
-    ``<repo root>/../shared/datasets`` (repo root = parent of the ``graphtrainer``
-    package folder), resolved to an absolute path. Existence is not checked here."""
+    """The data folder, absolute: ``root``, else ``$GRAPHTRAINER_DATA``, else ``../shared/datasets``
+    beside the folder holding the ``graphtrainer`` package. Existence is not checked here."""
     if root is None or str(root) == "":
         root = os.environ.get(DATA_ENV) or None
     if root is None:
@@ -91,16 +85,9 @@ def _check_files(folder: pathlib.Path, files) -> None:
             raise _missing(folder / name, "dataset file")
 
 
-# ---------------------------------------------------------------------------
-# DGL's own loaders, pinned to local files
-# ---------------------------------------------------------------------------
-
 def _pinned(base):
-    """A subclass of a DGL dataset class that reads ``raw_path`` and writes its
-    processed cache to ``save_path`` exactly as given, and refuses to download.
-
-    DGL 2.1's Planetoid classes take no ``save_dir`` and would otherwise write their
-    cache into ``raw_dir`` (the read-only data folder)."""
+    """``base`` reading ``raw_path`` and caching to ``save_path`` as given, never downloading
+    (DGL 2.1's Planetoid classes take no ``save_dir`` and cache into the read-only ``raw_dir``)."""
 
     class Pinned(base):
         def __init__(self, *, raw_path: str, save_path: str, **kwargs):
@@ -174,10 +161,6 @@ def _load_tolokers(root: pathlib.Path, split: int, verbose: bool) -> dgl.DGLGrap
     return g
 
 
-# ---------------------------------------------------------------------------
-# Facebook Page-Page (no DGL loader)
-# ---------------------------------------------------------------------------
-
 def _build_facebook(folder: pathlib.Path) -> Tuple[dgl.DGLGraph, Dict[str, torch.Tensor]]:
     """Parse the raw files into a graph (``label`` only) plus the multi-hot features
     as COO index tensors (``feat_rows``, ``feat_cols``, ``feat_dim``)."""
@@ -234,9 +217,8 @@ def _facebook_cache_path(folder: pathlib.Path, cache: Optional[PathLike]) -> pat
 
 
 def _stratified_masks(label: torch.Tensor, seed: int) -> Tuple[torch.Tensor, ...]:
-    """Per class c (ascending) with n_c nodes: a seeded random permutation of its
-    nodes; the first floor(3 n_c / 5) are train, the next floor(n_c / 5) val, the
-    rest test."""
+    """Per class (ascending), a permutation of its n_c nodes from
+    ``torch.Generator().manual_seed(seed)``: floor(3 n_c / 5) train, floor(n_c / 5) val, the rest test."""
     gen = torch.Generator().manual_seed(int(seed))
     n = label.numel()
     masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
@@ -283,10 +265,6 @@ def _load_facebook(root: pathlib.Path, cache: Optional[PathLike], seed: int,
     return g
 
 
-# ---------------------------------------------------------------------------
-# Public loader
-# ---------------------------------------------------------------------------
-
 def load(name: str, root: Optional[PathLike] = None, cache: Optional[PathLike] = None,
          split: int = 0, seed: int = 0, verbose: bool = False) -> dgl.DGLGraph:
     """Load a shipped dataset as a homogeneous DGL graph. Nothing is ever downloaded.
@@ -294,31 +272,22 @@ def load(name: str, root: Optional[PathLike] = None, cache: Optional[PathLike] =
     ``ndata`` holds ``feat`` (float32 ``[N, F]``), ``label`` (int64 ``[N]``) and
     ``train_mask`` / ``val_mask`` / ``test_mask`` (bool ``[N]``).
 
-    - ``"cora"``, ``"citeseer"``: DGL's ``CoraGraphDataset`` / ``CiteseerGraphDataset``
-      on ``<root>/dgl``, public Planetoid split (140/500/1000, 120/500/1000). DGL's
-      processed cache is written to ``<cache>/dgl/<folder>/``.
-    - ``"tolokers"``: DGL's ``TolokersDataset`` on ``<root>/dgl`` (writes nothing; it
-      re-reads the ``.npz`` each time). It has 10 fixed splits: ``split`` (0..9) picks
-      the one given as 1-D masks; all ten stay in ``train_masks`` / ``val_masks`` /
-      ``test_masks`` (bool ``[N, 10]``).
-    - ``"facebook"``: Facebook Page-Page from ``<root>/raw/facebook_page_page``.
-      22,470 nodes; ``feat`` is multi-hot over the 4,714 distinct feature ids (sorted
-      ids → columns); ``label`` is ``page_type`` in sorted order (0 company,
-      1 government, 2 politician, 3 tvshow). Edges: every non-loop row in both
-      directions, self-loops once, duplicates removed: 341,825 edges (the 170,823
-      non-loop rows twice, plus the 179 self-loops; the file has no duplicate rows). The split is seeded by ``seed`` and stratified: for each class with
-      n_c nodes, a random permutation (``torch.Generator().manual_seed(seed)``, classes
-      in ascending order) gives floor(3·n_c/5) train, floor(n_c/5) val, and the rest
-      test. The graph (without masks, features stored sparse) is cached with
-      ``dgl.save_graphs`` in ``<cache>/facebook_page_page/``, keyed by a version
-      string and the raw files' sizes and mtimes; later loads read the cache.
+    - ``"cora"``, ``"citeseer"``: DGL's loaders on ``<root>/dgl``, public Planetoid split
+      (140/500/1000, 120/500/1000), DGL's cache in ``<cache>/dgl/<folder>/``.
+    - ``"tolokers"``: DGL's ``TolokersDataset`` on ``<root>/dgl`` (no cache). ``split`` (0..9)
+      picks one of its 10 fixed splits as 1-D masks; all ten stay in ``train_masks`` /
+      ``val_masks`` / ``test_masks`` (bool ``[N, 10]``).
+    - ``"facebook"``: Facebook Page-Page from ``<root>/raw/facebook_page_page``: 22,470
+      nodes; ``feat`` multi-hot over the 4,714 feature ids (sorted); ``label`` the sorted
+      ``page_type`` (0 company, 1 government, 2 politician, 3 tvshow); non-loop edges in both
+      directions, the 179 self-loops once: 341,825. The split is stratified, seeded by
+      ``seed`` (:func:`_stratified_masks`); the graph is cached in
+      ``<cache>/facebook_page_page/``, keyed by a version and the raw files' sizes and mtimes.
 
-    ``name`` is case-insensitive. ``split`` must be 0 for datasets with a single split;
-    ``seed`` only affects ``"facebook"``. ``root`` and ``cache`` default as in
-    :func:`data_root` and :func:`cache_dir`.
-
-    Raises ``ValueError`` for an unknown name or split, and ``FileNotFoundError``
-    (naming the path looked at) when the data folder or a dataset file is missing.
+    ``name`` is case-insensitive; ``split`` is 0 for single-split datasets; ``seed`` only
+    affects ``"facebook"``; ``root`` and ``cache`` default as in :func:`data_root` and
+    :func:`cache_dir`. Raises ``ValueError`` for an unknown name or split, and
+    ``FileNotFoundError`` naming the path when the data folder or a dataset file is missing.
     """
     key = str(name).strip().lower()
     if key not in KNOWN:

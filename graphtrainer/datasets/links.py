@@ -32,11 +32,10 @@ class LinkSplit:
 
 def link_split(graph: dgl.DGLGraph, val_frac: float = 0.05, test_frac: float = 0.10,
                seed: int = 0) -> LinkSplit:
-    """The classic link-prediction split (as in the GAE paper): the graph's undirected
-    edges, each once (self-loops and duplicates dropped), are permuted with ``seed``;
-    ``test_frac`` of them (rounded down) are test edges, the next ``val_frac`` validation
-    edges, and the rest (85 % by default) train. Node data is kept; edge data is not.
-    Negatives are drawn by the loaders (:class:`~graphtrainer.data.edge_loader.PerEdgeUniform`).
+    """The classic link-prediction split (as in the GAE paper): the undirected edges, each once
+    (no self-loops or duplicates), permuted with ``seed``: ``test_frac`` (rounded down) test,
+    the next ``val_frac`` validation, the rest (85 % by default) train. Node data is kept, edge
+    data is not; negatives come from the loaders.
     """
     val_frac, test_frac = _check_frac("val_frac", val_frac), _check_frac("test_frac", test_frac)
     if val_frac + test_frac >= 1:

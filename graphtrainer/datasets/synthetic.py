@@ -9,9 +9,8 @@ import dgl
 
 from ._checks import _check_frac, _check_int
 
-# synthetic(): node weight exponent (w_i ∝ (i+1)^-alpha gives a degree tail of
-# exponent 1 + 1/alpha = 3) and the fraction of edges whose second endpoint is drawn
-# from the first endpoint's class.
+# Node weight exponent (w ∝ (i+1)^-alpha: degree tail exponent 1 + 1/alpha = 3) and the
+# fraction of edges whose second endpoint is drawn from the first endpoint's class.
 _SYN_ALPHA = 0.5
 _SYN_HOMOPHILY = 0.75
 
@@ -21,14 +20,12 @@ def synthetic(num_nodes: int, avg_degree: float, feat_dim: int, num_classes: int
     """A reproducible, learnable random graph with a skewed degree distribution.
 
     Same arguments (``seed`` included) → identical edges, features, labels and masks.
-    Long because it is one recipe drawing from one generator in a fixed order: split, the
-    draws would still have to stay in this order for the same seed to give the same graph.
+    Long because it is one recipe drawing from one generator in a fixed order.
 
     - Nodes: ``num_nodes``. Labels: balanced, ``randperm(N) % num_classes`` (int64).
     - Edges: exactly ``E = round(num_nodes * avg_degree)``. ``ceil(E / 2)`` endpoint
-      pairs are sampled Chung–Lu style and each is added in both directions (the
-      reverse of the last pair is dropped when E is odd), so the graph is symmetric
-      and ``avg_degree`` is the mean in-degree (= mean out-degree). Node weights are
+      pairs are sampled Chung–Lu style, each added in both directions (the last reverse
+      dropped when E is odd): ``avg_degree`` is the mean in- and out-degree. Node weights are
       ``w ∝ (r + 1)^-0.5`` over a random ranking r of the nodes (hubs have random ids;
       degree tail exponent ≈ 3; max degree ≈ 0.5·sqrt(N) × mean). The first endpoint
       is drawn ∝ w; the second, with probability 0.75, ∝ w among the first endpoint's
@@ -43,12 +40,9 @@ def synthetic(num_nodes: int, avg_degree: float, feat_dim: int, num_classes: int
     - Masks: a seeded permutation; the first ``round(train_frac·N)`` nodes are train,
       the next ``round(val_frac·N)`` val (capped at N), the rest test.
 
-    Build time, measured once on 2 CPU cores (torch 2.2.1, dgl 2.1.0):
-    2,000,000 nodes, avg_degree 10 (20,000,000 edges), feat_dim 128, 16 classes: ~9 s.
-
-    Raises ``ValueError`` naming the argument when num_nodes < 1, avg_degree < 0 (or
-    not finite), feat_dim < 1, num_classes < 2, a fraction outside [0, 1], or
-    ``train_frac + val_frac > 1``.
+    2M nodes, avg_degree 10, feat_dim 128, 16 classes: ~9 s on 2 CPU cores. Raises
+    ``ValueError`` naming the argument when one is out of range (num_nodes < 1, avg_degree
+    < 0 or not finite, feat_dim < 1, num_classes < 2, fractions outside [0, 1] or over 1 together).
     """
     n = _check_int("num_nodes", num_nodes, 1)
     try:

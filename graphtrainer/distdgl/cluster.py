@@ -1,12 +1,10 @@
 """The machines of a DistDGL run: reading the partition and ip_config files, finding which
 machine this is, and the ports the graph servers and the ranks use.
 
-DistDGL runs one partition per machine. Each machine starts ``num_servers`` graph
-servers for its partition (``ip_config`` line ``m`` gives machine ``m``'s address and its
-first server's port; server ``i`` listens on that port ``+ i``) and its trainer ranks,
-which talk to every server over DGL's RPC and to each other over ``torch.distributed``.
-DGL tells machines apart by address, so every line of ``ip_config`` must be a distinct
-address (two ``127.0.0.1`` lines fail in DGL's client, ``rpc.cc:395``).
+One partition per machine, each with ``num_servers`` graph servers (``ip_config`` line ``m``:
+machine ``m``'s address and first server port; server ``i`` listens on port ``+ i``) and its
+trainer ranks (DGL RPC to the servers, ``torch.distributed`` between them). DGL tells machines
+apart by address: every line must differ (two ``127.0.0.1`` lines fail in ``rpc.cc:395``).
 """
 from __future__ import annotations
 
@@ -77,10 +75,8 @@ def check_options(part_config: os.PathLike | str, ip_config: Optional[os.PathLik
 
 
 def check_part_files(part_config: str, part: int) -> None:
-    """Refuse part ``part`` when a file of it is missing or its size differs from what
-    ``graphtrainer.cli.partition`` recorded in ``<name>.meta.json`` (a copy cut short, say): DGL
-    would load a cut feature file with zeros in the rows that are missing. A partition made
-    without that record is not checked."""
+    """Refuse part ``part`` when a file is missing or its size differs from ``<name>.meta.json``
+    (DGL would zero-fill a cut feature file's rows). Partitions without that record pass."""
     config = Path(part_config)
     meta_path = config.with_name(config.name[:-len(".json")] + ".meta.json")
     try:
@@ -122,8 +118,7 @@ def config_path(part_config: os.PathLike | str) -> str:
 
 
 def read_ip_config(path: str) -> Tuple[Tuple[str, int], ...]:
-    """``(address, first server port)`` per machine, from DGL's ip_config format
-    (``address [port]`` per line)."""
+    """``(address, first server port)`` per machine from DGL's ip_config (``address [port]`` lines)."""
     try:
         text = Path(path).read_text()
     except OSError as err:
@@ -225,9 +220,8 @@ def resolve_cluster(options: DistGraphOptions, trainers_per_machine: int) -> Clu
 
 @contextlib.contextmanager
 def written_ip_config(cluster: Cluster) -> Iterator[Cluster]:
-    """``cluster`` with an ip_config file DGL can read while inside: for a run on this machine
-    alone, its one loopback line, written into a folder of this run's own and removed on the
-    way out, whatever ends the block."""
+    """``cluster`` with an ip_config file DGL can read while inside (for this machine alone, one
+    loopback line in a folder of the run's own, removed whatever ends the block)."""
     if cluster.options.ip_config is not None:
         yield cluster
         return

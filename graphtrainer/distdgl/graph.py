@@ -1,13 +1,9 @@
-"""A rank's side of a DistDGL run: joining the graph servers, the ``DistGraph`` the task
-trains on, and leaving; plus :class:`PartitionedGraph`, what a task holds before the
-ranks start.
+"""A rank's side of a DistDGL run: joining the graph servers, the ``DistGraph``, leaving.
 
-A task built for a partitioned graph holds a :class:`PartitionedGraph` as ``self.graph``:
-a light, picklable handle on the partition folder with what ``__init__`` and
-``configure_model`` need to know (feature shapes, number of classes, split sizes),
-read from the files :mod:`graphtrainer.cli.partition` writes. In every rank the trainer
-replaces ``task.graph`` with the opened ``dgl.distributed.DistGraph``: structure and
-features stay with the graph servers, and batches fetch what they need.
+Before the ranks start a task holds a :class:`PartitionedGraph` as ``self.graph``: a light,
+picklable handle giving ``__init__`` and ``configure_model`` feature shapes, number of classes
+and split sizes (from the files :mod:`graphtrainer.cli.partition` writes). In every rank the
+trainer replaces it with the opened ``dgl.distributed.DistGraph``.
 """
 from __future__ import annotations
 
@@ -25,12 +21,9 @@ _local_rank = 0
 
 
 class PartitionedGraph:
-    """A partitioned graph on disk, as a task holds it before the ranks open it.
-
-    ``PartitionedGraph("parts/cora.json")`` (or the folder). ``Trainer.fit`` on a task
-    whose ``graph`` is one runs on DistDGL without further options (this machine alone);
-    pass ``Trainer(ip_config=...)`` for several machines.
-    """
+    """A partitioned graph on disk, as a task holds it before the ranks open it:
+    ``PartitionedGraph("parts/cora.json")`` (or the folder). A fit of such a task runs on
+    DistDGL, this machine alone, or several with ``Trainer(ip_config=...)``."""
 
     def __init__(self, part_config: os.PathLike | str):
         from .partition import read_meta  # here: partition imports dgl, and a task holding this needs none

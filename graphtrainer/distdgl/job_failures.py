@@ -1,12 +1,10 @@
 """Telling the other machines of a job that this one failed.
 
-Over several machines each machine's launcher watches only its own ranks. When one of
-them fails, the ranks elsewhere learn it late: a gloo peer error, or a DGL RPC call that
-never returns (a hang, found after ``hang_timeout``). So the launcher of a failing machine
-writes the failure into a small ``TCPStore`` that machine 0's launcher serves (on the port
-after the ranks' rendezvous; launchers outlive their ranks, unlike rank 0's own store), and
-every launcher polls it: the others stop within a second or two, raising the original
-error with its machine and rank.
+Each machine's launcher watches only its own ranks; ranks elsewhere would learn of a failure
+late (a gloo peer error, or an RPC hang found after ``hang_timeout``). So a failing machine's
+launcher writes the failure into a ``TCPStore`` served by machine 0's launcher (the port after
+the ranks' rendezvous; launchers outlive their ranks), which every launcher polls: the others
+stop within a second or two, raising the original error with its machine and rank.
 """
 from __future__ import annotations
 
@@ -22,9 +20,8 @@ POLL_S = 0.25
 
 
 class JobFailures:
-    """A background connection to the job's store; :meth:`reported` is what another
-    machine wrote, :meth:`report` writes this machine's failure. Never blocks the caller
-    for long: without a store (not yet up, or gone with machine 0's launcher) it does nothing."""
+    """A background connection to the job's store: :meth:`reported` reads another machine's
+    failure, :meth:`report` writes this one's; without a store it does nothing, never blocking."""
 
     def __init__(self, host: str, port: int, serve: bool):
         import torch.distributed as dist
@@ -90,8 +87,7 @@ class JobFailures:
 
 
 def for_placement(placement: Any) -> Optional[JobFailures]:
-    """The failure channel of a job over several machines (a ``Placement`` with a shared
-    rendezvous); None on one machine, where the launcher sees every rank itself."""
+    """The failure channel of a multi-machine job's ``Placement``; None on one machine."""
     if placement.master_addr is None:
         return None
     return JobFailures(placement.master_addr, placement.master_port + 1, serve=placement.first_rank == 0)

@@ -1,9 +1,6 @@
-"""A DistDGL run as one launcher: this machine's graph servers, then its ranks, each of which
-joins the servers before its process group and trains on the ``DistGraph``.
-
-``Trainer`` uses it when :func:`distgraph_options` finds a DistDGL run (``distributed_graph=``,
-or a task holding a :class:`~graphtrainer.distdgl.graph.PartitionedGraph`); nothing else in the
-engine knows about DistDGL.
+"""A DistDGL run as one launcher: this machine's graph servers, then its ranks, each joining
+the servers before its process group. ``Trainer`` uses it when :func:`distgraph_options` finds
+a DistDGL run; nothing else in the engine knows about DistDGL.
 """
 from __future__ import annotations
 
@@ -25,9 +22,8 @@ from .servers import graph_servers
 
 
 def distgraph_options(config: TrainerConfig, task: Any, dist_args: Tuple[Any, ...]) -> Optional[DistGraphOptions]:
-    """The DistDGL options of a run: the trainer's (``distributed_graph=``), or those of the
-    task's ``PartitionedGraph`` with the trainer's ``dist_args`` (ip_config, num_servers,
-    machine_rank); None when the run is not a DistDGL one."""
+    """The trainer's DistDGL options, or the task's ``PartitionedGraph`` with ``dist_args``
+    (ip_config, num_servers, machine_rank); None for other runs."""
     held = getattr(task, "graph", None)
     options = config.distgraph
     if options is not None and held is not None and not isinstance(held, PartitionedGraph):
@@ -69,9 +65,8 @@ class DistDGLLauncher(Launcher):
 
 
 class DistRankSession:
-    """A DistDGL rank's steps around the runtime (see ``graphtrainer.loop.runtime.RankSession``):
-    join the graph servers before the process group, as DGL requires; hand the task the
-    ``DistGraph``; after a successful run, leave them (DGL's client barrier)."""
+    """A DistDGL rank around the runtime (``graphtrainer.loop.runtime.RankSession``): join the
+    servers before the process group, give the task the ``DistGraph``, leave after success."""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster

@@ -1,35 +1,25 @@
-"""Node and edge loaders on a DistDGL ``DistGraph``: the block sampler on slices of this
-rank's share (nodes) and DGL's ``DistEdgeDataLoader`` over it (edges), with the guarantees of
+"""Node and edge loaders on a DistDGL ``DistGraph``, with the guarantees of
 :class:`~graphtrainer.data.node_loader.NodeLoader` (and ``EdgeLoader``) where DistDGL allows them.
 
-Two ways to give the seed nodes:
+Seed nodes are either a ``DistTensor`` boolean mask (``g.ndata["train_mask"]``): each machine
+takes the masked nodes of its own partition (``node_split(mask, force_even=False)``, read
+locally), permuted per epoch with ``(seed, epoch)`` and split evenly between its ranks, so
+seeds, neighbourhoods and features are mostly local; machines may hold different counts (the
+trainer then uses ``Join``) and predictions come back in ascending (partition) node id. Or a
+tensor of partition ids or a plain mask: one global permutation split over all ranks, as
+``NodeLoader``, at the cost of locality.
 
-- a ``DistTensor`` boolean mask (``g.ndata["train_mask"]``): each machine takes the masked
-  nodes of its own partition (what ``dgl.distributed.node_split(mask, force_even=False)``
-  gives it, read locally), so seeds, their neighbourhoods and features are mostly local.
-  The machine's share is permuted every epoch with ``(seed, epoch)`` and split evenly
-  between its ranks. Machines may hold different numbers of seeds (METIS balances the
-  training nodes, not exactly): the trainer then uses ``Join``. Evaluation sees every
-  masked node once; predictions come back in ascending (partition) node id.
-- a tensor of node ids (partition ids) or a plain boolean mask: one global permutation
-  per epoch, split over all ranks, exactly like ``NodeLoader`` (and in the given order
-  for evaluation), at the cost of locality.
+Each batch reads the sampler's ``prefetch_node_feats`` and ``prefetch_labels`` from the
+``DistGraph`` (local partition from shared memory, the rest over RPC), which DGL 2.1's
+``DistNodeDataLoader`` does not do; batch i+1's pull runs in a thread while batch i trains.
+Node batches skip ``DistNodeDataLoader``, whose ``DistDataLoader`` turns every seed into a
+Python int and back (2.2 ms per 1,024-seed batch). Local seeds are sampled in the rank, seeded
+per batch; servers sample remote seeds with their own generators, so a run over several
+partitions is not bit-repeatable.
 
-Features are never gathered whole: each batch reads the sampler's ``prefetch_node_feats``
-for its input nodes and ``prefetch_labels`` for its seeds from the ``DistGraph`` (local
-partition from shared memory, the rest over RPC), which DGL 2.1's
-``DistNodeDataLoader`` does not do by itself; batch i+1's pull runs in a thread while
-batch i trains. Node batches skip DGL's ``DistNodeDataLoader``, whose ``DistDataLoader``
-turns every seed into a Python int and back (2.2 ms per 1,024-seed batch). Sampling of local seeds runs in the rank
-and is seeded per batch; the servers sample remote seeds with their own generators, so
-a run over several partitions is not bit-repeatable.
-
-A graph in one partition (one machine) needs none of DistGraph's id mapping: the
-partition the graph server shares with its trainers holds every node and edge under the
-graph's own ids. Node batches are then sampled on that shared graph and their features read
-from the shared feature tensors in line, as on an in-memory graph (:func:`single_partition`);
-through ``DistGraph`` the same batch costs more (``benchmarks/distgraph.py``: sampling and
-the feature pull took 3.3 and 2.8 ms more per 1,024-seed batch than in memory).
+A graph in one partition holds every node and edge under the graph's own ids: node batches
+are then sampled on the shared partition and features read in line (:func:`single_partition`),
+saving 3.3 ms (sampling) and 2.8 ms (features) per 1,024-seed batch (``benchmarks/distgraph.py``).
 """
 from __future__ import annotations
 
@@ -49,8 +39,7 @@ from .graph import is_dist_tensor, machine_share
 
 
 class _DistSampled(ShardedLoader):
-    """What the DistDGL loaders share: the scope of the split (each machine's own items,
-    or all ranks), batches sampled over the share, features read per batch one batch ahead."""
+    """The split's scope (each machine's own items, or all ranks), sampling, features one batch ahead."""
 
     scope = "world"
     #: Node loaders also read the sampler's ``prefetch_labels`` for their seeds.
@@ -80,10 +69,9 @@ class _DistSampled(ShardedLoader):
         dgl.seed(batch_seed(self.seed, gdist.get_rank(), self.epoch, index))  # the rank's own sampling repeats
 
     def _with_features(self, batches: Iterator[Any]) -> Iterator[Any]:
-        """Each batch with its features, the pull of batch i+1 running in a thread while
-        batch i is used (read in line when every read is a local memory copy). Sampling
-        stays in this thread (seeded per batch) and never runs while a pull does: DGL's RPC
-        client is not made for two threads at once."""
+        """Each batch with its features, batch i+1's pull in a thread while batch i is used (in
+        line when reads are local copies). Sampling stays in this thread and never overlaps a
+        pull: DGL's RPC client is not made for two threads."""
         feats = list(getattr(self.sampler, "prefetch_node_feats", None) or [])
         labels = list(getattr(self.sampler, "prefetch_labels", None) or []) if self.seeds_are_nodes else []
         if not feats and not labels:
@@ -140,11 +128,8 @@ def _one_dgl_thread() -> None:
 
 
 class DistNodeLoader(_DistSampled):
-    """Minibatches of DGL blocks over this rank's share of seed nodes of a ``DistGraph``.
-
-    Yields DGL's ``(input_nodes, output_nodes, blocks)`` with the prefetched features in
-    ``blocks[0].srcdata`` and labels in ``blocks[-1].dstdata``, as on one machine.
-    """
+    """Minibatches of DGL blocks over this rank's share of seed nodes of a ``DistGraph``: DGL's
+    ``(input_nodes, output_nodes, blocks)`` with prefetched features and labels, as on one machine."""
 
     def __init__(self, graph: Any, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, even: Any = None, seed: int = 0):
@@ -186,8 +171,6 @@ class DistNodeLoader(_DistSampled):
         return torch.index_select(self.graph.ndata[key].local_partition, 0, ids)
 
     def _sampled(self, share: torch.Tensor) -> Iterator[Any]:
-        # The sampler on slices of the share (what DGL's DistNodeDataLoader would run, minus
-        # its turning every seed into a Python int and back).
         local = self._local_graph()
         graph = local if local is not None else self.graph
         for index, seeds in enumerate(self.local_batches()):
@@ -199,12 +182,11 @@ class DistEdgeLoader(_DistSampled):
     """Link-prediction batches over this rank's share of seed edges of a ``DistGraph``:
     DGL's ``DistEdgeDataLoader`` (its ``EdgeCollator``) with graphtrainer's negatives.
 
-    ``edges``: edge ids (partition numbering) split over all ranks, a ``DistTensor`` edge
-    mask (each machine its own partition's edges), or ``(src, dst)`` node pairs (partition
-    numbering, see :func:`graphtrainer.distdgl.partition.to_partition_ids`; held-out edges). ``negatives=k`` draws ``k`` per edge from a hash of
-    ``(seed, epoch, edge)`` as on one machine. ``exclude`` is refused: DGL 2.1's
-    ``DistGraph.sample_neighbors`` ignores ``exclude_edges`` (``dist_graph.py:1417``), so
-    the seed edges would silently stay in the blocks.
+    ``edges``: edge ids split over all ranks, a ``DistTensor`` edge mask (each machine its own
+    partition's), or held-out ``(src, dst)`` node pairs, in partition numbering
+    (:func:`graphtrainer.distdgl.partition.to_partition_ids`). ``negatives=k`` as on one
+    machine. ``exclude`` is refused: DGL 2.1's ``DistGraph.sample_neighbors`` ignores
+    ``exclude_edges`` (``dist_graph.py:1417``).
 
     Yields ``(input_nodes, pair_graph, neg_pair_graph, blocks)`` (no ``neg_pair_graph``
     without negatives), features in ``blocks[0].srcdata``.
@@ -231,19 +213,13 @@ class DistEdgeLoader(_DistSampled):
             self.scope = "machine"
             ids = _machine_items(graph, edges, graph.num_edges(), "edge")
         elif isinstance(edges, (tuple, list)) and len(edges) == 2:
-            n = graph.num_nodes()
-            src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
-            dst = check_seed_ids(edges[1], n, "edge_dataloader pairs (dst)")
-            if src.numel() != dst.numel():
-                raise ValueError(f"edge_dataloader pairs: src has {src.numel()} nodes, dst {dst.numel()}")
-            self.pairs = (src, dst)
-            ids = torch.arange(src.numel())
+            self.pairs = _PairSampler.check(edges, graph.num_nodes())
+            ids = torch.arange(self.pairs[0].numel())
         else:
             ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph, self.sampler = graph, sampler
-        # Pairs need not be edges of the graph: graphtrainer's pair sampler, on DGL's plain
-        # distributed loader. Edge ids: DGL's EdgeCollator (what DistEdgeDataLoader runs).
+        # Pairs (not edges of the graph): graphtrainer's pair sampler; edge ids: DGL's EdgeCollator.
         self.pair_sampler = _PairSampler(*self.pairs, sampler, self.negatives) if self.pairs is not None else None
 
     @property

@@ -3,28 +3,24 @@
     python -m graphtrainer.cli.partition --dataset cora --parts 2 --out parts/
     python -m graphtrainer.cli.partition --graph g.bin --parts 4 --out parts/ --features feat,label
 
-Wraps ``dgl.distributed.partition_graph`` (METIS or random assignment, halo nodes up to
-``--halo-hops`` away) and writes, in the output folder:
+Wraps ``dgl.distributed.partition_graph`` (METIS or random, halo nodes up to ``--halo-hops``
+away) and writes, in the output folder:
 
-- ``<name>.json`` and ``part<i>/``: DGL's partition config and parts, read by
-  ``dgl.distributed.load_partition`` and ``DistGraph``. DGL renumbers nodes and edges so
-  each part's inner nodes (edges) form one contiguous id range: the *partition ids*.
+- ``<name>.json`` and ``part<i>/``: DGL's config and parts, renumbered so each part's inner
+  nodes (edges) form one contiguous id range: the *partition ids*.
 - ``<name>.orig_ids.pt``: ``{"nodes": t, "edges": t}``, ``t[i]`` the original id of
   partition id ``i`` (:func:`load_orig_ids`).
 - ``<name>.meta.json``: sizes, per-part rows, edge cut, node data shapes and dtypes,
   ``num_classes`` (when ``label`` is kept) and split sizes (:func:`read_meta`).
 
-Node data kept: the ``features`` asked for (all keys by default) plus, always, every
-``*_mask`` key and the train mask (trainers need the splits). Edge data is kept whole.
-With METIS and ``balance_train`` (the default), the train mask is given to METIS as node
-types (train / not train) to balance, so each part gets a similar number of training nodes.
+Node data kept: the ``features`` asked for (default all) plus every ``*_mask`` and the train
+mask; edge data whole. With METIS and ``balance_train`` (default) the train mask is balanced
+as a node type, so parts get similar numbers of training nodes.
 
-The edge cut is counted here from the node assignment: edges of the graph (as stored, so
-an undirected edge held in both directions counts twice) whose endpoints lie in
-different parts. DGL's own "edge cuts" line says 0 with halo hops >= 1 (it counts edges
-that are inner in no part, and every edge is inner in its destination's part); METIS's C++
-log line counts each pair of the symmetrised graph once: half of ours on a symmetric graph
-without duplicate edges (Cora, METIS, 2 parts: 336 there, 672 here).
+The edge cut counts stored edges (both directions of an undirected edge) whose endpoints lie
+in different parts. DGL's "edge cuts" line says 0 with halo hops >= 1 (every edge is inner in
+its destination's part); METIS's log counts each symmetrised pair once (Cora, 2 parts: 336
+there, 672 here).
 """
 from __future__ import annotations
 
@@ -57,8 +53,8 @@ PathLike = Union[str, os.PathLike]
 
 @dataclasses.dataclass(frozen=True)
 class PartRow:
-    """One part: nodes it owns, halo copies of others' nodes, edges it owns (in-edges of
-    its inner nodes), training nodes it owns (None without a train mask), bytes on disk."""
+    """One part: owned nodes, halo nodes, owned edges (inner nodes' in-edges), owned training
+    nodes (None without a train mask), bytes on disk."""
     inner_nodes: int
     halo_nodes: int
     inner_edges: int
@@ -108,17 +104,12 @@ def partition_graph(graph: dgl.DGLGraph, name: str, parts: int, out: PathLike, *
                     features: Optional[Sequence[str]] = None, overwrite: bool = False) -> PartitionSummary:
     """Partition a homogeneous ``graph`` into ``parts`` parts under ``out`` (see the module doc).
 
-    ``balance_train`` applies to METIS with 2 parts or more; it is ignored otherwise.
-    ``random`` draws from DGL's generator (``dgl.seed`` makes it repeatable). The graph is
-    not modified. Raises ``ValueError`` naming the problem and the fix, before DGL runs, for:
-    a heterograph or a graph without edges, a bad name, method, part count or halo hops, a
-    missing feature key, a missing or malformed train mask when balancing, an output path
-    that is a file, one that already holds a ``<name>.json`` (unless ``overwrite``) or
-    another partition's ``part<i>/``; and, after DGL failed while splitting (before it
-    writes), when a part would own no node or no edge.
-
-    Long because every refusal comes before DGL runs and each is a line or two; the work
-    itself is the DGL call and the files written beside it.
+    ``balance_train`` applies to METIS with 2 parts or more. ``random`` draws from DGL's
+    generator (``dgl.seed`` makes it repeatable). The graph is not modified. Raises
+    ``ValueError`` naming the problem and the fix, before DGL runs, for a bad graph, argument,
+    feature key, train mask or output folder (one holding ``<name>.json``, unless
+    ``overwrite``, or another partition's ``part<i>/``); and when DGL fails to split because
+    a part would own no node or no edge. Long because each refusal comes before DGL runs.
     """
     start = time.perf_counter()
     out = pathlib.Path(out)
@@ -158,8 +149,7 @@ def partition_graph(graph: dgl.DGLGraph, name: str, parts: int, out: PathLike, *
         raise ValueError(f"{out} already holds {', '.join(taken)} from another partition (DGL names part "
                          "folders part<i> whatever --name is): give an empty or new --out folder")
 
-    # A copy with only the kept data, int64 ids (METIS asserts them) and COO (partition_graph
-    # asserts it): DGL never sees, nor changes, the caller's graph.
+    # A copy with the kept data, int64 ids (METIS) and COO (partition_graph): the caller's graph stays.
     src, dst = graph.edges()
     work = dgl.graph((src.long(), dst.long()), num_nodes=n)
     for key in keys:
@@ -176,8 +166,7 @@ def partition_graph(graph: dgl.DGLGraph, name: str, parts: int, out: PathLike, *
                 balance_ntypes=train if balance else None, return_mapping=True)
     except (IndexError, dgl.DGLError) as err:
         sys.stderr.write(log.getvalue())  # what DGL said before failing
-        # DGL 2.1 fails so (an empty max() or a null subgraph) while splitting, before writing
-        # anything, when a part owns no node or no edge.
+        # DGL 2.1 fails so (empty max(), null subgraph) before writing when a part owns no node or edge.
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"DGL could not split {name!r} ({n} nodes, {graph.num_edges()} edges) into {parts} "
                          f"parts ({type(err).__name__}: {first}); most likely a part owns no node or no "
@@ -205,9 +194,7 @@ def partition_graph(graph: dgl.DGLGraph, name: str, parts: int, out: PathLike, *
 def read_meta(part_config: PathLike) -> Dict[str, Any]:
     """The ``<name>.meta.json`` next to the DGL config ``<name>.json`` made by this module;
     ``FileNotFoundError`` naming the missing file otherwise."""
-    config = pathlib.Path(part_config)
-    meta = _sibling(config, ".meta.json")
-    with open(meta) as fh:
+    with open(_sibling(pathlib.Path(part_config), ".meta.json")) as fh:
         return json.load(fh)
 
 
@@ -314,8 +301,7 @@ def _write_meta(path: pathlib.Path, s: PartitionSummary, work: dgl.DGLGraph, tra
         "edge_cuts": s.edge_cuts, "parts": [dataclasses.asdict(r) for r in s.rows], "ndata": ndata,
         "dgl_version": dgl.__version__,
     }
-    # Every file's size, so a cut or damaged copy is refused before servers load it (DGL's loader
-    # fills a cut feature file's missing rows with zeros and says nothing).
+    # Sizes, so a cut copy is refused before servers load it (DGL zero-fills a cut file's rows silently).
     meta["files"] = {f.relative_to(path.parent).as_posix(): f.stat().st_size
                      for i in range(s.parts) for f in sorted((path.parent / f"part{i}").rglob("*")) if f.is_file()}
     if "label" in work.ndata:

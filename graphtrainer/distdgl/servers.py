@@ -1,12 +1,10 @@
-"""This machine's DistDGL graph servers: started before the ranks, watched while they
-train, and gone when the run ends, however it ends.
+"""This machine's DistDGL graph servers: started before the ranks, watched while they train,
+gone when the run ends, however it ends.
 
-Each server is a fresh interpreter (``python -m graphtrainer.distdgl.servers``) that loads
-this machine's partition into shared memory and serves DGL's RPC until the ranks'
-rank-0 client asks the servers to shut down (the end of a successful run). On a failure
-or Ctrl-C the launcher stops them itself: SIGTERM, then SIGKILL. A server that dies
-while the ranks train ends the run with a :class:`~graphtrainer.RankFailedError`
-naming it and the end of its log.
+Each server (``python -m graphtrainer.distdgl.servers``) loads the machine's partition into
+shared memory and serves DGL's RPC until the ranks' client 0 shuts it down; on a failure or
+Ctrl-C the launcher sends SIGTERM, then SIGKILL. A server that dies while the ranks train
+ends the run with a :class:`~graphtrainer.RankFailedError` naming it and its log's end.
 """
 from __future__ import annotations
 
@@ -94,14 +92,12 @@ class GraphServer(WatchedService):
 
 @contextlib.contextmanager
 def graph_servers(cluster: Cluster) -> Iterator[List[GraphServer]]:
-    """Start this machine's servers and wait until they listen; on leaving, stop them:
-    after a clean exit they get :data:`SHUTDOWN_WAIT_S` to finish by themselves, after an
-    exception (SIGTERM included) none. No server process, shared-memory segment or log
+    """Start this machine's servers and wait until they listen; on leaving, stop them (after
+    a clean exit within :data:`SHUTDOWN_WAIT_S`). No server, shared-memory segment or log
     folder outlives the block.
 
-    One DistDGL run per machine at a time: DGL names the features' shared memory after
-    the feature key alone (``node~_N~feat-kvdata-``, ``dgl/distributed/kvstore.py:909``),
-    so two runs' servers would read each other's data. A second run waits for the first.
+    One DistDGL run per machine at a time (a second waits): DGL names the features' shared
+    memory after the key alone (``node~_N~feat-kvdata-``, ``dgl/distributed/kvstore.py:909``).
     """
     check_part_files(cluster.options.part_config, cluster.machine_rank)  # before any server loads it
     with _machine_lock(), _terminate_as_exit():
@@ -171,9 +167,8 @@ def _terminate_as_exit() -> Iterator[None]:
 
 
 def _wait_listening(servers: List[GraphServer], cluster: Cluster) -> None:
-    """Until every server listens (ranks started earlier wait 3 s per failed connect, DGL's
-    retry step), or one failed; never longer than :data:`READY_WAIT_S`. Reads the socket
-    table: a probe connection would count as one of the server's clients."""
+    """Until every server listens (ranks started earlier would wait DGL's 3 s retry step) or one
+    failed, at most :data:`READY_WAIT_S`; from the socket table (a probe would count as a client)."""
     deadline = time.monotonic() + READY_WAIT_S
     ports = {cluster.server_port(s.index) for s in servers}
     while time.monotonic() < deadline:
@@ -208,9 +203,8 @@ def _shared_memory() -> Set[str]:
 
 
 def _remove_left_segments(before: Set[str], graph_name: str) -> None:
-    """Remove the shared-memory segments of servers that could not clean up (killed):
-    the graph (named after it) and the features (DGL's ``node~<type>~<key>-kvdata-``),
-    made since the servers started. Called once they are all gone."""
+    """Once the servers are gone, remove segments killed ones left since they started: the graph
+    (named after it) and features (DGL's ``node~<type>~<key>-kvdata-``)."""
     for name in _shared_memory() - before:
         if name.startswith((graph_name, "node~", "edge~")):
             with contextlib.suppress(OSError):

@@ -19,11 +19,10 @@ class HeteroClassification(CrossEntropySteps, GraphTask):
     :func:`graphtrainer.datasets.cora_hetero`); featureless types get learned embeddings.
 
     Training and evaluation sample ``fanouts`` neighbours per layer and relation
-    (``{split}_acc``, ``{split}_loss``, ``{split}_nodes``). With ``layerwise_eval`` the epoch
-    end of validation and test also computes every node's output with full
-    neighbourhoods (:func:`~graphtrainer.data.inference.layerwise`, every rank a share of the
-    nodes) and logs ``{split}_acc_full``; ``predict`` returns those full-neighbourhood
-    class probabilities for the test nodes.
+    (``{split}_acc``, ``_loss``, ``_nodes``). With ``layerwise_eval`` validation and test also
+    log ``{split}_acc_full`` from every node's full-neighbourhood output
+    (:func:`~graphtrainer.data.inference.layerwise`); ``predict`` returns those class
+    probabilities for the test nodes.
 
     The model's last layer has relations into the other types, which no target seed uses:
     train with ``Trainer(find_unused_parameters=True)``.
@@ -85,7 +84,7 @@ class HeteroClassification(CrossEntropySteps, GraphTask):
         model = self.module
         return layerwise(model, self.graph, model.input_features(self.graph), batch_size=self.eval_batch_size)
 
-    def _log_full(self, prefix: str) -> None:
+    def _eval_epoch_end(self, prefix: str) -> None:
         if not self.layerwise_eval:
             return
         logits = self.full_outputs()[self.target]
@@ -93,18 +92,6 @@ class HeteroClassification(CrossEntropySteps, GraphTask):
         labels = self.graph.nodes[self.target].data["label"][ids]
         # Every rank holds the whole result: each logs the same value, so the mean is it.
         self.log(f"{prefix}_acc_full", accuracy(logits[ids], labels), batch_size=1)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_full("val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_full("test")
 
     def on_predict_epoch_start(self) -> None:
         self._full = self.full_outputs()  # once; predict_step picks each batch's rows

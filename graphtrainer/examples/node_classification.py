@@ -23,7 +23,8 @@ from graphtrainer.models import SAGE
 
 class CrossEntropySteps:
     """The training step and evaluation logging of the classification examples; a task
-    using it provides ``_forward(batch) -> (logits, labels)`` (logits of the seed nodes)."""
+    using it provides ``_forward(batch) -> (logits, labels)`` (logits of the seed nodes),
+    ``_eval_step(batch, prefix)`` and ``_eval_epoch_end(prefix)``."""
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, labels = self._forward(batch)
@@ -38,6 +39,18 @@ class CrossEntropySteps:
         # A total, not a mean: reduce_fx="sum" adds the values of every call on every rank.
         self.log(f"{prefix}_nodes", labels.numel(), reduce_fx="sum")
 
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
 
 def _refuse_heterograph(graph: Any) -> None:
     """One clear line for a heterograph (its ``ndata["feat"]`` is a dict per node type)."""
@@ -51,20 +64,16 @@ def _refuse_heterograph(graph: Any) -> None:
 
 
 class NodeClassification(CrossEntropySteps, GraphTask):
-    """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), or on the
-    shipped dataset ``graph`` names (:func:`graphtrainer.datasets.load`, e.g. ``"cora"``),
-    or on a partitioned graph (a :class:`~graphtrainer.distdgl.graph.PartitionedGraph`, or
-    the path of its ``<name>.json``): then each rank trains on the ``DistGraph``, each
-    machine on the masked nodes of its own partition.
+    """Minibatch GraphSAGE on ``graph`` (ndata ``feat``, ``label``, ``*_mask``), a shipped
+    dataset's name (:func:`graphtrainer.datasets.load`), or a partitioned graph (a
+    :class:`~graphtrainer.distdgl.graph.PartitionedGraph` or its ``<name>.json``: each machine
+    trains on the masked nodes of its own partition).
 
-    Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour
-    (DGL's ``MultiLayerFullNeighborSampler``) so it is exact. ``metric`` is
-    ``"accuracy"`` or ``"roc_auc"`` (from gathered positive-class scores). Epoch metrics:
-    ``train_loss``, ``train_acc``; ``{val,test}_loss``, ``_acc``, ``_nodes`` (how many
-    nodes all ranks scored: each id once) and, with ``"roc_auc"``, ``_auc``.
-
-    The tutorials reuse it by overriding one piece each: :meth:`train_sampler` (a custom
-    DGL sampler), ``configure_model`` (another network), ``training_step`` (extra logs).
+    Training samples ``fanouts`` neighbours per layer; evaluation uses every neighbour, so it
+    is exact. ``metric``: ``"accuracy"`` or ``"roc_auc"`` (from gathered positive-class
+    scores). Epoch metrics: ``train_loss``, ``train_acc``; ``{val,test}_loss``, ``_acc``,
+    ``_nodes`` (nodes scored, each once) and, with ``"roc_auc"``, ``_auc``. The tutorials
+    override one piece each: :meth:`train_sampler`, ``configure_model``, ``training_step``.
     """
 
     def __init__(self, graph: Any, fanouts: Sequence[int] = (10, 10), hidden: int = 256,
@@ -148,7 +157,7 @@ class NodeClassification(CrossEntropySteps, GraphTask):
             self._scores.append(torch.softmax(logits, dim=-1)[:, 1].cpu())
             self._labels.append(labels.cpu())
 
-    def _log_auc(self, prefix: str) -> None:
+    def _eval_epoch_end(self, prefix: str) -> None:
         # ROC-AUC is not a mean of per-batch values: it needs every score of every rank.
         if self.metric != "roc_auc":
             return
@@ -158,29 +167,14 @@ class NodeClassification(CrossEntropySteps, GraphTask):
         # Every rank gathers everything, so every rank logs the same exact ROC-AUC.
         self.log(f"{prefix}_auc", roc_auc(self.all_gather(scores), self.all_gather(labels)), batch_size=1)
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_auc("val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._log_auc("test")
-
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, _ = self._forward(batch)
         return torch.softmax(logits, dim=-1)      # one row per seed, in the batch's order
 
 
 def standardize_features(graph: Any, key: str = "feat") -> None:
-    """Scale each feature column to zero mean and unit variance, using training nodes' statistics.
-
-    Tolokers' 10 features are raw counts and rates on very different scales; standardized,
-    GraphSAGE learns in a third of the epochs.
-    """
+    """Scale each feature column to zero mean and unit variance by the training nodes' statistics
+    (Tolokers' raw counts and rates: GraphSAGE then learns in a third of the epochs)."""
     x = graph.ndata[key].float()
     train = x[graph.ndata["train_mask"]]
     graph.ndata[key] = (x - train.mean(0)) / train.std(0).clamp_min(1e-6)

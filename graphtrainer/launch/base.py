@@ -22,9 +22,8 @@ class Launcher(ABC):
     """Runs ``target(RankInfo, *args)`` on every rank of this process's share of the job
     and returns rank 0's result (this machine's first rank's, over several machines)."""
 
-    #: Whether the launching process makes a ``fit``'s run folder before any rank starts
-    #: (so an unwritable root fails early and a failed start can remove it); where it
-    #: does not, rank 0 makes it and every rank learns it from rank 0.
+    #: Whether the launching process makes a ``fit``'s run folder before ranks start (else
+    #: rank 0 makes it and tells the others).
     makes_run_dir: bool = True
     #: Whether the ranks learn the run folder from rank 0 (a collective in each rank) rather
     #: than from the launching process.

@@ -1,6 +1,5 @@
-"""Ranks that already exist: reading the rank layout torchrun or Slurm set and running this
-process's rank (:class:`ExistingRanks`), and picking a free port for a rendezvous this
-process hosts."""
+"""Ranks that already exist (torchrun, Slurm): their layout and this process's rank
+(:class:`ExistingRanks`); and a free port for a rendezvous this process hosts."""
 from __future__ import annotations
 
 import os
@@ -50,10 +49,9 @@ def _first_slurm_host(nodelist: str) -> str:
 def detect_external_launch() -> Optional[RankInfo]:
     """Rank layout set by torchrun or Slurm, or ``None`` when nothing started us.
 
-    torchrun sets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``;
-    Slurm's ``srun`` sets ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A Slurm job
-    with one task (``python train.py`` inside ``sbatch``) is not an external launch: the
-    trainer then launches its own ranks as usual.
+    torchrun sets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``; Slurm's
+    ``srun`` ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A one-task Slurm job (``python
+    train.py`` in ``sbatch``) is not one: the trainer launches its own ranks.
     """
     rank, world = _int_env("RANK"), _int_env("WORLD_SIZE")
     if rank is not None and world is not None:
@@ -105,14 +103,8 @@ def one_process_per_machine() -> Optional[str]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now, below the kernel's ephemeral range.
-
-    The port is handed to a server that binds it later (a torchrun agent, a store). Ports
-    in the ephemeral range are also given to outgoing connections as their source port,
-    and a client that retries connecting to such a port before its server listens can even
-    be connected to itself; either makes the server's bind fail. Below the range neither
-    happens.
-    """
+    """A TCP port free on ``host`` now, below the ephemeral range: a server binds it later, and
+    an ephemeral port might meanwhile serve as a source port (or a retrying client's own)."""
     start = _ephemeral_start()
     pick = random.SystemRandom()  # not the seeded global generators
     for _ in range(64):

@@ -2,16 +2,13 @@
 itself what failed, where its peers can read it.
 
 - A rank that fails on its own (an exception, a hang) writes its error into the process
-  group's store (and into torchrun's error file, from which torchrun's "Root Cause" is
-  taken), before it exits.
-- A rank whose error is only the lost connection to a peer (gloo's "Connection closed by
-  peer") looks there for the cause, or for a peer on this machine whose process is gone,
-  and raises a :class:`~graphtrainer.RankFailedError` naming that rank instead.
-- ``Trainer(hang_timeout=...)`` applies too: a thread of each rank watches that rank's own
-  progress (the heartbeat a launched rank reports to its launcher), and a rank with none
-  for that long outside a collective reports itself as hung, with its stack, and exits.
-  Once a stop signal came (torchrun's agent passes SIGTERM on), a stop waits for a batch
-  boundary that a rank without progress never reaches: the timeout shortens to
+  group's store (and torchrun's error file, its "Root Cause") before it exits.
+- A rank whose error is only a lost peer (gloo's "Connection closed by peer") looks there
+  for the cause, or for a peer on this machine whose process is gone, and raises a
+  :class:`~graphtrainer.RankFailedError` naming that rank instead.
+- ``Trainer(hang_timeout=...)``: a thread of each rank watches its own heartbeat; a rank
+  without progress that long outside a collective reports itself hung, with its stack, and
+  exits. After a stop signal (torchrun's agent passes SIGTERM on) the timeout shortens to
   :func:`graphtrainer.heartbeat.timeout_after_stop`, so the hang is named before the agent's
   grace period ends in a silent SIGKILL.
 """
@@ -56,9 +53,8 @@ def announce(rank: int) -> None:
 
 
 def attribute(err: BaseException, rank: int, world_size: int, traceback_text: str) -> Optional[RankFailedError]:
-    """Call in the ``except`` block of a failed external rank. Records a failure of this
-    rank's own; for a lost peer, returns the error that names the rank that caused it (None
-    when none is found)."""
+    """In a failed external rank's ``except`` block: record a failure of its own; for a lost
+    peer, return the error naming the rank that caused it (None when none is found)."""
     store = _store()
     if store is None or isinstance(err, (RankFailedError, SystemExit, KeyboardInterrupt)):
         return None  # (a stop on a signal, Preempted, is no failure)

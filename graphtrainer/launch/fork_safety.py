@@ -19,9 +19,8 @@ FORK_FALLBACK = "forkserver"
 
 
 def start_method(launcher: str, uses_gpu: bool, task: Any) -> str:
-    """The start method for ``Trainer(launcher=launcher)``: "auto" forks on Linux unless a
-    fork could not train (then the fork server); spawn and forkserver need an importable
-    main script and task."""
+    """The start method for ``Trainer(launcher=launcher)`` ("auto": fork on Linux unless a fork
+    could not train, then forkserver), refusing spawn or forkserver without an importable main."""
     method = launcher
     if method == "auto":
         method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -47,14 +46,9 @@ _FORK_BLOCKERS = {
 
 
 def fork_blocker(uses_gpu: bool) -> Optional[str]:
-    """Why a rank forked now could not train, or None when it can.
-
-    torch marks a fork "bad" for CUDA once this process initialised CUDA or asked the CUDA
-    runtime for a device count, and "bad" for autograd once a backward pass started the
-    per-device threads (only where GPUs exist; CPU ranks then fail at their first
-    backward). Only a forked child can see those marks, so a throw-away child is forked
-    to look and answers with its exit code.
-    """
+    """Why a rank forked now could not train, or None. torch marks a fork "bad" once CUDA was
+    initialised or devices counted here, or a backward started the per-device threads (where
+    GPUs exist); only a child sees those marks, so a throw-away child answers by exit code."""
     if uses_gpu and torch.cuda.is_initialized():
         return _FORK_BLOCKERS[1]
     if not hasattr(os, "fork") or torch.cuda.device_count() == 0:  # NVML count: safe here
@@ -89,10 +83,9 @@ def fork_blocker(uses_gpu: bool) -> Optional[str]:
 
 
 def check_main_guard(task: Any = None, method: str = "spawn") -> None:
-    """Refuse spawn or forkserver where its ranks could not start: a script read from stdin
-    (nothing to re-import), a task class defined in an interactive session (nothing to
-    import it from), or a script that calls the trainer at module level (each rank would
-    start training again, having re-imported it without ``if __name__ == "__main__":``)."""
+    """Refuse spawn or forkserver where ranks could not start: a script from stdin, a task
+    class from an interactive session (nothing to re-import), or a script training at module
+    level (each rank would train again: no ``if __name__ == "__main__":``)."""
     import __main__
 
     path = getattr(__main__, "__file__", None)

@@ -1,25 +1,20 @@
 """``launcher="forkserver"``: ranks forked from a clean server that imported torch and dgl once.
 
-The server is a fresh interpreter (started by exec, like a spawned rank), so it never
-touched CUDA, autograd's device threads or an OpenMP pool: forking ranks from it is safe
-wherever spawn is, including after the launching process used the GPU. It imports
-torch, dgl and graphtrainer once (:mod:`graphtrainer.launch._forkserver_preload`) and freezes
-those objects for the collector, and every rank forked from it shares those pages
-instead of importing them again (a spawned rank holds about 300 MB of its own imports).
-Like spawn, the task is pickled to each rank and the graph reaches it through shared
-memory (:func:`graphtrainer.launch.shared_graph.share_graph` in the launching process).
+The server is a fresh interpreter (exec'd, like a spawned rank) that never touched CUDA,
+autograd's device threads or an OpenMP pool: forking from it is safe wherever spawn is, also
+after the launching process used the GPU. It imports torch, dgl and graphtrainer once
+(:mod:`graphtrainer.launch._forkserver_preload`) and freezes them for the collector; its ranks share
+those pages (a spawned rank holds about 300 MB of its own imports). As with spawn, the task
+is pickled to each rank and the graph comes through shared memory
+(:func:`graphtrainer.launch.shared_graph.share_graph`).
 
-Python keeps one fork server per process (``multiprocessing.forkserver``). graphtrainer
-starts it for a launch (early, so its imports overlap the graph's preparation) and stops
-it when the launch ends, whatever happened, so no server outlives a ``fit``: its ranks
-were ended before, and any left would get SIGKILL as their parent exits.
+graphtrainer starts Python's one fork server per process early in a launch (its imports
+overlap the graph's preparation) and stops it when the launch ends, whatever happened.
 
-If the launching process itself dies (SIGKILL, SIGTERM), nothing of the run may go on.
-Python's server exits once every holder of its "alive" pipe is gone, and it hands that
-pipe to each rank it forks, so a live rank would keep it alive (and the rank's
-die-with-parent signal, which points at the server, would never fire). Each rank
-therefore closes its copy (:func:`bind_to_launcher`) and also watches the launching
-process itself, ending at once when it is gone.
+If the launching process dies, the run must end. Python's server exits once every holder
+of its "alive" pipe is gone, but it hands that pipe to each rank (whose die-with-parent
+signal points at the server), so each rank closes its copy (:func:`bind_to_launcher`) and
+watches the launching process itself.
 """
 from __future__ import annotations
 
@@ -53,8 +48,7 @@ def context() -> mp.context.BaseContext:
 
 
 def start_server() -> int:
-    """Start the fork server now (no-op when it runs) and return its pid. It imports in the
-    background; the first rank start waits for it."""
+    """Start the fork server now (no-op when it runs), importing in the background; its pid."""
     context()
     previous = {name: os.environ.get(name) for name in (ENV_FLAG, LAUNCHER_ENV)}
     os.environ[ENV_FLAG] = "1"
@@ -139,9 +133,8 @@ def _reap(pid: int, grace_s: float) -> None:
 
 
 def bind_to_launcher() -> None:
-    """In a rank the server forked: let the server notice when the launching process is gone
-    (close this rank's copy of its "alive" pipe), and end this rank when that process is
-    gone, whatever became of the server. No-op in other processes."""
+    """In a rank the server forked (else no-op): close this rank's copy of the server's "alive"
+    pipe, and end this rank when the launching process is gone."""
     launcher = os.environ.get(LAUNCHER_ENV)
     server = _mp_forkserver._forkserver
     if launcher is None or server_pid() is not None:  # not forked by the server
@@ -157,8 +150,7 @@ def bind_to_launcher() -> None:
 
 
 class ServerWatch(WatchedService):
-    """The server's death ends the run, named as such (its ranks die with it, and would
-    otherwise look like ranks that could not start)."""
+    """The server's death ends the run, named as such (not as ranks that could not start)."""
 
     def failure(self) -> Optional[RankFailedError]:
         death = server_death()

@@ -1,36 +1,27 @@
 """Keeping a launched rank's private memory small without slowing its batches down.
 
-What a forked rank held privately (USS, ``/proc/<pid>/smaps`` by mapping; 1M nodes / 10M
-edges, batch 1024, fanouts 10,10, 2 ranks, at step 3): 188 MB, of which the main heap
-130 MB and anonymous mappings 56 MB. What is free to cut, always done:
+A forked rank held 188 MB privately (USS, ``/proc/<pid>/smaps``; 1M nodes / 10M edges, batch
+1024, fanouts 10,10, 2 ranks, step 3): 130 MB main heap, 56 MB anonymous mappings. Always cut:
 
-- **Imports.** After starting, a rank imported about 680 modules of its own
-  (``torch._dynamo``, which the optimizer and DDP import lazily, with sympy, torch.onnx,
-  ...): time, and objects held privately by every rank. :func:`import_rank_modules`
-  imports them once before the ranks exist (in the launching process for fork, in the
-  server for forkserver), so they share those pages. Alone: 188 -> 128 MB. The launcher
-  also ``gc.freeze()``-s the parent's objects so collector passes in a rank do not copy
-  their pages.
-- **The heap the parent left.** A launched rank trims its inherited heap once at start
-  (``malloc_trim``: what the parent left free goes back to the system).
+- **Imports.** A rank imported about 680 modules of its own (``torch._dynamo``, which the
+  optimizer and DDP import lazily, with sympy, torch.onnx, ...). :func:`import_rank_modules`
+  imports them before the ranks exist (launching process for fork, server for forkserver),
+  so ranks share those pages: 188 -> 128 MB. The launcher also ``gc.freeze()``-s the
+  parent's objects so a rank's collector passes do not copy their pages.
+- **The heap the parent left**, trimmed once at a launched rank's start (``malloc_trim``).
 
-Not done by default: trimming again at the end of every training epoch. It gave back
-nothing that counted at the peak (total PSS of the run 1,300 against 1,295 MB without it at
-2 fork ranks, 1,441 against 1,447 MB at 4; 1M-node graph, quiet machine,
-``benchmarks/tutorial_vs_task.py --glibc-arm``) and makes every epoch refill the heap by page
-faults (the epoch time without it: 0.96x at 2 ranks and 0.90x at 4 in one round; a second
-run put the difference inside this machine's run-to-run spread). ``"lean"`` still trims
-per epoch.
+Not by default: a trim after every training epoch. It gave back nothing at the peak (run
+PSS 1,300 vs 1,295 MB at 2 fork ranks, 1,441 vs 1,447 MB at 4; 1M nodes,
+``benchmarks/tutorial_vs_task.py --glibc-arm``) and makes every epoch refill the heap by
+page faults (epoch time without it 0.96x at 2 ranks, 0.90x at 4, within run-to-run spread
+on a second run).
 
-What costs throughput is an option, ``Trainer(allocator=...)`` (see :data:`ALLOCATORS`):
-``"lean"`` fixes glibc's mmap threshold at 1 MB (every tensor of 1 MB or more is mapped
-and unmapped, so each batch faults its features, blocks and activations in afresh as
-zeroed pages). It roughly halves a rank's USS (DistDGL trainers 61-77 against 116-125 MB)
-and, measured on a quiet machine at 1M nodes, made 2 fork ranks take 1.37x the epoch time
-(2.17 against 1.58 s) and cut DistDGL and fork trainers' seeds/s to 0.60x
-(``benchmarks/README.md``).
-``GRAPHTRAINER_MALLOC_TUNING=0`` / ``=1`` still work: read as ``allocator="glibc"`` /
-``"lean"``, with a warning naming the option.
+``Trainer(allocator="lean")`` (:data:`ALLOCATORS`) trades throughput for memory: glibc's
+mmap threshold fixed at 1 MB, so each batch faults its features, blocks and activations in
+afresh as zeroed pages, plus the per-epoch trim. It roughly halves a rank's USS (DistDGL
+trainers 61-77 vs 116-125 MB); at 1M nodes 2 fork ranks took 1.37x the epoch time (2.17 vs
+1.58 s) and DistDGL and fork trainers' seeds/s fell to 0.60x (``benchmarks/README.md``).
+``GRAPHTRAINER_MALLOC_TUNING=0`` / ``=1`` is read as ``"glibc"`` / ``"lean"``, with a warning.
 """
 from __future__ import annotations
 
@@ -52,20 +43,17 @@ TRIM_THRESHOLD = 8 << 20
 #: ``allocator="lean"``: malloc arenas per rank (glibc's default is 8 per core).
 ARENA_MAX = 2
 
-#: ``Trainer(allocator=...)`` values. "default": glibc's own (dynamic) thresholds, the heap
-#: trimmed once when a launched rank starts; no cost per batch or epoch. "lean": also the
-#: fixed 1 MB mmap threshold, 8 MB trim threshold, 2 arenas and a trim after every training
-#: epoch (about half the rank's private memory, for a quarter to two fifths of its
-#: throughput). "glibc": the allocator left entirely alone (no trims).
+#: ``Trainer(allocator=...)`` values. "default": glibc's thresholds, the heap trimmed once when a
+#: launched rank starts. "lean": also 1 MB mmap and 8 MB trim thresholds, 2 arenas and a trim per
+#: training epoch (about half the private memory for a quarter to two fifths of the throughput).
+#: "glibc": the allocator left alone (no trims).
 ALLOCATORS = ("default", "lean", "glibc")
 
 _ENV = "GRAPHTRAINER_MALLOC_TUNING"
 _ENV_MEANING = {"0": "glibc", "1": "lean"}
 
-#: Modules every rank imports lazily on its first optimizer step or DDP wrap (torch._dynamo
-#: alone brings about 680 modules: sympy, torch.onnx, ...). Imported before ranks start
-#: (fork: in the launching process; forkserver: in the server), each rank shares them
-#: instead of importing and holding its own copy.
+#: Modules every rank imports lazily on its first optimizer step or DDP wrap, imported before
+#: ranks start so that they share them (see the module docstring).
 RANK_MODULES = ("torch.distributed", "torch.nn.parallel", "torch.optim", "torch._dynamo")
 
 
@@ -77,8 +65,7 @@ def import_rank_modules() -> None:
 
 
 def allocator_option(value: str) -> str:
-    """Check ``Trainer(allocator=...)``; ``GRAPHTRAINER_MALLOC_TUNING``, when set, overrides
-    it (the variable predates the option)."""
+    """Check ``Trainer(allocator=...)``; a set ``GRAPHTRAINER_MALLOC_TUNING`` (older) overrides it."""
     env = os.environ.get(_ENV)
     if env is not None:
         if env not in _ENV_MEANING:
@@ -105,9 +92,8 @@ def _libc() -> Optional[Any]:
 
 
 def apply_allocator(mode: str, launched: bool) -> bool:
-    """Set this rank's allocator for ``mode`` (one of :data:`ALLOCATORS`); ``launched``: a
-    process the trainer started, whose inherited free heap is trimmed. True when glibc
-    settings were changed (``"lean"`` on glibc)."""
+    """Set this rank's allocator for ``mode``; ``launched``: trim the inherited free heap. True
+    when glibc settings were changed (``"lean"`` on glibc)."""
     libc = _libc()
     if libc is None or mode == "glibc":
         return False
@@ -123,8 +109,7 @@ def apply_allocator(mode: str, launched: bool) -> bool:
 
 
 def trim_after_epoch(mode: str) -> bool:
-    """At the end of a training epoch, give the heap's free pages back: ``"lean"`` only (the
-    default would pay the page faults of refilling the heap every epoch for nothing: see the
+    """At a training epoch's end, give the heap's free pages back: ``"lean"`` only (see the
     module docstring). True when trimmed."""
     libc = _libc()
     if libc is None or mode != "lean":

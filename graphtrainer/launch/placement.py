@@ -7,12 +7,8 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class Placement:
-    """Where this machine's launched ranks sit in a job over several machines.
-
-    Rank ``first_rank + i`` is the ``i``-th process started here; the ranks of all
-    machines rendezvous at ``master_addr:master_port`` (rank 0's store, on machine 0),
-    and gloo talks over ``socket_ifname``.
-    """
+    """Where this machine's ranks sit in a multi-machine job: rank ``first_rank + i`` is the
+    ``i``-th started here; all rendezvous at ``master_addr:master_port``; gloo uses ``socket_ifname``."""
 
     first_rank: int
     world_size: int

@@ -16,15 +16,9 @@ SHARED_MEMORY_LAUNCHERS = ("spawn", "forkserver")
 MANY_GRAPHS = 256
 
 def prepare_graphs(task: Any, method: str) -> None:
-    """Build the sparse formats the task's samplers read (:mod:`graphtrainer.data.formats`),
-    once, before ranks start; for launchers whose ranks do not inherit memory, move each
-    graph to shared memory in place.
-
-    With fork the children share the formats copy-on-write instead of each building its
-    own. With spawn and forkserver the graph's structure and tensors go to shared memory
-    once and ranks attach to it; the graph object is pointed at the shared copy
-    (:func:`graphtrainer.launch.shared_graph.share_graph`), so this process holds no second one.
-    """
+    """Build the sparse formats the task's samplers read (:mod:`graphtrainer.data.formats`)
+    once, shared copy-on-write by forked ranks; for spawn and forkserver, also move each graph
+    to shared memory in place (:func:`graphtrainer.launch.shared_graph.share_graph`)."""
     if method == "forkserver":
         # Started first: its imports (seconds) overlap the work below; launch() stops it.
         forkserver.start_server()
@@ -55,8 +49,7 @@ def _prepare(task: Any, method: str) -> None:
 
 
 def prepare_graph(graph: Any, formats: Sequence[str] = ("csc",)) -> Any:
-    """Build ``formats`` of ``graph`` once (default: CSC, what in-neighbour sampling reads),
-    so forked ranks share them instead of each building its own; see :mod:`graphtrainer.data.formats`."""
+    """Build ``formats`` of ``graph`` once (default CSC) for forked ranks to share (:mod:`graphtrainer.data.formats`)."""
     return build_formats(graph, formats)
 
 

@@ -2,9 +2,8 @@
 kept so that a rank that dies without a Python exception (a C++ abort such as gloo's
 ``op.preamble.length <= op.nbytes``, a segfault) is reported with its reason.
 
-A rank's file descriptor 2 is the write end of a pipe whose read end the launcher holds;
-one thread here copies whatever arrives to the launcher's own stderr at once. What a
-process wrote before dying stays in the pipe, so the launcher still reads it afterwards.
+A rank's fd 2 is a pipe the launcher reads; one thread copies what arrives to the launcher's
+stderr at once, and what a dead process wrote is still read afterwards.
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """Moving a DGL graph into shared memory in place, so the launching process keeps one copy.
 
-Ranks that do not inherit the parent's memory (spawn, forkserver) receive the graph
-through torch's and DGL's multiprocessing reductions, which put each array in shared
-memory. Node and edge tensors are moved there in place (``share_memory_()`` swaps their
-storage), but DGL's reduction copies the structure (COO/CSR/CSC arrays) out of its C++
-graph index into shared tensors and leaves the index itself on the private arrays: the
-parent then holds the structure twice (parent PSS 2,186 MB at 2M nodes with 4 spawned
-ranks, against about 1,000 MB of graph).
-
-:func:`share_graph` does the reduction's work ahead of time and then points the graph
-object at an index rebuilt over the shared arrays (``graph._graph``), so every
-reference to the graph (the task's attributes, loaders, the user's own variables) sees
-the shared copy and the private arrays are freed. Later pickling reuses those arrays
-(DGL caches them on the index), so every rank attaches to the same memory.
+Spawned and forkserver ranks receive the graph through torch's and DGL's multiprocessing
+reductions. Tensors move to shared memory in place (``share_memory_()``), but DGL copies the
+structure out of its C++ index into shared tensors and keeps the index on the private
+arrays: the parent holds it twice (PSS 2,186 MB at 2M nodes, 4 spawned ranks, for about
+1,000 MB of graph). :func:`share_graph` does that work ahead of time and points the graph
+object at an index rebuilt over the shared arrays (``graph._graph``), so every reference
+sees the shared copy, the private arrays are freed, and later pickling reuses it.
 """
 from __future__ import annotations
 
@@ -22,11 +16,8 @@ import torch
 
 
 def share_graph(graph: Any) -> Any:
-    """Move ``graph``'s structure and features to shared memory, in place; return ``graph``.
-
-    Idempotent. The structure keeps the formats built so far (build them first, see
-    :func:`graphtrainer.data.formats.build_formats`): one built later lives in private memory.
-    """
+    """Move ``graph``'s structure and features to shared memory, in place (idempotent); return
+    ``graph``. Formats built later (:func:`graphtrainer.data.formats.build_formats`) stay private."""
     from dgl.heterograph_index import _forking_reduce
 
     index = graph._graph

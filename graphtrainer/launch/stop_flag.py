@@ -2,11 +2,10 @@
 at batch boundaries (:mod:`graphtrainer.loop.preemption`). Outside a fit they keep their usual
 effect.
 
-Python runs signal handlers in the main thread only. A launched rank whose fit runs in a fresh
-thread (:mod:`graphtrainer.launch.local`) has its main thread route them (:func:`routed`) for
-as long as the worker runs, so that rank stops and checkpoints like any other. A rank that
-torchrun or Slurm started routes them for its whole run, so that one whose fit failed is not
-ended by the agent's SIGTERM before it has named the failure."""
+Python runs signal handlers in the main thread only, so a launched rank whose fit runs in a
+fresh thread has its main thread route them (:func:`routed`) while the worker runs; a torchrun
+or Slurm rank routes them for its whole run, so the agent's SIGTERM does not end a failed rank
+before it has named the failure."""
 from __future__ import annotations
 
 import contextlib
@@ -25,9 +24,8 @@ _state: Dict[str, Any] = {"signal": None, "training": False, "failing": False, "
 
 @contextlib.contextmanager
 def caught() -> Iterator[None]:
-    """While inside (a fit's training), the stop signals set the flag. From the main thread the
-    handlers are installed here if :func:`routed` has not; from another thread only a
-    :func:`routed` main thread receives them."""
+    """While inside (a fit's training), the stop signals set the flag: installed here in the main
+    thread unless :func:`routed` did; other threads rely on a :func:`routed` main thread."""
     own = threading.current_thread() is threading.main_thread() and not _installed()
     with routed() if own else contextlib.nullcontext():
         _state.update(signal=None, training=True)
@@ -42,10 +40,9 @@ def caught() -> Iterator[None]:
 
 @contextlib.contextmanager
 def routed() -> Iterator[None]:
-    """Main thread only (elsewhere nothing): install the handlers until the end of the block.
-    A stop signal sets the flag while some thread is inside :func:`caught`; once a fit has
-    failed in it, it is held, so the rank can report the failure (torchrun's agent sends
-    SIGTERM to every rank as soon as one fails); else it has its previous effect."""
+    """Main thread only (elsewhere nothing): install the handlers for the block. A stop signal
+    sets the flag while a thread is inside :func:`caught`, is held once a fit failed there (so
+    the rank can report it before torchrun's SIGTERM ends it), else has its previous effect."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,11 +1,9 @@
 """Watching launched ranks until rank 0's result arrives or one fails.
 
-The parent never blocks on a queue alone: it waits on every child's result pipe and
-process sentinel together, so a rank that dies without a word (SIGKILL, a C++ abort)
-is noticed at once. On the first failure the other ranks are ended (SIGTERM, then
-SIGKILL) and one :class:`RankFailedError` names the failing rank and carries its
-traceback; a rank that makes no progress (see :mod:`graphtrainer.heartbeat`) is named
-with its stack.
+The parent waits on every child's result pipe and process sentinel together, so a rank
+that dies without a word (SIGKILL, a C++ abort) is noticed at once. On the first failure
+the others are ended (SIGTERM, then SIGKILL) and one :class:`RankFailedError` names the
+failing rank with its traceback, or its stack when it made no progress (:mod:`graphtrainer.heartbeat`).
 """
 from __future__ import annotations
 
@@ -142,9 +140,8 @@ class Watch:
             self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
 
     def _settle_s(self) -> float:
-        """How long to wait for other reports once a failure is in: longer over several
-        machines, where what failed here may follow from a failure elsewhere (a lost peer,
-        a C++ abort in a collective) and that machine will say so."""
+        """How long to wait for other reports once a failure is in (longer over several machines,
+        where the cause may be elsewhere and that machine will say so)."""
         if self.job is not None and not any(f[1].elsewhere for f in self.failures):
             return OTHER_MACHINE_SETTLE_S
         if all(f[1].error_type == "Hang" for f in self.failures):
@@ -288,9 +285,8 @@ def _with_source(dump: str) -> str:
 
 
 def _cause_order(failure: tuple) -> tuple:
-    """Which failure caused the others: a rank that died on its own (it cannot report, so
-    its peers' connection errors arrive first), then a real exception, then peers' errors
-    about the lost connection; earliest first within each."""
+    """Which failure caused the others: a rank that died silently (its peers' errors arrive
+    first), then a real exception, then lost-connection errors; earliest first within each."""
     stamp, err = failure
     if err.rank < 0 or err.elsewhere:  # a graph server or another machine: the
         kind = -1                                            # ranks' errors here follow from that
@@ -329,8 +325,7 @@ def _died(rank: int, exitcode: int, method: str, stderr_tail: str = "") -> RankF
 
 
 def end_all(procs: List[Any], wait_s: float, grace_s: float = TERMINATE_GRACE_S) -> None:
-    """Give children ``wait_s`` to exit, interrupt the rest and give them ``grace_s``, kill
-    what is left, then reap all of them."""
+    """Give children ``wait_s`` to exit, SIGINT the rest for ``grace_s``, kill, then reap all."""
     _join_all(procs, wait_s)
     for proc in procs:
         if proc.exitcode is None:

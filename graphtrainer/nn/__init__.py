@@ -1,11 +1,8 @@
-"""Graph layers in plain torch that run on DGL's graphs and blocks or on graphtrainer's
-torch-only blocks, on any device torch supports (DGL's PyPI wheel is CPU-only).
-
-DGL equivalents: :class:`SAGEConv` (``dgl.nn.SAGEConv``, mean/gcn/pool), :class:`GraphConv`,
-:class:`GATConv`, :class:`HeteroGraphConv`, :class:`SumPooling`/:class:`AvgPooling`/
-:class:`MaxPooling` (and :func:`readout`), :class:`EdgeScorer` (``u_dot_v`` or an MLP).
-:class:`Dropout` is ``torch.nn.Dropout`` with a CPU mask that stays fast on torch 2.5 and later
-(the models use it; the layers' own ``feat_drop``/``attn_drop`` keep torch's, as DGL's do).
+"""Graph layers in plain torch for DGL's graphs and blocks or graphtrainer's torch-only blocks,
+on any device torch supports (DGL's PyPI wheel is CPU-only): DGL's :class:`SAGEConv`
+(mean/gcn/pool), :class:`GraphConv`, :class:`GATConv`, :class:`HeteroGraphConv`,
+:class:`SumPooling`/:class:`AvgPooling`/:class:`MaxPooling` (:func:`readout`) and
+:class:`EdgeScorer`; and :class:`Dropout`, with a CPU mask that stays fast on torch 2.5+.
 """
 from .blocks import TorchBlock, TorchHeteroBlock, is_torch_graph
 from .conv import GraphConv, SAGEConv

@@ -1,19 +1,12 @@
-"""Torch-only graphs: a sampled block, a pair graph or a batched graph held as plain torch
-tensors, so message passing can run on any device torch supports (DGL's PyPI wheel is
-CPU-only: its graphs cannot move to a GPU).
+"""Torch-only graphs: sampled blocks, pair graphs and batched graphs as plain torch tensors,
+for devices DGL cannot use (DGL's PyPI wheel is CPU-only).
 
-:class:`TorchBlock` keeps the structure in CSC form (``indptr`` over destination nodes,
-``indices`` into source nodes, ``edge_ids``: the graph's own id of each CSC position) and
-the node/edge data in dicts. Edge data (``edata``) stays in edge-id order, as in DGL, so an
-``edge_weight`` computed per edge id means the same thing on either graph.
-
-The methods a task usually calls on DGL's graphs exist with DGL's names and meanings
-(``num_src_nodes()``, ``num_dst_nodes()``, ``num_edges()``, ``edges()``, ``in_degrees()``,
-``srcdata``/``dstdata``/``ndata``/``edata``, ``batch_size``, ``batch_num_nodes()``); anything
-else of DGL's API raises an error that names the fixes (see :func:`dgl_only`).
-
-:class:`TorchHeteroBlock` holds one :class:`TorchBlock` per relation plus node counts per type.
-Converting from DGL lives in :mod:`graphtrainer.nn.convert`.
+:class:`TorchBlock` keeps the structure in CSC form (``indptr`` over destinations, ``indices``
+into sources, ``edge_ids``: the graph's id of each CSC position) and data in dicts; ``edata``
+stays in edge-id order, as in DGL. The methods tasks usually call on DGL's graphs exist with
+DGL's names and meanings (``num_src_nodes()``, ``edges()``, ``in_degrees()``, ``srcdata``,
+``batch_num_nodes()``, ...); the rest of DGL's API raises an error naming the fixes
+(:func:`dgl_only`). :class:`TorchHeteroBlock` holds one :class:`TorchBlock` per relation.
 """
 from __future__ import annotations
 
@@ -51,11 +44,9 @@ def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
 class TorchBlock:
     """One relation's structure and data as torch tensors.
 
-    ``is_block``: True for a sampled block (source and destination nodes are separate
-    sets; the first ``num_dst`` source nodes are the destination nodes, as in DGL);
-    False for a graph whose source and destination nodes are the same (a pair graph or a
-    batched graph), where ``srcdata``, ``dstdata`` and ``ndata`` are one dict.
-    ``batch_num_nodes_``: nodes per graph of a batched graph (the readouts' segments).
+    ``is_block``: True for a sampled block (the first ``num_dst`` source nodes are the
+    destinations, as in DGL); False for a pair or batched graph, whose ``srcdata``, ``dstdata``
+    and ``ndata`` are one dict. ``batch_num_nodes_``: nodes per graph of a batched graph.
     """
 
     indptr: torch.Tensor
@@ -153,10 +144,8 @@ class TorchBlock:
     # ---- PyG's names: a MessagePassing layer runs on a block --------------------------------
     @property
     def edge_index(self) -> torch.Tensor:
-        """``[2, E]`` int64 (source, destination) of every edge in edge-id order (so ``edata``
-        rows line up), ids local to the block: with a PyG layer,
-        ``conv((x, x[:block.num_dst]), block.edge_index)`` (source and destination inputs), or
-        ``size=block.size`` for a layer that takes one input and a ``size``."""
+        """``[2, E]`` int64 (source, destination) in edge-id order, local ids: for a PyG layer,
+        ``conv((x, x[:block.num_dst]), block.edge_index)``, or ``size=block.size`` with one input."""
         return torch.stack(self.edges()).long()
 
     @property
@@ -179,8 +168,7 @@ class TorchBlock:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "TorchBlock":
-        """A copy whose tensors are in page-locked memory (needs CUDA), so ``to(cuda,
-        non_blocking=True)`` copies asynchronously."""
+        """A copy in page-locked memory (needs CUDA), for ``to(cuda, non_blocking=True)``."""
         return self._map(_pinned)
 
     def tensors(self) -> Dict[str, torch.Tensor]:

@@ -1,8 +1,7 @@
 """``SAGEConv`` and ``GraphConv`` in plain torch, taking a DGL graph/block or a torch block.
 
-Same constructor arguments, parameter names, initialisation (in the same order, so a seed
-gives the same weights) and results as ``dgl.nn.SAGEConv`` / ``dgl.nn.GraphConv``: a
-state_dict loads across in either direction.
+Same arguments, parameter names, initialisation order (a seed gives the same weights) and
+results as ``dgl.nn.SAGEConv`` / ``dgl.nn.GraphConv``: state_dicts load across either way.
 """
 from __future__ import annotations
 
@@ -22,11 +21,9 @@ def _pair(feats: Feats) -> Tuple[int, int]:
 
 
 class SAGEConv(nn.Module):
-    """GraphSAGE (Hamilton et al.): ``fc_self(h_v) + fc_neigh(agg(h_u))``.
-
-    ``aggregator_type``: "mean", "gcn" (mean over the neighbours and the node itself, no
-    self weight) or "pool" (max of ``relu(fc_pool(h_u))``). DGL's "lstm" is not provided.
-    """
+    """GraphSAGE (Hamilton et al.): ``fc_self(h_v) + fc_neigh(agg(h_u))``. ``aggregator_type``:
+    "mean", "gcn" (mean over neighbours and the node, no self weight) or "pool" (max of
+    ``relu(fc_pool(h_u))``); DGL's "lstm" is not provided."""
 
     AGGREGATORS = ("mean", "gcn", "pool")
 

@@ -1,8 +1,5 @@
 """DGL graphs into torch-only graphs (:mod:`graphtrainer.nn.blocks`): sampled blocks, pair
-graphs (link prediction), batched graphs (graph classification), homogeneous or not.
-
-Everything here runs on the CPU, where DGL works; the result can then move anywhere.
-"""
+graphs, batched graphs, homogeneous or not; on the CPU, where DGL works."""
 from __future__ import annotations
 
 import sys
@@ -80,11 +77,8 @@ def _hetero(graph: Any) -> TorchHeteroBlock:
 
 
 def to_torch_graph(graph: Any) -> AnyTorchGraph:
-    """A DGL block, pair graph or (batched) graph as a torch-only graph on the same device.
-
-    Homogeneous graphs give a :class:`TorchBlock` (with ``batch_num_nodes`` for a batched
-    graph); heterographs a :class:`TorchHeteroBlock`. A torch graph is returned as it is.
-    """
+    """A DGL block, pair graph or (batched) graph as a :class:`TorchBlock` (heterographs: a
+    :class:`TorchHeteroBlock`) on the same device; a torch graph is returned as it is."""
     if is_torch_graph(graph):
         return graph
     if not is_dgl_graph(graph):
@@ -99,8 +93,7 @@ def to_torch_graph(graph: Any) -> AnyTorchGraph:
 
 
 def convert_batch(batch: Any) -> Any:
-    """``batch`` with every DGL graph inside (tuples, lists, dicts) turned into a torch graph;
-    everything else is kept as it is."""
+    """``batch`` with every DGL graph inside (tuples, lists, dicts) as a torch graph."""
     return apply_to_leaves(batch, to_torch_graph, is_dgl_graph)
 
 

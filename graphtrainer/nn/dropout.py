@@ -1,15 +1,11 @@
 """Dropout whose CPU mask costs the same on every tested torch.
 
-torch's CPU dropout draws its mask with ``bernoulli_``. torch 2.2 takes MKL's vectorised
-generator for it; from torch 2.5 upstream disabled that path (pending pytorch/pytorch#132395)
-and the mask is drawn one element at a time, which makes CPU dropout about 9x slower
-(``benchmarks/stacks.py``: 0.5 ms on torch 2.2.1 against 4.7 ms on torch 2.15 for a 3,000 x 128
-tensor, one thread; the examples' Tolokers task trained 1.31x slower for it). There, a CPU
-tensor's mask is drawn as uniform numbers compared with ``p`` (torch's uniform generator is
-vectorised), which keeps each element with probability ``1 - p`` just the same. Everywhere else
-(CUDA, older torch) this is torch's own dropout, so results there are unchanged. graphtrainer's
-models use this one; the layers' ``feat_drop``/``attn_drop`` keep torch's, so that they equal
-``dgl.nn``'s for the same seed.
+From torch 2.5 the CPU ``bernoulli_`` mask no longer uses MKL's vectorised generator
+(pytorch/pytorch#132395) and CPU dropout is about 9x slower (``benchmarks/stacks.py``: 0.5 vs
+4.7 ms for 3,000 x 128, one thread; the Tolokers example trained 1.31x slower). There a CPU
+mask is drawn as uniform numbers compared with ``p``: same keep probability, vectorised.
+Elsewhere (CUDA, older torch) this is torch's dropout. graphtrainer's models use it; the
+layers' ``feat_drop``/``attn_drop`` keep torch's, to equal ``dgl.nn``'s for the same seed.
 """
 from __future__ import annotations
 

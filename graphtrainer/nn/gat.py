@@ -11,10 +11,9 @@ from . import ops
 
 
 class GATConv(nn.Module):
-    """Graph attention (Velickovic et al.): per head, softmax over each node's in-edges of
-    ``leaky_relu(a_l·Wh_u + a_r·Wh_v)`` weights the sum of ``Wh_u``. Output
-    ``[num_dst, num_heads, out_feats]``. ``feat_drop`` drops inputs, ``attn_drop`` attention
-    weights; ``residual`` adds (a projection of) the destination input."""
+    """Graph attention (Velickovic et al.): per head, the in-edge softmax of ``leaky_relu(a_l·Wh_u
+    + a_r·Wh_v)`` weights the sum of ``Wh_u``; output ``[num_dst, num_heads, out_feats]``.
+    ``feat_drop``/``attn_drop`` drop inputs/attention; ``residual`` adds the destination input."""
 
     def __init__(self, in_feats: Union[int, Tuple[int, int]], out_feats: int, num_heads: int, feat_drop: float = 0.0,
                  attn_drop: float = 0.0, negative_slope: float = 0.2, residual: bool = False,

@@ -26,10 +26,9 @@ def _aggregate_fn(name: str) -> Callable[[List[torch.Tensor], str], Optional[tor
 
 
 class HeteroGraphConv(nn.Module):
-    """``mods``: ``{relation name or (src, rel, dst): layer}``; each relation's layer gets
-    ``(src type's inputs, dst type's inputs)``; ``aggregate`` ("sum", "mean", "max", "min",
-    "stack" or a callable) combines the relations reaching one destination type. Relations
-    whose source type has no input are skipped, as in DGL."""
+    """``mods``: ``{relation name or (src, rel, dst): layer}``, each fed ``(src inputs, dst
+    inputs)`` (relations without source inputs skipped, as in DGL); ``aggregate`` ("sum", "mean",
+    "max", "min", "stack" or a callable) combines those reaching one destination type."""
 
     def __init__(self, mods: Dict[Any, nn.Module], aggregate: Union[str, Callable[..., Any]] = "sum"):
         super().__init__()

@@ -1,9 +1,6 @@
-"""Message passing in plain torch over a graph's in-edges (CSC), for DGL graphs and torch
-graphs alike: neighbour sums, means and maxima, degrees, edge softmax.
-
-Unweighted sums go through a ``torch.sparse`` CSR product (one kernel, no per-edge copy of
-the features); weighted sums and maxima gather one row per edge and reduce by destination.
-"""
+"""Message passing in plain torch over in-edges (CSC), for DGL and torch graphs: neighbour
+sums, means and maxima, degrees, edge softmax. Unweighted sums are one ``torch.sparse`` CSR
+product; weighted sums and maxima gather a row per edge and reduce by destination."""
 from __future__ import annotations
 
 import warnings

@@ -2,19 +2,15 @@
 ``LinkNeighborLoader`` yield, made from graphtrainer's blocks, so a PyG model's step
 (``model(batch.x, batch.edge_index)[:batch.batch_size]``) runs unchanged.
 
-The input is a list of blocks in DGL's layout, from any source: DGL's CPU sampling
-(converted with :func:`~graphtrainer.nn.convert.to_torch_graph`), torch blocks on a GPU, or a
-device sampler. Each block's destination nodes are the first of its source nodes and the
-next block's source nodes, so all blocks share one numbering, ``blocks[0].srcdata["_ID"]``,
-whose first ``blocks[-1].num_dst`` nodes are the seeds.
+The input is blocks in DGL's layout from any source (DGL's CPU sampling, torch blocks, a
+device sampler). A block's destination nodes are the first of its source nodes and the next
+block's source nodes, so all blocks share ``blocks[0].srcdata["_ID"]``'s numbering, the seeds first.
 
-Semantics, as PyG's neighbour sampling has them: **each node's in-edges are sampled once**,
-at the hop where the node first appears. DGL's blocks sample every destination again in
-every block (the seeds are destinations of all of them), so hop ``h`` (``blocks[-h]``) keeps
-only the in-edges of the nodes new at hop ``h - 1`` (hop 1: the seeds). Nodes first reached
-at the last hop keep no in-edges. Edges are ordered by hop, hop 1 first, and
-``num_sampled_nodes``/``num_sampled_edges`` count them per hop, so PyG's ``trim_to_layer``
-(and ``BasicGNN``'s ``num_sampled_*_per_hop`` arguments) work.
+As in PyG's neighbour sampling, **each node's in-edges are sampled once**, at the hop where
+the node first appears: DGL samples every destination again in every block, so hop ``h``
+(``blocks[-h]``) keeps only the in-edges of the nodes new at hop ``h - 1`` (hop 1: the seeds).
+Edges are ordered by hop, and ``num_sampled_nodes``/``num_sampled_edges`` count them per hop,
+so PyG's ``trim_to_layer`` (and ``BasicGNN``'s ``num_sampled_*_per_hop``) work.
 
 Fanouts keep DGL's order (``fanouts[i]`` is ``blocks[i]``'s: the input layer first), so
 PyG's ``num_neighbors=[25, 10]`` (hop 1 first) is ``fanouts=[10, 25]``.
@@ -52,9 +48,8 @@ def is_pyg_data(obj: Any) -> bool:
 
 
 def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str]) -> Any:
-    """A DGL block as a :class:`TorchBlock` with only the data a PyG batch reads: DGL's blocks
-    hold every node and edge column of the graph as lazy views, and reading them all (as
-    ``to_torch_graph`` does) would gather features for every block."""
+    """A DGL block as a :class:`TorchBlock` with only the data a PyG batch reads (DGL's lazy
+    views of every column would otherwise gather features for every block)."""
     if not is_dgl_graph(block) or len(block.canonical_etypes) != 1 or len(block.srctypes) != 1:
         return block
     indptr, indices, eids = csc_tensors(block, layer="batch_format='pyg'")
@@ -90,8 +85,7 @@ def _hop_edges(blocks: List[TorchBlock]) -> Tuple[List[int], List[Dict[str, torc
     ``src``, ``dst`` (shared numbering), ``eid`` (positions in the block's edge data)."""
     depth = len(blocks)
     nodes = [blocks[-1].num_dst] + [blocks[depth - h].num_src for h in range(1, depth + 1)]
-    # Hop h keeps the CSC range of destinations [nodes[h-2], nodes[h-1]): one host sync for
-    # all hops, as PyG's per-hop counts are Python ints.
+    # Hop h keeps destinations [nodes[h-2], nodes[h-1]); one host sync for all hops' int counts.
     starts = [nodes[h - 2] if h > 1 else 0 for h in range(1, depth + 1)]
     cuts = torch.stack([blocks[depth - h].indptr[starts[h - 1]] for h in range(1, depth + 1)]).tolist()
     hops = []
@@ -107,11 +101,9 @@ def _hop_edges(blocks: List[TorchBlock]) -> Tuple[List[int], List[Dict[str, torc
 
 def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str = "label") -> Any:
     """A PyG ``Data`` with ``NeighborLoader``'s fields from one batch's blocks (DGL's or torch's):
-    ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (source to destination, hop 1 first),
-    ``y`` (the seeds' ``blocks[-1].dstdata[label_key]``: one row per seed, so PyG's
-    ``batch.y[:batch.batch_size]`` is all of it), ``batch_size``, ``n_id``, ``e_id`` (the graph's
-    node and edge ids: other node or edge data is ``graph.ndata[k][batch.n_id]`` or
-    ``graph.edata[k][batch.e_id]``), ``num_sampled_nodes``, ``num_sampled_edges``."""
+    ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``y`` (one row per
+    seed), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other
+    data), ``num_sampled_nodes``, ``num_sampled_edges``."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
@@ -141,10 +133,8 @@ def _pairs(graph: Any) -> torch.Tensor:
 
 def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: str = "feat") -> Any:
     """``LinkNeighborLoader``'s batch (binary negatives) from an edge batch: :func:`blocks_to_pyg`'s
-    fields plus ``edge_label_index`` (the positive pairs, then the negative ones, in the batch's
-    node numbering: its first nodes are the pairs' endpoints) and ``edge_label`` (1.0 for
-    positives, 0.0 for negatives). ``batch_size`` is the number of positive pairs (what
-    ``self.log`` weighs by), and ``num_sampled_nodes[0]`` the number of endpoints."""
+    fields plus ``edge_label_index`` (positive pairs, then negative ones, in the batch's
+    numbering) and ``edge_label`` (1.0 / 0.0); ``batch_size`` is the number of positive pairs."""
     data = blocks_to_pyg(blocks, feat_key=feat_key, label_key="")
     pos = _pairs(pair_graph)
     parts = [pos] if neg_pair_graph is None else [pos, _pairs(neg_pair_graph)]

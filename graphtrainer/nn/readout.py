@@ -24,9 +24,8 @@ def batch_num_nodes(graph: Any) -> torch.Tensor:
 
 
 def readout(graph: Any, feat: torch.Tensor, op: str = "mean") -> torch.Tensor:
-    """One row per graph of ``graph`` (``dgl.batch`` order): the sum, mean or max of its
-    nodes' ``feat`` (as ``dgl.sum_nodes``/``mean_nodes``/``max_nodes``; a graph without
-    nodes gives zeros)."""
+    """One row per graph of ``graph`` (``dgl.batch`` order): the sum, mean or max of its nodes'
+    ``feat``, as ``dgl.sum_nodes``/``mean_nodes``/``max_nodes`` (zeros for an empty graph)."""
     if op not in READOUTS:
         raise ValueError(f"graphtrainer.nn.readout: op={op!r}; choose one of {list(READOUTS)}")
     lengths = batch_num_nodes(graph).to(feat.device)
@@ -72,8 +71,7 @@ def edge_endpoints(pair_graph: Any, etype: Any = None) -> Tuple[torch.Tensor, to
 
 
 def score_edges(pair_graph: Any, h: torch.Tensor, mlp: Optional[nn.Module] = None, etype: Any = None) -> torch.Tensor:
-    """One logit per edge of ``pair_graph`` (edge-id order): ``h_u · h_v``, or
-    ``mlp(h_u * h_v)`` squeezed to one value when ``mlp`` is given."""
+    """One logit per edge of ``pair_graph`` (edge-id order): ``h_u · h_v``, or ``mlp(h_u * h_v)``."""
     src, dst = edge_endpoints(pair_graph, etype)
     prod = h[src] * h[dst]
     return prod.sum(-1) if mlp is None else mlp(prod).squeeze(-1)

@@ -1,15 +1,13 @@
 """Node embeddings for featureless node types, kept once in shared memory for every rank and
 updated sparsely (as DGL's ``NodeEmbedding`` with ``SparseAdam``/``SparseAdagrad``).
 
-A dense ``nn.Embedding`` under DDP is copied into every rank and all-reduced whole at every
-step (5M rows x 64 floats: 1.3 GB per rank, 1.3 GB through the all-reduce per step). A
-:class:`SparseEmbedding` is one table in ``/dev/shm``, made in the process that builds the
-task; forked ranks inherit the mapping, spawn/forkserver ranks map the same file by name when
-the task reaches them. It is not a parameter, so DDP neither copies nor all-reduces it. Its
-optimizer (:class:`SparseAdam`, :class:`SparseAdagrad`) gathers the rows every rank's batch
-touched with their gradients, sums them per row in float64 and divides by the number of ranks
-(DDP's mean), and each rank updates the rows it owns (``row % world_size``), then a barrier:
-every rank sees the same table, and each step equals one process on the union of the batches.
+A dense ``nn.Embedding`` under DDP is copied into every rank and all-reduced whole every step
+(5M rows x 64 floats: 1.3 GB per rank and per step). A :class:`SparseEmbedding` is one table
+in ``/dev/shm`` made where the task is built (forked ranks inherit the mapping, others map the
+file by name) and no parameter, so DDP ignores it. Its optimizer (:class:`SparseAdam`,
+:class:`SparseAdagrad`) gathers the touched rows' gradients of every rank, sums them per row in
+float64 and divides by the number of ranks (DDP's mean); each rank updates the rows it owns
+(``row % world_size``), then a barrier: each step equals one process on the union of the batches.
 
 Use::
 
@@ -19,11 +17,10 @@ Use::
     # configure_optimizers: the dense optimizer plus the sparse one
     return [torch.optim.Adam(self.model.parameters(), 1e-3), SparseAdam([self.author_emb], lr=1e-2)]
 
-The table is saved in the model's ``state_dict`` (key ``...weight``), the optimizer state in
-the optimizer's: a resumed fit continues exactly. The table outlives a fit (the trained rows
-stay in the task); :meth:`SparseEmbedding.reset_parameters` starts it afresh. One machine only
-(shared memory); the ranks must take the same number of optimizer steps (the trainer's even
-split; the sparse step is a collective, which ``Join`` over uneven inputs cannot shadow).
+The table is in the model's ``state_dict`` (``...weight``), its optimizer state in the
+optimizer's: a resumed fit continues exactly. The trained rows outlive a fit
+(:meth:`SparseEmbedding.reset_parameters` starts afresh). One machine only; the ranks must take
+as many optimizer steps (the sparse step is a collective ``Join`` cannot shadow).
 """
 from __future__ import annotations
 
@@ -67,13 +64,11 @@ class SparseEmbedding(nn.Module):
     Args:
         num_rows: rows (at least the node type's node count).
         dim: embedding size.
-        ntype: the node type it embeds; with it, the trainer refuses a graph whose type has
-            more nodes than rows before any rank starts.
-        init_std: rows start from ``N(0, init_std)`` drawn with ``seed`` (the same table for
-            any number of ranks).
+        ntype: the node type it embeds (a graph with more nodes of it is refused early).
+        init_std: rows start from ``N(0, init_std)`` drawn with ``seed``, for any number of ranks.
 
-    Build it where the task is built (never in ``configure_model``, which runs in each rank).
-    ``forward(ids)`` gives the rows; in training it records them for the sparse optimizer.
+    Build it where the task is built, never in ``configure_model`` (which runs in each rank).
+    ``forward(ids)`` gives the rows, recorded in training for the sparse optimizer.
     """
 
     def __init__(self, num_rows: int, dim: int, ntype: Optional[str] = None, init_std: float = 1.0,
@@ -171,16 +166,12 @@ def check_sparse_embeddings(task: Any) -> None:
 
 
 def check_sparse_training(task: Any) -> None:
-    """Refuse, before any rank starts, a fit whose model holds one of the task's
-    :class:`SparseEmbedding` tables that no sparse optimizer steps, or whose table is given to
-    a ``torch.optim`` optimizer (it would step every row densely, or never: the table has no
-    gradient of its own).
+    """Refuse, before any rank starts, a fit whose model holds a task's :class:`SparseEmbedding`
+    that no sparse optimizer steps, or that is given to a ``torch.optim`` optimizer.
 
-    Only for tasks that hold such tables: their ``configure_model`` and
-    ``configure_optimizers`` run once here, in this process, with torch's random state
-    restored afterwards and nothing kept (no optimizer state is made). Where they cannot run
-    outside a rank (they read what only a rank has), this check stands aside and the first
-    training step refuses the same mistake on every rank.
+    For such tasks ``configure_model`` and ``configure_optimizers`` run once here (torch's
+    random state restored, nothing kept); where they cannot run outside a rank, the first
+    training step refuses the same mistake on every rank instead.
     """
     tables = _task_tables(task)
     if not tables:
@@ -251,10 +242,7 @@ def _dry_run() -> Iterator[None]:
 
 class _SparseOptimizer(torch.optim.Optimizer):
     """Steps :class:`SparseEmbedding` tables from the rows the batches touched (module docstring).
-
-    Constructing it and :meth:`step` must be called on all processes. Its state (one or two
-    shared tables and a per-row step count) lives beside each embedding's table.
-    """
+    Constructing it and :meth:`step` must be called on all processes."""
 
     #: Names of the per-row state tables, each ``[num_rows, dim]``.
     STATE: Tuple[str, ...] = ()
@@ -320,8 +308,8 @@ class _SparseOptimizer(torch.optim.Optimizer):
 
 
 class SparseAdam(_SparseOptimizer):
-    """Adam on the rows each step touched, with a per-row step count for the bias correction
-    (as DGL's ``SparseAdam``): rows not in a batch keep their moments and do not move."""
+    """Adam on the rows each step touched (as DGL's ``SparseAdam``): per-row step counts for
+    the bias correction; other rows keep their moments and do not move."""
 
     STATE = ("exp_avg", "exp_avg_sq")
 

@@ -1,13 +1,9 @@
-"""Several "machines" on one Linux box, for trying a multi-machine DistDGL run (and
-testing it) without a cluster.
+"""Several "machines" on one Linux box, to try (and test) a multi-machine DistDGL run.
 
-DistDGL tells machines apart by IP address and shares each machine's partition through
-``/dev/shm``, so each simulated machine is a network namespace with an address of its
-own and a ``/dev/shm`` of its own (shared by the processes of that machine). The
-namespaces hang off one bridge in a namespace of their own. Only loopback addresses are
-used, and only inside these namespaces: machine ``m`` is ``127.100.0.<m+1>`` (each
-namespace lets loopback addresses travel over its link: ``route_localnet``, and its ``lo``
-keeps ``127.0.0.1`` alone). Nothing is added to or changed on this box's own network.
+DistDGL tells machines apart by IP address and shares a partition through ``/dev/shm``, so
+each simulated machine is a network namespace with its own address and ``/dev/shm``, hanging
+off one bridge in a namespace of its own. Machine ``m`` is ``127.100.0.<m+1>``, loopback
+addresses routed over its link (``route_localnet``); this box's own network is untouched.
 Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ``ip`` tool.
 
 ::
@@ -49,8 +45,7 @@ def can_simulate() -> Tuple[bool, str]:
 
 
 class SimulatedMachines:
-    """``count`` network namespaces joined by a bridge; machine ``m`` has address
-    ``127.100.0.<m+1>``. Use as a context manager."""
+    """``count`` network namespaces joined by a bridge (a context manager; see the module doc)."""
 
     def __init__(self, count: int):
         if count < 1 or count > 200:
@@ -100,8 +95,7 @@ class SimulatedMachines:
         return path
 
     def popen(self, machine: int, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """Start ``argv`` on machine ``machine`` (its namespace and its ``/dev/shm``), in a
-        session of its own."""
+        """Start ``argv`` on ``machine`` (its namespace and ``/dev/shm``), in a session of its own."""
         script = 'mount --bind "$0" /dev/shm && exec "$@"'  # in the mount namespace ip-netns-exec makes
         proc = subprocess.Popen(["ip", "netns", "exec", self.names[machine], "sh", "-c", script,
                                  self.shm_dirs[machine], *argv], start_new_session=True, **kwargs)

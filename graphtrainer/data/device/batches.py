@@ -1,16 +1,13 @@
 """A node loader's batches sampled on the device: the counterpart of
 :class:`~graphtrainer.data.workers.BatchSampling` for ``sampling="device"``.
 
-Each batch draws from its own generator on the device, seeded from ``(seed, rank, epoch,
-batch index)`` as DGL is on the CPU path, so a rerun on the same device gives the same
-batches, whichever launcher started the rank, and a resumed epoch skips to the same ones.
-The share moves to the device once per epoch; nothing else crosses per batch.
+Each batch draws from its own device generator seeded from ``(seed, rank, epoch, batch
+index)``, as DGL is on the CPU path: reruns and resumed epochs give the same batches. The
+share moves to the device once per epoch.
 
-Batches are sampled in the training loop, not ahead of it in a thread: on the H100 a thread
-sampling one batch ahead on its own CUDA stream gave the same seeds/s (62,251 against 61,494
-on the products-sized graph: the sampler's host work holds the GIL) and a higher peak (3.34 GiB
-against 3.07 GiB for the same arm without it in ``run1``; results in
-``benchmarks/results/gpu/h100-device-sampling/``), so it was not kept.
+Batches are sampled in the loop, not a batch ahead in a thread: on the H100 that gave the same
+seeds/s (62,251 vs 61,494; the sampler's host work holds the GIL) and a higher peak (3.34 vs
+3.07 GiB; ``benchmarks/results/gpu/h100-device-sampling/``).
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Sampled edges into DGL's block layout, on the device.
 
-A layer's source nodes of each type are its destination nodes of that type first (in
-order), then the nodes first reached at this layer, in the order their first edge was
-sampled (DGL orders them by first appearance too). Global ids map to local ones through a
-dense array per node type (:class:`NodeMaps`, ``num_nodes + 1`` int64, kept between batches
-and reset after each), so compaction costs ``O(edges)`` and sorts nothing: the first
-occurrence of each new node is found with one ``scatter_reduce(amin)`` over slot numbers.
-
-Output sizes (edges per relation, new nodes per type) are read back in one transfer per
-layer; every array is then filled by scatters of known size, so the layer waits for the
-device once.
+A layer's source nodes of each type are its destination nodes first, then the new nodes in
+order of first appearance, as in DGL. Global ids map to local ones through a dense array per
+type (:class:`NodeMaps`, ``num_nodes + 1`` int64, reset after each batch): ``O(edges)``, no
+sort; first occurrences come from one ``scatter_reduce(amin)`` over slot numbers. Output
+sizes come back in one transfer per layer, so a layer waits for the device once.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Link-prediction batches sampled on the device: what DGL's ``as_edge_prediction_sampler``
 gives, as torch graphs.
 
-A batch of seed edges (graph edge ids, or positions in a list of node pairs) becomes a
-positive pair graph, a negative pair graph with ``k`` uniform negatives per edge, and the
-blocks of their nodes, with the seed edges (and their reverses) kept out of every block
-when ``exclude`` asks. The negatives are :class:`~graphtrainer.data.edge_loader.PerEdgeUniform`'s
-own hash of ``(seed, epoch, edge)``, computed on the device: the same negatives as on the CPU.
+Seed edges (edge ids, or positions in a pair list) give a pair graph, a negative pair graph
+(``k`` per edge, :class:`~graphtrainer.data.edge_loader.PerEdgeUniform`'s hash computed on the
+device: the CPU's negatives) and their nodes' blocks, without the excluded edges.
 """
 from __future__ import annotations
 
@@ -71,8 +69,7 @@ class _Compaction:
 
 
 class DeviceEdgeBatches:
-    """``(input_nodes, pair_graph, neg_pair_graph, blocks)`` batches (no ``neg_pair_graph``
-    without negatives) of an :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s share, on a
+    """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s batches of its share, on a
     homogeneous graph or a heterograph (typed seed edges, ``exclude="reverse_types"``)."""
 
     def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device):

@@ -1,8 +1,6 @@
-"""The graph as the device sampler reads it: each relation's in-edges in CSC form and the node
-(and edge) data the loaders gather, as torch tensors on one device, copied there once per rank.
-
-Sizes are counted before anything is copied (:func:`structure_bytes`, :func:`data_bytes`), so
-``sampling="auto"`` can decide, and ``"device"`` can refuse, without touching the device.
+"""The graph as the device sampler reads it: each relation's CSC in-edges and the data the loaders
+gather, copied to one device once per rank. Sizes are counted first (:func:`structure_bytes`,
+:func:`data_bytes`), so ``sampling="auto"`` can decide, and ``"device"`` refuse, beforehand.
 """
 from __future__ import annotations
 

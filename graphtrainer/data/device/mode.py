@@ -1,13 +1,11 @@
 """Where a loader samples: ``Trainer(sampling=...)`` applied to each loader in a rank.
 
-- ``"cpu"``: DGL's sampler on the CPU (in the rank or its workers), as before;
-- ``"device"``: the torch sampler on the rank's device; a loader it cannot serve (a custom
-  sampler, an option it does not reproduce, data that does not fit) is refused before the
-  first batch, naming the part and the fix;
-- ``"auto"`` (default): the device on GPU ranks when the loader's sampler is supported and
-  the structure plus gathered data fit in :data:`DEVICE_SHARE` of the device's free memory,
-  else the CPU, with one line from rank 0 saying why. On CPU ranks ``"auto"`` keeps DGL's
-  sampler (faster there: ``benchmarks/device_sampling.py``).
+- ``"cpu"``: DGL's sampler on the CPU (in the rank or its workers);
+- ``"device"``: the torch sampler on the rank's device; a loader it cannot serve is refused
+  before the first batch, naming the part and the fix;
+- ``"auto"`` (default): on GPU ranks the device when the sampler is supported and the data
+  fit in :data:`DEVICE_SHARE` of its free memory, else the CPU (rank 0 says why); on CPU
+  ranks DGL's sampler (faster there: ``benchmarks/device_sampling.py``).
 
 ``GRAPHTRAINER_SAMPLING_BUDGET`` (bytes), when set, replaces the measured memory budget.
 """
@@ -81,9 +79,8 @@ def auto_samples_on(device: torch.device) -> bool:
 
 
 def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
-    """Set where ``loader`` samples (``"device"`` or ``"cpu"``; anything not a graphtrainer
-    node or edge loader is left alone and gives ``"cpu"``). ``announce``: this rank says
-    what ``"auto"`` chose on a GPU."""
+    """Set and return where ``loader`` samples (``"device"``, or ``"cpu"``, also for other
+    loaders, left alone). ``announce``: say what ``"auto"`` chose on a GPU."""
     if not hasattr(loader, "use_device_sampling"):
         return "cpu"
     if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):

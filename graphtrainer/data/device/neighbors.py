@@ -4,16 +4,14 @@ DGL's meaning: a destination with in-degree ``d`` and fanout ``k`` takes every i
 ``d <= k``, otherwise ``k`` distinct in-edges, each edge equally likely; ``replace=True`` draws
 ``k`` with replacement (none when ``d == 0``); fanout ``-1`` takes every in-edge.
 
-Without replacement, ``k`` of ``d`` is drawn with Robert Floyd's algorithm, run for every
-destination at once: ``k`` rounds, round ``j`` draws ``t`` uniform in ``[0, d - k + j]`` and
-keeps ``d - k + j`` instead when ``t`` was already drawn. It costs ``O(k^2)`` per destination
-whatever its degree (a hub of degree 10^6 costs what a node of degree 20 costs), and needs
-no sort; random keys with a segmented sort cost ``O(d log d)`` (see
-``benchmarks/device_sampling.py``, which measures both).
+Without replacement, ``k`` of ``d`` is drawn with Robert Floyd's algorithm for every
+destination at once: round ``j`` of ``k`` draws ``t`` uniform in ``[0, d - k + j]`` and keeps
+``d - k + j`` instead when ``t`` was drawn already. ``O(k^2)`` per destination whatever its
+degree, no sort (random keys with a segmented sort cost ``O(d log d)``;
+``benchmarks/device_sampling.py`` measures both).
 
-Excluded edges (link prediction) are taken out before drawing: a destination draws among
-its ``d'`` edges that are not excluded, and the ``r``-th of them is found with two binary
-searches over the sorted positions of the excluded edges.
+Excluded edges (link prediction) are taken out first: a destination draws among its ``d'``
+other edges, the ``r``-th found by two binary searches over the sorted excluded positions.
 
 Slots are laid out destination-major (``[n, k]`` flattened for a fanout, segments for
 ``-1``); a slot past a destination's count is invalid. Nothing here waits for the device,
@@ -31,9 +29,8 @@ from .graph import Relation
 
 @dataclass
 class Sampled:
-    """Sampled in-edges of one relation: per slot the source node, the graph's edge id and
-    whether the slot holds an edge (``valid`` is None when every slot does); ``counts``:
-    edges per destination."""
+    """One relation's sampled in-edges: per slot the source, edge id and ``valid`` (None when
+    every slot holds an edge); ``counts``: edges per destination."""
 
     src: torch.Tensor
     eid: torch.Tensor
@@ -78,9 +75,8 @@ def floyd(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def sort_keys(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
-    """The same draw as :func:`floyd` by random keys: every in-edge of a row gets a key,
-    the ``k`` smallest are kept (one sort over all in-edges of the batch). Kept for the
-    benchmark that compares the two."""
+    """:func:`floyd`'s draw by random keys, the ``k`` smallest of a row kept (one sort over the
+    batch's in-edges); for the benchmark comparing the two."""
     n = deg.numel()
     dev = deg.device
     total = int(deg.sum())

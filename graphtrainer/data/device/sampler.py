@@ -1,12 +1,9 @@
 """Whole batches of blocks on the device, and DGL's samplers read into the device sampler's settings.
 
-:class:`DeviceSampler` does what DGL's ``NeighborSampler.sample_blocks`` does, with the
-blocks as :class:`~graphtrainer.nn.blocks.TorchBlock` (``TorchHeteroBlock`` on a heterograph)
-in DGL's layout: ``blocks[i]`` is sampled with ``fanouts[i]`` (the input layer first), the
-graph's node ids are in ``srcdata["_ID"]``/``dstdata["_ID"]`` and its edge ids in
-``edata["_ID"]``; the features it prefetches are gathered on the device: node features of
-the input nodes into ``blocks[0].srcdata``, labels of the seeds into ``blocks[-1].dstdata``,
-edge features into every block's ``edata``.
+:class:`DeviceSampler` does what DGL's ``NeighborSampler.sample_blocks`` does, giving
+:class:`~graphtrainer.nn.blocks.TorchBlock` (``TorchHeteroBlock``) in DGL's layout: ``blocks[i]``
+sampled with ``fanouts[i]``, graph ids in ``srcdata``/``dstdata``/``edata["_ID"]``, and prefetched
+features gathered on the device (``blocks[0].srcdata``, ``blocks[-1].dstdata``, every ``edata``).
 """
 from __future__ import annotations
 
@@ -47,9 +44,8 @@ def _keys(spec: Any, graph: Any, edges: bool) -> Keys:
 
 @dataclass
 class DeviceSampler:
-    """``fanouts`` per layer, input layer first: an int for every relation, or ``{etype: int}``
-    per relation; ``-1`` takes every in-edge. ``node_feats``/``labels``/``edge_feats``: what
-    is gathered, per type."""
+    """``fanouts`` per layer, input layer first (an int, or ``{etype: int}``; ``-1``: every
+    in-edge); ``node_feats``/``labels``/``edge_feats``: what is gathered, per type."""
 
     fanouts: List[Union[int, Dict[EType, int]]]
     replace: bool = False
