@@ -26,9 +26,7 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
-import report
-import sysinfo
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import workload
 
 PROFILES: List[str] = []
@@ -39,7 +37,7 @@ GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser("device_sampling", __doc__.split("\n")[0])
+    p = harness.base_parser("device_sampling", __doc__.split("\n")[0])
     p.add_argument("--graphs", nargs="+", choices=list(GRAPHS), default=["50k"],
                    help="graphs of the per-batch part (default: 50k; --gpu adds products)")
     p.add_argument("--batches", type=int, default=20, help="timed batches per sampler (per-batch part)")
@@ -108,10 +106,10 @@ def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any
             for k, v in row.items():
                 times[k].append(v * 1e3)
             edges.append(sum(b.num_edges() for b in blocks))
-    out = {k: report.median(v) for k, v in times.items()}
+    out = {k: harness.median(v) for k, v in times.items()}
     if device.type == "cuda":  # where a GPU batch's time goes: kernels and the host between them
         PROFILES.append(profile_batches(mine["floyd"], dg, maps, ids[:batch].to(device), device, name))
-    return {"ms": out, "edges_per_batch": report.median(edges), "device": str(device),
+    return {"ms": out, "edges_per_batch": harness.median(edges), "device": str(device),
             "torch_vs_dgl": out["floyd"] / out["dgl"], "sort_vs_floyd": out["sort"] / out["floyd"]}
 
 
@@ -234,17 +232,17 @@ def render(results: Dict[str, Any], device: str) -> str:
     rows = []
     for key, r in results["per_batch"].items():
         rows.append([key, f"{r['edges_per_batch']:,.0f}", f"{r['ms']['dgl']:.2f}", f"{r['ms']['floyd']:.2f}",
-                     f"{r['ms']['sort']:.2f}", report.fmt_ratio(r["torch_vs_dgl"]), report.fmt_ratio(r["sort_vs_floyd"])])
-    text += report.markdown_table(["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "torch, sort",
+                     f"{r['ms']['sort']:.2f}", harness.fmt_ratio(r["torch_vs_dgl"]), harness.fmt_ratio(r["sort_vs_floyd"])])
+    text += harness.markdown_table(["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "torch, sort",
                                    "Floyd / DGL", "sort / Floyd"], rows)
     for name, arms in results.get("training", {}).items():
         ok = {k: v for k, v in arms.items() if "error" not in v}
         cpu_best = max([v["seeds_per_s"] for k, v in ok.items() if "CPU" in k or "DGL" in k] or [float("nan")])
         dev = ok.get("GPU rank, sampling on the GPU")
-        text += f"\n\nTraining, {name} graph ({GRAPHS[name][0]}): seeds/s\n\n" + report.markdown_table(
+        text += f"\n\nTraining, {name} graph ({GRAPHS[name][0]}): seeds/s\n\n" + harness.markdown_table(
             ["arm", "sampled on", "seeds/s", "step (ms)", "peak GPU memory (GiB)", "vs best CPU-sampling arm"],
             [[k, "device" if v["mode"] == "device" else "CPU", f"{v['seeds_per_s']:,.0f}", f"{v['step_ms']:.1f}",
-              f"{v['peak_bytes'] / 2**30:.2f}", report.fmt_ratio(v["seeds_per_s"] / cpu_best)]
+              f"{v['peak_bytes'] / 2**30:.2f}", harness.fmt_ratio(v["seeds_per_s"] / cpu_best)]
              if "error" not in v else [k, v["error"], "", "", "", ""]
              for k, v in arms.items()])
         share = results["per_batch"].get(f"{name} on cuda:0")
@@ -261,7 +259,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     cuda = torch.cuda.device_count() > 0
     if args.gpu and not cuda and not args.cpu_arms:
         raise SystemExit("--gpu needs a CUDA device; without it the script runs the per-batch part on the CPU")
-    started, machine = time.perf_counter(), sysinfo.machine_info()
+    started, machine = time.perf_counter(), harness.machine_info()
     results: Dict[str, Any] = {"per_batch": {}, "training": {}}
     graphs = {name: build(name) for name in args.graphs}
     for name, graph in graphs.items():
@@ -283,7 +281,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         markdown += "\n\nTraining part: not run (needs --gpu and a CUDA device)."
     print(markdown, flush=True)
     payload = {"benchmark": "device_sampling", "device": device, "args": {k: str(v) for k, v in vars(args).items()},
-               "machine": machine, "versions": sysinfo.versions(), **results,
+               "machine": machine, "versions": harness.versions(), **results,
                "wall_s": time.perf_counter() - started}
     def plot(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)
@@ -295,7 +293,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         ax.set_ylabel("ms per batch (median)")
         ax.legend()
 
-    report.write_outputs(args.out, "device_sampling", payload, markdown, plot, figsize=(7, 4))
+    harness.write_outputs(args.out, "device_sampling", payload, markdown, plot, figsize=(7, 4))
     if PROFILES:
         (args.out / "sampling_profile.txt").write_text("\n\n".join(PROFILES) + "\n", encoding="utf-8")
     return payload

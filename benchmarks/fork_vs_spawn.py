@@ -40,12 +40,10 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
 import handwritten  # noqa: E402
 import memory  # noqa: E402
 import probes  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
 import workload  # noqa: E402
 
 NAME = "fork_vs_spawn"
@@ -53,7 +51,7 @@ LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn", "fork-noform
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--sizes", nargs="+", type=workload.parse_size, default=None,
                    help="synthetic sizes NODESxDEGREE (default: 250kx10 1Mx10 2Mx10 5Mx10)")
@@ -151,7 +149,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
     before = memory.tree_memory()
     watcher = probes.MemoryWatcher(probe_dir, world).start()
-    threads = max(1, sysinfo.available_cores() // world)
+    threads = max(1, harness.available_cores() // world)
     try:
         t_fit = time.time()
         if launcher == "naive-spawn":
@@ -287,7 +285,7 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 out.append({"graph": g, "what": f"gt-fork start-up / gt-spawn start-up, {w} ranks",
                             "measured": row["startup_vs_gt_spawn"], "target": "<= 0.33",
                             "met": row["startup_vs_gt_spawn"] <= 1 / 3, "other_cores": other,
-                            "valid": other <= sysinfo.NOISY_CORES})
+                            "valid": other <= harness.NOISY_CORES})
             row = next((r for r in rows if r["graph"] == g and r["launcher"] == "gt-forkserver" and r["world"] == w),
                        None)
             if row and row["startup_vs_gt_fork"] is not None:
@@ -296,7 +294,7 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 out.append({"graph": g, "what": f"gt-forkserver start-up / gt-fork start-up, {w} ranks",
                             "measured": row["startup_vs_gt_fork"], "target": f"<= {FORKSERVER_STARTUP}",
                             "met": row["startup_vs_gt_fork"] <= FORKSERVER_STARTUP, "other_cores": other,
-                            "valid": other <= sysinfo.NOISY_CORES})
+                            "valid": other <= harness.NOISY_CORES})
     return out
 
 
@@ -308,16 +306,16 @@ def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
     for r in rows:
         uss = f"{r['rank_uss_mean_mb']:,.0f} / {r['rank_uss_max_mb']:,.0f}" if r["world"] > 1 and r["rank_uss_mean_mb"] else ""
         body.append([r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"],
-                     r["ready_s"], r["startup_s"], r["total_pss_mb"], report.fmt_ratio(r["pss_ratio"]),
+                     r["ready_s"], r["startup_s"], r["total_pss_mb"], harness.fmt_ratio(r["pss_ratio"]),
                      r["peak_total_pss_mb"], r["parent_pss_mb"], uss, r["throughput"],
-                     report.fmt_ratio(r["startup_vs_gt_spawn"]), report.fmt_ratio(r.get("startup_vs_gt_fork")),
+                     harness.fmt_ratio(r["startup_vs_gt_spawn"]), harness.fmt_ratio(r.get("startup_vs_gt_fork")),
                      f"{r['other_cores']:.2f}"])
-    md = report.markdown_table(headers, body)
+    md = harness.markdown_table(headers, body)
     if tgts:
-        md += "\n\nTargets\n\n" + report.markdown_table(
+        md += "\n\nTargets\n\n" + harness.markdown_table(
             ["graph", "ratio", "measured", "target", "met"],
-            [[t["graph"], t["what"], report.fmt_ratio(t["measured"]), t["target"],
-              ("yes" if t["met"] else "**no**") + sysinfo.noise_note(t.get("other_cores", 0.0))] for t in tgts])
+            [[t["graph"], t["what"], harness.fmt_ratio(t["measured"]), t["target"],
+              ("yes" if t["met"] else "**no**") + harness.noise_note(t.get("other_cores", 0.0))] for t in tgts])
     return md
 
 
@@ -359,7 +357,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     planned = len(runs)
     runs = memory.refuse_if_too_big(runs, limit_mb=limit_mb, skip=args.skip_too_big)
     skipped = planned - len(runs)
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     t_start = time.time()
     for i, run in enumerate(runs):
         print(f"[{NAME}] {i + 1}/{len(runs)} {run['label']} (estimate {run['estimate_mb']} MB)", flush=True)
@@ -367,7 +365,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         run["loadavg_1min_before"] = round(load, 2)
         t_run = time.perf_counter()
         try:
-            with sysinfo.LoadMeter() as meter:
+            with harness.LoadMeter() as meter:
                 run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             if args.no_isolate:
@@ -385,7 +383,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
               f"{meter.other_cores} cores)", flush=True)
     rows = summarize(runs)
     tgts = targets(rows)
-    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": rows, "targets": tgts}
     failed = [r for r in runs if "error" in r]
@@ -395,7 +393,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
                f"{(limit_mb or 0.9 * memory.machine_memory_mb()) / 1024:.1f} GiB estimated).")
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
-    paths = report.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    paths = harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     if failed:

@@ -28,10 +28,8 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import handwritten
-import report
-import sysinfo
 import workload
 from overhead import EpochTimer, cap_train
 
@@ -65,7 +63,7 @@ BLOCK_TYPE = {"dgl.nn": "dgl", "graphtrainer.nn": "dgl", "torch blocks": "torch"
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser("gpu", __doc__.split("\n")[0])
+    p = harness.base_parser("gpu", __doc__.split("\n")[0])
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("50kx10"))
     p.add_argument("--feat-dim", type=int, default=64)
     p.add_argument("--hidden", type=int, default=128)
@@ -135,7 +133,7 @@ def run_arm(graph: Any, arm: str, seed: int, args: Any, **trainer_kwargs: Any) -
     wall = timer.times[1:] if len(timer.times) > 1 else timer.times
     cpu = timer.cpu[1:] if len(timer.cpu) > 1 else timer.cpu
     task.module.to("cpu")
-    return {"epoch_s": report.median(wall), "epoch_min_s": min(wall), "epoch_cpu_s": report.median(cpu),
+    return {"epoch_s": harness.median(wall), "epoch_min_s": min(wall), "epoch_cpu_s": harness.median(cpu),
             "epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu,
             **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
 
@@ -156,12 +154,12 @@ def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
         # Per-seed ratios (same seed, adjacent runs) are less exposed to the machine's load drifting.
         ratios = {key: [r[key] / b[key] for r, b in zip(runs[arm], runs[base])]
                   for key in ("epoch_s", "epoch_min_s", "epoch_cpu_s")}
-        out[arm] = {key: report.median([r[key] for r in runs[arm]])
+        out[arm] = {key: harness.median([r[key] for r in runs[arm]])
                     for key in ("epoch_s", "epoch_min_s", "epoch_cpu_s")}
         out[arm].update({"test_acc_mean": sum(accs) / len(accs), "test_acc": accs, "runs": runs[arm],
-                         "time_ratio": report.median(ratios["epoch_s"]), "time_ratios": ratios["epoch_s"],
-                         "min_time_ratio": report.median(ratios["epoch_min_s"]),
-                         "cpu_ratio": report.median(ratios["epoch_cpu_s"]), "cpu_ratios": ratios["epoch_cpu_s"]})
+                         "time_ratio": harness.median(ratios["epoch_s"]), "time_ratios": ratios["epoch_s"],
+                         "min_time_ratio": harness.median(ratios["epoch_min_s"]),
+                         "cpu_ratio": harness.median(ratios["epoch_cpu_s"]), "cpu_ratios": ratios["epoch_cpu_s"]})
     return out
 
 
@@ -223,13 +221,13 @@ def render(cpu: Dict[str, Any], gpu: Dict[str, Any], args: Any, device: str) -> 
         text += (f"\n\nGPU part, {workload.size_label(args.size)}, {g1['train_nodes']:,} training seeds, batch "
                  f"{args.batch_size}, {args.epochs - 1} timed epochs: 1 GPU rank (torch blocks) vs 2 CPU ranks "
                  "(DGL blocks; threads as the trainer sets them, the cores shared among the ranks)\n\n"
-                 + report.markdown_table(["setting", "epoch (s)", "seeds/s", "test acc"],
+                 + harness.markdown_table(["setting", "epoch (s)", "seeds/s", "test acc"],
                                          [[name, f"{r['epoch_s']:.3f}", f"{r['seeds_per_s']:,.0f}",
                                            f"{r['test_acc']:.4f}"] for name, r in (("1 GPU rank", g1),
                                                                                   ("2 CPU ranks", c2))])
                  + f"\n\nseeds/s ratio, 1 GPU rank / 2 CPU ranks: {g1['seeds_per_s'] / c2['seeds_per_s']:.2f}x\n\n"
                  + f"One process on GPU 0, {args.gpu_steps} timed steps after 2 warm-up steps:\n\n"
-                 + report.markdown_table(["prefetch", "step (ms)", "share of step blocked on H2D (target < 10%)"],
+                 + harness.markdown_table(["prefetch", "step (ms)", "share of step blocked on H2D (target < 10%)"],
                                          [[k, f"{v['step_s'] * 1e3:.2f}", f"{100 * v['wait_share']:.1f}%"]
                                           for k, v in gpu.items() if k.startswith("prefetch")]))
     else:
@@ -238,14 +236,14 @@ def render(cpu: Dict[str, Any], gpu: Dict[str, Any], args: Any, device: str) -> 
 
 
 def render_cpu(cpu: Dict[str, Any], args: Any) -> str:
-    rows = [[arm, f"{m['epoch_s']:.3f}", report.fmt_ratio(m["time_ratio"]), report.fmt_ratio(m["min_time_ratio"]),
-             f"{m['epoch_cpu_s']:.3f}", report.fmt_ratio(m["cpu_ratio"]),
+    rows = [[arm, f"{m['epoch_s']:.3f}", harness.fmt_ratio(m["time_ratio"]), harness.fmt_ratio(m["min_time_ratio"]),
+             f"{m['epoch_cpu_s']:.3f}", harness.fmt_ratio(m["cpu_ratio"]),
              ", ".join(f"{a:.4f}" for a in m["test_acc"]), f"{m['test_acc_mean']:.4f}"] for arm, m in cpu.items()]
     return (f"CPU ranks (2 x 1 thread), {workload.size_label(args.size)}, seeds {args.seeds}, "
             f"{args.epochs - 1} timed epochs per run: rank 0's training epoch, wall time (median; and the fastest "
             "epoch) and CPU time (median), each as the median over seeds of arm / dgl.nn (target for torch "
             "blocks <= 1.10x); test accuracy from a full-neighbour evaluation\n\n"
-            + report.markdown_table(["arm", "epoch wall (s)", "wall vs dgl.nn", "fastest epoch vs dgl.nn",
+            + harness.markdown_table(["arm", "epoch wall (s)", "wall vs dgl.nn", "fastest epoch vs dgl.nn",
                                      "epoch CPU (s)", "CPU vs dgl.nn", "test acc per seed", "mean test acc"], rows))
 
 
@@ -253,7 +251,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     import torch
 
     args = parse_args(argv)
-    started, machine = time.perf_counter(), sysinfo.machine_info()
+    started, machine = time.perf_counter(), harness.machine_info()
     graph = workload.build_graph({"dataset": "synthetic", **args.size, "feat_dim": args.feat_dim})
     n_train = cap_train(graph, args.max_train_nodes)
     cuda = torch.cuda.device_count() > 0  # unlike is_available(), leaves CUDA untouched for the forks
@@ -281,8 +279,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
 
     payload = {"benchmark": "gpu", "device": device, "cuda": cuda, "train_nodes": n_train,
                "args": {k: str(v) for k, v in vars(args).items()}, "machine": machine,
-               "versions": sysinfo.versions(), "cpu": cpu, "gpu": gpu, "wall_s": time.perf_counter() - started}
-    report.write_outputs(args.out, "gpu", payload, markdown, plot, figsize=(7, 4))
+               "versions": harness.versions(), "cpu": cpu, "gpu": gpu, "wall_s": time.perf_counter() - started}
+    harness.write_outputs(args.out, "gpu", payload, markdown, plot, figsize=(7, 4))
     return payload
 
 

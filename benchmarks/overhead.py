@@ -43,11 +43,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
 import handwritten  # noqa: E402
 import memory  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
 import workload  # noqa: E402
 from graphtrainer.callbacks import Callback  # noqa: E402
 
@@ -105,7 +103,7 @@ class EpochTimer(Callback):
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
                    help="synthetic graph NODESxDEGREE (default 1Mx10)")
@@ -155,7 +153,7 @@ def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
 def _hand_cfg(args: Any, batch_size: int, out: str, join: bool, fresh_thread: bool) -> Dict[str, Any]:
     return {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
             "batch_size": batch_size, "lr": args.lr, "dropout": 0.5, "epochs": args.epochs,
-            "threads": max(1, sysinfo.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
+            "threads": max(1, harness.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
             "fresh_thread": fresh_thread}
 
 
@@ -193,7 +191,7 @@ def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
     metrics = handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))
     return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
             **metrics, "run_wall_s": wall,
-            "threads": trainer.threads_per_proc or max(1, sysinfo.available_cores() // args.world)}
+            "threads": trainer.threads_per_proc or max(1, harness.available_cores() // args.world)}
 
 
 def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
@@ -247,13 +245,13 @@ def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
             step = (ends[-1] - ends[0]) / (len(ends) - 1)
             steps.append(step)
             fixed.append(total - len(ends) * step)
-    return {"step_ms": 1000 * report.median(steps), "epoch_fixed_ms": 1000 * report.median(fixed)}
+    return {"step_ms": 1000 * harness.median(steps), "epoch_fixed_ms": 1000 * harness.median(fixed)}
 
 
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
             world: int) -> Dict[str, Any]:
-    med = {k: report.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
-    pairs = [report.median(steady(b["epoch_times_s"])) / report.median(steady(a["epoch_times_s"]))
+    med = {k: harness.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
+    pairs = [harness.median(steady(b["epoch_times_s"])) / harness.median(steady(a["epoch_times_s"]))
              for a, b in zip(runs["handwritten"], runs["graphtrainer"])]
     steps = runs["graphtrainer"][0]["steps_per_epoch"][-1]
     metric = "test_auc" if "test_auc" in runs["handwritten"][0] else "test_acc"
@@ -280,7 +278,7 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
         out["thread_ratio"] = med["handwritten_thread"] / med["handwritten"]
     if "graphtrainer_no_stop" in med:
         out["stop_ratio"] = med["graphtrainer"] / med["graphtrainer_no_stop"]
-        out["stop_pair_ratios"] = [report.median(steady(b["epoch_times_s"])) / report.median(steady(a["epoch_times_s"]))
+        out["stop_pair_ratios"] = [harness.median(steady(b["epoch_times_s"])) / harness.median(steady(a["epoch_times_s"]))
                                    for a, b in zip(runs["graphtrainer_no_stop"], runs["graphtrainer"])]
     return out
 
@@ -299,9 +297,9 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
                     + [f"{r['costs'][k]['step_ms']:.2f}, {r['costs'][k]['epoch_fixed_ms']:.0f}" for k in arms]
                     + [f"{r['metric'].replace('test_', '')} " + " / ".join(f"{a:.4f}" for a in r["scores"][k]) for k in arms]
                     + [f"{r['metric_diff']:+.4f}",
-                       ("yes" if r["met"] else "**no**") + sysinfo.noise_note(r["other_cores"]),
+                       ("yes" if r["met"] else "**no**") + harness.noise_note(r["other_cores"]),
                        f"{r['other_cores']:.2f}"])
-    md = report.markdown_table(headers, rows)
+    md = harness.markdown_table(headers, rows)
     md += "\n\nGraphtrainer took " + "; ".join(
         f"{r['graph']} {r['extra_step_ms']:+.2f} ms/step and {r['extra_epoch_fixed_ms']:+.0f} ms/epoch fixed"
         for r in results) + " more than the hand-written loop (ms/step: mean interval between step ends inside " \
@@ -345,7 +343,7 @@ def payload_for(args: Any, machine: Dict[str, Any], versions: Dict[str, str], wa
             "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
                          "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
                          "met": r["met"], "other_cores": r["other_cores"],
-                         "valid": r["other_cores"] <= sysinfo.NOISY_CORES} for r in results]}
+                         "valid": r["other_cores"] <= harness.NOISY_CORES} for r in results]}
 
 
 def rerender(args: Any) -> Dict[str, Any]:
@@ -358,7 +356,7 @@ def rerender(args: Any) -> Dict[str, Any]:
     payload = payload_for(args, old["machine"], old["versions"], old["wall_s"], results)
     payload["config"] = dict(cfg, rerendered_from=str(args.from_json))
     md = render(results, args)
-    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
+    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
     print(f"[{NAME}] re-analysed {args.from_json}; wrote {', '.join(str(p) for p in paths.values())}")
     return payload
@@ -371,7 +369,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     specs = graph_specs(args)
     memory.refuse_if_too_big([{"label": s["label"], "estimate_mb": memory.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)} for s in specs])
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     t_start = time.time()
     arms = ["handwritten"] + (["handwritten_join"] if args.join_arm else []) \
         + (["handwritten_thread"] if args.thread_arm else []) + ["graphtrainer"] \
@@ -387,7 +385,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
             for name in arms:
                 load = round(os.getloadavg()[0], 2)
                 print(f"[{NAME}] {spec['label']} round {rnd + 1}/{args.rounds}: {name} (load {load})", flush=True)
-                with sysinfo.LoadMeter() as meter:
+                with harness.LoadMeter() as meter:
                     res = ARMS[name][1](graph, args, spec["batch_size"])
                 res["loadavg_1min_before"] = load
                 res["other_cores"] = meter.other_cores
@@ -399,8 +397,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
         results.append(analyse(spec, n_train, runs, order, args.world))
         del graph
     md = render(results, args)
-    payload = payload_for(args, machine, sysinfo.versions(), round(time.time() - t_start, 1), results)
-    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
+    payload = payload_for(args, machine, harness.versions(), round(time.time() - t_start, 1), results)
+    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload

@@ -14,10 +14,8 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import handwritten
-import report
-import sysinfo
 import workload
 from overhead import EpochTimer, cap_train
 
@@ -25,7 +23,7 @@ PRECISIONS = ("32", "bf16-mixed")
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser("precision", __doc__.split("\n")[0])
+    p = harness.base_parser("precision", __doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"))
     p.add_argument("--feat-dim", type=int, default=64)
@@ -50,13 +48,13 @@ def run(graph: Any, precision: str, args: Any, batch_size: int) -> Dict[str, Any
         Trainer(num_procs=2, max_epochs=args.epochs, precision=precision, progress_bar=False, logger=False,
                 enable_model_summary=False, default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
     steady = timer.times[1:] if len(timer.times) > 1 else timer.times
-    return {"epoch_s": report.median(steady), "epoch_times_s": timer.times,
+    return {"epoch_s": harness.median(steady), "epoch_times_s": timer.times,
             **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
-    started, busy = time.perf_counter(), sysinfo.machine_info()
+    started, busy = time.perf_counter(), harness.machine_info()
     results: List[Dict[str, Any]] = []
     for dataset in args.datasets:
         spec = {"dataset": dataset, **args.size, "feat_dim": args.feat_dim}
@@ -73,7 +71,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         label = "tolokers" if dataset == "tolokers" else f"synthetic {workload.size_label(args.size)}"
         row: Dict[str, Any] = {"graph": label, "train_nodes": n_train}
         for precision in PRECISIONS:
-            row[precision] = {k: report.median([x[k] for x in runs[precision] if k in x])
+            row[precision] = {k: harness.median([x[k] for x in runs[precision] if k in x])
                               for k in ("epoch_s", "test_acc", "test_auc") if k in runs[precision][0]}
             row[precision]["runs"] = runs[precision]
         row["time_ratio"] = row["bf16-mixed"]["epoch_s"] / row["32"]["epoch_s"]
@@ -84,9 +82,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
         for precision in PRECISIONS:
             m = row[precision]
             rows.append([row["graph"], row["train_nodes"], precision, f"{m['epoch_s']:.2f}",
-                         report.fmt_ratio(row["time_ratio"]) if precision != "32" else "",
+                         harness.fmt_ratio(row["time_ratio"]) if precision != "32" else "",
                          f"{m['test_acc']:.4f}", f"{m['test_auc']:.4f}" if "test_auc" in m else ""])
-    markdown = report.markdown_table(headers, rows)
+    markdown = harness.markdown_table(headers, rows)
     print(markdown, flush=True)
 
     def plot(fig: Any) -> None:
@@ -100,8 +98,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
         ax.legend()
 
     payload = {"benchmark": "precision", "args": {k: str(v) for k, v in vars(args).items()}, "machine": busy,
-               "versions": sysinfo.versions(), "results": results, "wall_s": time.perf_counter() - started}
-    report.write_outputs(args.out, "precision", payload, markdown, plot, figsize=(7, 4))
+               "versions": harness.versions(), "results": results, "wall_s": time.perf_counter() - started}
+    harness.write_outputs(args.out, "precision", payload, markdown, plot, figsize=(7, 4))
     return payload
 
 

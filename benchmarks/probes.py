@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer.callbacks import Callback
 from memory import tree_memory
 

@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
 import handwritten  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
 import workload  # noqa: E402
 from overhead import EpochTimer, cap_train  # noqa: E402
 
@@ -63,7 +61,7 @@ class PygBenchTask(workload.BenchTask):
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("200kx10"),
                    help="synthetic graph NODESxDEGREE (default 200kx10)")
     p.add_argument("--feat-dim", type=int, default=64)
@@ -130,7 +128,7 @@ def summarise(runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     spec = {"dataset": "synthetic", **args.size, "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0}
     graph = workload.build_graph(spec)
     n_train = cap_train(graph, args.max_train_nodes)
@@ -148,11 +146,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
             for a in arms]
     md = (f"# PyG batches vs DGL blocks ({workload.size_label(args.size)}, {n_train:,} training seeds, fanouts "
           f"{args.fanouts}, hidden {args.hidden}, batch {args.batch_size}, 2 CPU ranks, {args.rounds} rounds)\n\n"
-          + report.markdown_table(["arm", "median epoch (s)", "time vs A", "test acc"], rows)
+          + harness.markdown_table(["arm", "median epoch (s)", "time vs A", "test acc"], rows)
           + f"\n\nTarget for B: at most {TARGET:.2f}x A's epoch time.\n")
     import torch_geometric
 
-    versions = {**sysinfo.versions(), "torch_geometric": torch_geometric.__version__}
+    versions = {**harness.versions(), "torch_geometric": torch_geometric.__version__}
     payload = {"benchmark": NAME, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "machine": machine, "versions": versions, "runs": runs, **result, "target": TARGET}
 
@@ -164,7 +162,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         ax.set_ylabel("epoch time (s)")
         ax.legend()
 
-    paths = report.write_outputs(args.out, NAME, payload, md, plot, figsize=(8, 4))
+    paths = harness.write_outputs(args.out, NAME, payload, md, plot, figsize=(8, 4))
     print(md, flush=True)
     print(f"written: {', '.join(str(p) for p in paths.values())}", flush=True)
     return payload

@@ -34,10 +34,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
 import memory  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
 import workload  # noqa: E402
 import steptimer  # noqa: E402
 
@@ -48,7 +46,7 @@ MODES = ("plain", "instrumented")
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="process counts (default: 1 2)")
     p.add_argument("--no-one-thread", action="store_true", help="skip the 1 process x 1 thread run")
     p.add_argument("--launcher", choices=LAUNCHERS, default="fork")
@@ -80,7 +78,7 @@ def parse_args(argv: Any = None) -> Any:
 def configs(args: Any) -> List[Tuple[int, Optional[int]]]:
     """``(processes, threads)``; threads None = what the trainer (or torch, for 1) chooses."""
     out: List[Tuple[int, Optional[int]]] = []
-    if not args.no_one_thread and sysinfo.available_cores() > 1:
+    if not args.no_one_thread and harness.available_cores() > 1:
         out.append((1, 1))
     return out + [(n, None) for n in args.procs]
 
@@ -169,18 +167,18 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
         for n, t in keys:
             rs = [r["result"] for r in runs if r["mode"] == mode and "result" in r
                   and (r["world"], r["result"]["torch_threads"]) == (n, t)]
-            parts = {p: report.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
-            step = report.median([r["step_ms"] for r in rs])
+            parts = {p: harness.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
+            step = harness.median([r["step_ms"] for r in rs])
             rows.append({"mode": mode, "procs": n, "threads": t, "label": label(n, t), "runs": len(rs),
                          "default_threads": any(r["default_threads"] for r in runs if r["mode"] == mode and
                                                 "result" in r and (r["world"], r["result"]["torch_threads"]) == (n, t)),
-                         "throughput": report.median([r["throughput_seeds_per_s"] for r in rs]),
+                         "throughput": harness.median([r["throughput_seeds_per_s"] for r in rs]),
                          "all_throughputs": [r["throughput_seeds_per_s"] for r in rs],
                          "best_throughput": max(r["throughput_seeds_per_s"] for r in rs),
                          "step_ms": step, "ms_per_step": parts,
                          "sample_share": parts["sample"] / step if step else None,
                          "data_share": (parts["sample"] + parts["gather"]) / step if step else None,
-                         "other_cores": report.median([r["other_cores"] for r in rs]),
+                         "other_cores": harness.median([r["other_cores"] for r in rs]),
                          "all_other_cores": [r["other_cores"] for r in rs]})
     for mode in MODES:
         rs = [r for r in rows if r["mode"] == mode]
@@ -199,33 +197,33 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
         tgt.append({"what": f"throughput, 2 processes x {two['threads']} thread(s) / 1 process x {one['threads']} "
                             "thread(s) (trainer defaults, plain runs)", "measured": ratio,
                     "target": f">= {TARGET}", "met": ratio >= TARGET, "other_cores": other,
-                    "valid": other <= sysinfo.NOISY_CORES})
+                    "valid": other <= harness.NOISY_CORES})
     return {"rows": rows, "targets": tgt}
 
 
 def render(summary: Dict[str, Any], args: Any, cores: int) -> str:
     rows = summary["rows"]
-    md = report.markdown_table(
+    md = harness.markdown_table(
         ["mode", "processes x threads", "runs", "seeds/s (median)", "each run (other load, cores)", "vs 1 process (default threads)",
          "vs 1 x 1 thread", "ms / step per rank (median)", "other load (cores, median)"],
         [[r["mode"], r["label"] + ("" if r["default_threads"] else " (threads_per_proc=1)"), r["runs"], r["throughput"],
           " / ".join(f"{x:,.0f} ({c:.2f})" for x, c in zip(r["all_throughputs"], r["all_other_cores"])),
-          report.fmt_ratio(r["speedup"]),
-          report.fmt_ratio(r["speedup_vs_1x1"]), r["step_ms"], f"{r['other_cores']:.2f}"]
+          harness.fmt_ratio(r["speedup"]),
+          harness.fmt_ratio(r["speedup_vs_1x1"]), r["step_ms"], f"{r['other_cores']:.2f}"]
          for r in rows])
     inst = [r for r in rows if r["mode"] == "instrumented"]
     if inst:
         md += ("\n\nWhere a step's time goes (instrumented runs; ms per step, mean over ranks, median over runs;"
                " `other` = the step's wall time not covered by the timed parts)\n\n")
-        md += report.markdown_table(
+        md += harness.markdown_table(
             ["processes x threads"] + list(steptimer.PARTS) + ["step", "sample share", "sample + gather share"],
             [[r["label"]] + [r["ms_per_step"][p] for p in steptimer.PARTS]
              + [r["step_ms"], f"{100 * r['sample_share']:.0f}%", f"{100 * r['data_share']:.0f}%"] for r in inst])
     if summary["targets"]:
-        md += "\n\nTarget (" + f"{cores} cores on this machine)\n\n" + report.markdown_table(
+        md += "\n\nTarget (" + f"{cores} cores on this machine)\n\n" + harness.markdown_table(
             ["ratio", "measured", "target", "met"],
-            [[t["what"], report.fmt_ratio(t["measured"]), t["target"],
-              ("yes" if t["met"] else "**no**") + sysinfo.noise_note(t["other_cores"])] for t in summary["targets"]])
+            [[t["what"], harness.fmt_ratio(t["measured"]), t["target"],
+              ("yes" if t["met"] else "**no**") + harness.noise_note(t["other_cores"])] for t in summary["targets"]])
     return md
 
 
@@ -264,7 +262,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     memory.refuse_if_too_big([{"label": f"{workload.size_label(s)} {args.launcher} x{n}",
                                "estimate_mb": memory.estimate_mb(s["num_nodes"], num_edges, args.feat_dim, launcher, n)}
                               for n in args.procs])
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     if max(args.procs) > (machine["cpus"] or 1):
         print(f"[{NAME}] note: {max(args.procs)} processes on {machine['cpus']} cores", flush=True)
     t_start = time.time()
@@ -277,7 +275,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         run["loadavg_1min_before"] = round(os.getloadavg()[0], 2)
         what = f"{run['world']} proc(s)" + (f" x {run['threads']} thread(s)" if run["threads"] else "")
         print(f"[{NAME}] {i + 1}/{len(runs)} {what}, {run['mode']} (load {run['loadavg_1min_before']})", flush=True)
-        with sysinfo.LoadMeter() as meter:
+        with harness.LoadMeter() as meter:
             run["result"] = run_one(graph, args, run["world"], run["mode"], run["threads"])
         r = run["result"]
         r["other_cores"] = meter.other_cores
@@ -286,12 +284,12 @@ def main(argv: Any = None) -> Dict[str, Any]:
               flush=True)
     summary = summarize(runs)
     md = render(summary, args, machine["cpus"])
-    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "graph": {"nodes": graph.num_nodes(), "edges": graph.num_edges(), "build_s": round(build_s, 2)},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": summary["rows"],
                "targets": summary["targets"]}
-    paths = report.write_outputs(args.out, NAME, payload, md, plot(summary))
+    paths = harness.write_outputs(args.out, NAME, payload, md, plot(summary))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload

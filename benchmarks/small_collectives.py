@@ -18,15 +18,15 @@ import sys
 import time
 from typing import Any, Callable, Dict, List
 
-import bench_env  # noqa: F401  (DGLBACKEND, this checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from graphtrainer.affinity import rank_cores
 from graphtrainer.launch.environment import free_port
-from report import base_parser, markdown_table, write_outputs
-from sysinfo import machine_info, versions
+from harness import base_parser, markdown_table, write_outputs
+from harness import machine_info, versions
 
 BLOCKS = 5
 

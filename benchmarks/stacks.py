@@ -64,7 +64,7 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
 def worker(args: argparse.Namespace) -> None:
     """One training run in this interpreter; writes epoch times and versions to ``args.worker``."""
     sys.path.insert(0, str(HERE))
-    import bench_env  # noqa: F401  (first: graphtrainer from this checkout)
+    import harness  # noqa: F401  (first: graphtrainer from this checkout)
     import torch
     import workload
     from graphtrainer import Callback, Trainer

@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any, List, Tuple
 
-import bench_env  # noqa: F401  (graphtrainer from this checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer import Trainer
 from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification

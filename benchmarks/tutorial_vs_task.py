@@ -34,10 +34,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401
+import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
 import memory  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
 import workload  # noqa: E402
 
 NAME = "tutorial_vs_task"
@@ -55,7 +53,7 @@ ARMS = {"tutorial": ("DGL tutorial script", "dgl_tutorial.py", []),
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
                    help="synthetic graph NODESxDEGREE (default 1Mx10: 1M nodes, 10M edges)")
@@ -107,7 +105,7 @@ def run_arm(arm: str, graph_file: str, world: int, epochs: int, tmp: str) -> Dic
     log = open(os.path.join(tmp, f"{arm}-{world}.log"), "w+")  # noqa: SIM115 - read back on failure
     cmd = [sys.executable, str(HERE / script), graph_file, str(world), str(epochs), out, *extra]
     peak = {"total_pss_mb": 0.0}
-    with sysinfo.LoadMeter() as meter:
+    with harness.LoadMeter() as meter:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
         stop = threading.Event()
@@ -184,12 +182,12 @@ def render(rows: List[Dict[str, Any]], args: Any) -> str:
         table.append([r["graph"], r["world"], r["steps_per_epoch_rank0"], round(r["mean_epoch_s"]["tutorial"], 3),
                       round(r["mean_epoch_s"]["graphtrainer"], 3), f"{r['epoch_ratio']:.2f}x",
                       " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
-                      f"<= {r['epoch_target']:.2f}x: {met}{sysinfo.noise_note(r['other_cores'])}",
+                      f"<= {r['epoch_target']:.2f}x: {met}{harness.noise_note(r['other_cores'])}",
                       r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"],
                       f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**"]
                      + [f"{r[e + '_epoch_ratio']:.2f}x, {r[e + '_pss_ratio']:.2f}x" for e in extras]
                      + [f"{r['other_cores']:.2f}"])
-    md = report.markdown_table(headers, table)
+    md = harness.markdown_table(headers, table)
     md += (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
            f"interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
     return md
@@ -212,7 +210,7 @@ def draw_for(rows: List[Dict[str, Any]]) -> Any:
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
     specs = [s for s in _specs(args)]
-    machine, t_start = sysinfo.machine_info(), time.time()
+    machine, t_start = harness.machine_info(), time.time()
     arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else []) \
         + (["graphtrainer_glibc"] if args.glibc_arm else []) \
         + (["graphtrainer_unpinned"] if args.unpinned_arm else [])
@@ -236,10 +234,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
             raw[spec["label"]] = runs
             os.remove(path)
     md = render(rows, args)
-    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "results": rows, "runs": raw}
-    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
+    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
     print(md)
     print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload

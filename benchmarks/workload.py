@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer.examples.node_classification import NodeClassification
 
 DATASETS = ("synthetic", "tolokers")
