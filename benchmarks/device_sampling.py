@@ -5,17 +5,11 @@ GPU rank gains from sampling on the GPU.
     python benchmarks/device_sampling.py --tiny                                     # seconds
     python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part
 
-Per batch (one process, batches interleaved): the time to sample one batch of blocks and
-gather its features and labels, DGL's ``NeighborSampler`` (CPU) against the torch sampler
-drawing with Floyd's algorithm (the default) and with random keys and a sort, on the CPU and,
-with CUDA, on the GPU. It decides the CPU default.
-
-Training (``--gpu``, CUDA only): training seeds/s of one GPU rank with ``sampling="device"``,
-the same rank with ``sampling="cpu"`` (no sampling workers, and ``--workers`` workers), and 2
-CPU ranks, on ``benchmarks/gpu.py``'s 50k graph (fanouts [10, 10], batch 512, hidden 128) and
-on an ogbn-products-sized graph (2.4M nodes, 60M edges, 100-d features, fanouts [15, 10, 5],
-batch 1024, 3-layer SAGE, hidden 256). Each arm trains ``--steps`` timed steps after warm-up
-steps; the step's sampling share is the GPU per-batch sampling time over the device arm's step.
+Per batch (one process, interleaved): sample one batch and gather its features and labels,
+DGL's sampler against the torch sampler (Floyd's algorithm; random keys + sort), on the CPU
+and with CUDA on the GPU. Training (``--gpu``): seeds/s of one GPU rank with
+``sampling="device"``, with ``sampling="cpu"`` (0 and ``--workers`` workers) and 2 CPU ranks,
+on a 50k graph and an ogbn-products-sized one, ``--steps`` timed steps after warm-up.
 """
 from __future__ import annotations
 
@@ -264,7 +258,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     graphs = {name: build(name) for name in args.graphs}
     for name, graph in graphs.items():
         workload.split_ids(graph, "train")
-        from overhead import cap_train
+        from workload import cap_train
 
         cap_train(graph, GRAPHS[name][5])
     if args.gpu:  # before this process touches CUDA: the ranks fork

@@ -373,9 +373,8 @@ def main(argv: Any = None) -> Optional[Dict[str, Any]]:
                "graph": spec, "private_shm": private, "order": order, "wall_s": round(time.time() - t_start, 1),
                "throughput": thr, "runs": runs, "remote": remote, "halo_2_parts": halo2, "paper": paper,
                "model_one_part": model}
-    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(thr), figsize=(10, 4))
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(thr), figsize=(10, 4))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     if remote is not None and "failed" in remote:
         raise SystemExit(1)
     return payload

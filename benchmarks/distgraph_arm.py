@@ -63,7 +63,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--mem-watch"]:
     raise SystemExit(0)
 
 import harness  # noqa: E402  (graphtrainer from this checkout, DGL on PyTorch)
-import workload  # noqa: E402
+import workload
 from graphtrainer.callbacks import Callback  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)

@@ -4,31 +4,17 @@ steady-state throughput of graphtrainer's launchers against a tutorial-style nai
     bash scripts/env.sh python benchmarks/fork_vs_spawn.py            # full matrix
     bash scripts/env.sh python benchmarks/fork_vs_spawn.py --tiny     # seconds
 
-Launchers (``--launchers``):
-  gt-fork         Trainer(num_procs=N, launcher="fork"): the formats the samplers read
-                  (CSC) built in the parent, ranks share the graph copy-on-write.
-  gt-forkserver   Trainer(num_procs=N, launcher="forkserver"): ranks forked from a clean
-                  server that imported torch and dgl once; the graph in shared memory.
-  gt-spawn        Trainer(num_procs=N, launcher="spawn"): structure and features moved to
-                  shared memory once (in place: the parent keeps no private copy), ranks attach.
-  naive-spawn     hand-written tutorial loop; the parent pickle.dumps() the graph and every
-                  spawned child unpickles its own private copy.
-  fork-noformats  gt-fork with graphtrainer.launch.preflight.prepare_graphs patched to a no-op in
-                  the launching process: the parent never builds CSC, so every rank
-                  builds the formats it samples with privately.
-World size 1 is one in-process run (Trainer(num_procs=1)): the baseline of every ratio.
-
-How each run is measured (each run in a fresh worker process unless --no-isolate):
-  t_fit = time.time() just before fit (naive: before pickle.dumps); every rank writes
-  time.time() when it is about to train (process group up, DDP built: "ranks ready") and
-  when its first step ends. Start-up = the slowest rank's first-step delay.
-  At step --pause-at every rank writes ready_<rank> and waits; a thread in the launching
-  process sees all of them, waits 0.3 s, reads /proc/<pid>/smaps_rollup of itself and all
-  descendants (total PSS, per-process USS), then lets the ranks go. Throughput is the seed
-  nodes of the next --measure-steps steps of all ranks over that window's wall time.
+Launchers: ``gt-fork``, ``gt-forkserver``, ``gt-spawn`` (``Trainer(num_procs=N, launcher=...)``),
+``naive-spawn`` (the hand-written loop: every child unpickles its own copy of the graph) and
+``fork-noformats`` (gt-fork with ``prepare_graphs`` patched out: each rank builds its CSC).
+World size 1 is one in-process run, the baseline of every ratio. Each run is a fresh worker
+process unless ``--no-isolate``. Start-up = the slowest rank's first-step delay after ``fit``;
+at step ``--pause-at`` every rank waits while ``probes.MemoryWatcher`` reads the process
+tree's PSS/USS; throughput = seeds of the next ``--measure-steps`` steps over their wall time.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -39,12 +25,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten  # noqa: E402
-import memory  # noqa: E402
-import probes  # noqa: E402
-import workload  # noqa: E402
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
+import handwritten
+import memory
+import probes
+import workload
 
 NAME = "fork_vs_spawn"
 LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn", "fork-noformats")
@@ -72,7 +57,7 @@ def parse_args(argv: Any = None) -> Any:
                         "(default: 90%% of the machine's)")
     p.add_argument("--skip-too-big", action="store_true",
                    help="run what fits and list the rest, instead of refusing the whole plan")
-    p.add_argument("--worker", help=argparse_hidden())
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes = args.sizes or [workload.parse_size("20kx5")]
@@ -87,12 +72,6 @@ def parse_args(argv: Any = None) -> Any:
     if any(w < 1 for w in args.world_sizes):
         p.error("--world-sizes must be >= 1")
     return args
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,9 +372,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
                f"{(limit_mb or 0.9 * memory.machine_memory_mb()) / 1024:.1f} GiB estimated).")
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
-    paths = harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     if failed:
         raise SystemExit(f"[{NAME}] {len(failed)} run(s) failed: {', '.join(r['label'] for r in failed)}")
     return payload

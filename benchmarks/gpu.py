@@ -5,22 +5,11 @@ DGL blocks, and, where CUDA exists, what a GPU rank gives.
     python benchmarks/gpu.py --tiny                                  # seconds (smoke test)
     python benchmarks/gpu.py --gpu-only --out benchmarks/results/gpu/h100   # on a GPU machine
 
-CPU part: the example's GraphSAGE task (2 CPU ranks, same sampler and model seeds) once per
-arm and seed, arms interleaved per seed:
-
-- ``dgl.nn``: ``dgl.nn.SAGEConv`` layers on DGL blocks (``Trainer(block_type="dgl")``),
-- ``graphtrainer.nn``: graphtrainer's layers on the same DGL blocks,
-- ``torch blocks``: graphtrainer's layers on torch-only blocks (``Trainer(block_type="torch")``:
-  every batch converted, as a GPU rank without DGL's CUDA build does).
-
-Epoch time is rank 0's median training epoch after a warm-up epoch; test accuracy comes from a
-full-neighbour evaluation of the trained model in this process. Ratios are against ``dgl.nn``.
-
-GPU part (only with CUDA): seeds/s of 1 GPU rank (torch blocks) against 2 CPU ranks on the
-same task and graph; and, in one process, the share of a training step spent blocked on the
-host-to-device copy with prefetching on and off.
-
-Writes ``gpu.json``, ``gpu.md`` and ``gpu.png`` to ``--out``; the files name the device.
+CPU part, 2 CPU ranks, arms interleaved per seed: ``dgl.nn`` (``block_type="dgl"``),
+``graphtrainer.nn`` on DGL blocks, and on torch-only blocks (``block_type="torch"``). Epoch:
+rank 0's median after a warm-up epoch; ratios against ``dgl.nn``. GPU part: seeds/s of 1 GPU
+rank against 2 CPU ranks, and the share of a step blocked on the host-to-device copy with
+prefetching on and off.
 """
 from __future__ import annotations
 
@@ -31,7 +20,7 @@ from typing import Any, Dict, List
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import handwritten
 import workload
-from overhead import EpochTimer, cap_train
+from workload import EpochTimer, cap_train
 
 
 class CostTimer(EpochTimer):

@@ -185,19 +185,22 @@ def base_parser(name: str, description: str, rounds: Optional[int] = None) -> ar
 
 # ---- interleaved rounds ------------------------------------------------------------
 def interleave(arms: Dict[str, Callable[[], Dict[str, Any]]], rounds: int, label: str = "",
-               log: Callable[[str], None] = print) -> Tuple[Dict[str, List[Dict[str, Any]]], List[str]]:
+               show: Optional[Callable[[Dict[str, Any]], str]] = None
+               ) -> Tuple[Dict[str, List[Dict[str, Any]]], List[str]]:
     """Run every arm once per round, A B A B ..., so drifting machine load hits each arm alike.
-    Each result gets ``other_cores`` (see :class:`LoadMeter`) and the 1-minute load before it."""
+    Each result gets ``other_cores`` (see :class:`LoadMeter`) and the 1-minute load before it;
+    ``show(result)`` is printed after each run."""
     runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in arms}
     order: List[str] = []
     for rnd in range(rounds):
         for name, fn in arms.items():
             load = round(os.getloadavg()[0], 2)
-            log(f"[bench] {label} round {rnd + 1}/{rounds}: {name} (load {load})")
+            print(f"[bench] {label} round {rnd + 1}/{rounds}: {name} (load {load})", flush=True)
             with LoadMeter() as meter:
                 res = fn()
-            res.setdefault("other_cores", meter.other_cores)
-            res.setdefault("loadavg_1min_before", load)
+            res["loadavg_1min_before"], res["other_cores"] = load, meter.other_cores
+            if show is not None:
+                print(f"    {show(res)} (other load {meter.other_cores} cores)", flush=True)
             runs[name].append(res)
             order.append(name)
     return runs, order

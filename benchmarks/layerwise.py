@@ -3,12 +3,9 @@
     python benchmarks/layerwise.py --out benchmarks/results/full            # 1M nodes, 2 ranks
     python benchmarks/layerwise.py --nodes 20000 --out /tmp/lw              # seconds
 
-Builds ``datasets.synthetic(nodes, 10, 64, 8)``, then on 2 forked ranks runs
-``graphtrainer.data.inference.layerwise`` on a 2-layer GraphSAGE (64 -> hidden -> 8) for each
-``--batch-sizes`` value, from ``on_validation_epoch_end``. Each rank reports the call's
-seconds and its memory: peak RSS growth during the call (sampled every 10 ms by a thread),
-and the unique (USS) and proportional (PSS) set sizes after it, while the result is still
-held. Writes ``layerwise.json`` and ``layerwise.md`` to ``--out``.
+On 2 forked ranks, ``graphtrainer.data.inference.layerwise`` on a 2-layer GraphSAGE per
+``--batch-sizes`` value; each rank reports seconds, peak RSS growth (a 10 ms sampling thread)
+and USS/PSS while the result is held.
 """
 from __future__ import annotations
 
@@ -25,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphtrainer import GraphTask, Trainer  # noqa: E402
+from graphtrainer import GraphTask, Trainer
 from graphtrainer.data.inference import layerwise  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
 

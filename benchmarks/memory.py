@@ -3,7 +3,7 @@ planned run's peak, to refuse sizes the machine cannot hold before building anyt
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 MB = 1024 * 1024
 

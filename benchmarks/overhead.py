@@ -1,35 +1,18 @@
 """Framework vs hand-written DDP: the same GraphSAGE training as a tutorial-style script and
-as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and accuracy.
+as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and test metric.
 
-    bash scripts/env.sh python benchmarks/overhead.py                # full run
-    bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm   # + two ablations
-    bash scripts/env.sh python benchmarks/overhead.py --tiny         # seconds (smoke test)
+    bash scripts/env.sh python benchmarks/overhead.py --datasets tolokers     # the issue's figure
+    bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm --stop-arm   # ablations
+    bash scripts/env.sh python benchmarks/overhead.py --tiny                  # seconds (smoke test)
 
-A (hand-written, ``handwritten.handwritten_rank``): the parent pickles the graph and spawns the
-ranks (as DGL's classic multi-GPU node-classification tutorial does with mp.spawn); each
-rank runs init_process_group("gloo"), DistributedDataParallel, DGL's
-``DataLoader(use_ddp=True)`` and calls ``loss.item()`` every step. Threads per rank are set
-to cores // ranks, the same as the trainer does, so neither side oversubscribes the cores.
-B (graphtrainer): ``Trainer(num_procs=2)`` (fork) on ``workload.BenchTask`` (the example
-``NodeClassification`` task without validation, its step reduced to forward, loss and one
-``self.log``, i.e. the hand-written step). Same SAGE, Adam, learning rate, dropout,
-fanouts, batch size, epochs, initial weights (both seed 0) and training-seed set.
-Optional A+J (``--join-arm``): A with every epoch inside ``Join([model])``, as graphtrainer
-runs it, to isolate what Join costs per step. Optional A+T (``--thread-arm``): A with each
-rank's training in a new thread, as graphtrainer's launcher runs a rank (its work-around
-for the OpenMP fork hang), to isolate what that costs. Optional B-S (``--stop-arm``): B with
-the preemption agreement (one asynchronous 2-float all-reduce per optimizer step) switched
-off, to isolate what it costs.
-
-Epoch time: rank 0's wall time of one epoch's training loop (graphtrainer: from
-on_train_epoch_start to on_train_epoch_end, so it includes the trainer's per-epoch metric
-reduction and loader set-up; hand-written: around the ``for batch in loader`` loop).
-The first epoch of every run is warm-up and left out. Ratio = median over all kept epochs
-of B / same of A; per-pair ratios compare each B run with the A run just before it.
-Test metrics: the trained weights of rank 0 on the test split with every neighbour, same
-function for both (accuracy; ROC-AUC too for binary Tolokers, whose classes are 78/22).
-Synthetic graphs of a million nodes have 600k training nodes: ``--max-train-nodes`` caps
-the seeds (the same random subset for every arm) so an epoch takes seconds.
+A (``handwritten.handwritten_rank``): the parent pickles the graph and spawns the ranks, each
+runs DDP over DGL's ``DataLoader(use_ddp=True)``, threads = cores // ranks as the trainer sets.
+B: ``Trainer(num_procs=2)`` (fork) on ``workload.BenchTask``. Same model, optimizer, seeds,
+fanouts, batch size, epochs, initial weights. A+J runs A inside ``Join``, A+T in a new thread
+per rank (graphtrainer's OpenMP work-around), B-S is B without the per-step preemption
+agreement. Epoch time: rank 0's training loop; each run's first epoch is warm-up. Ratio =
+median of B's kept epochs / A's; test metrics from rank 0's weights with every neighbour.
+``--max-train-nodes`` caps the seeds of large synthetic graphs so an epoch takes seconds.
 """
 from __future__ import annotations
 
@@ -42,68 +25,18 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten  # noqa: E402
-import memory  # noqa: E402
-import workload  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
+import handwritten
+import memory
+import workload
 
 NAME = "overhead"
 TARGET = 1.03
 ACC_TOLERANCE = 0.01  # "equal accuracy": mean test metrics within 1 point (absolute)
 
-#: What graphtrainer's loop does per step that the hand-written loop does not (from
-#: graphtrainer/loop.py and task.py; see the README for the measured cost).
-PER_STEP_EXTRAS = [
-    "a forked rank trains in a new thread of its process when the launching process has threads "
-    "(an OpenMP pool: the work-around for the OpenMP fork hang), not in its main thread "
-    "(`--thread-arm` measures what that alone costs)",
-    "no `Join` here: graphtrainer enters it only when ranks' batch counts differ or are unknown "
-    "(one 2-element all-reduce per epoch decides); the padded split gives equal counts",
-    "`transfer_batch_to_device` walks the batch (a no-op on CPU: every object is already there)",
-    "`infer_batch_size` reads the seed count; `_loss_of` checks the returned loss",
-    "`self.log` keeps a float64 running sum (4 tiny tensor ops) instead of `loss.item()`",
-    "`zero_grad(set_to_none=True)` after the step (the script: before backward; same work)",
-    "`global_step` counter, step-interval scheduler check, `last_loss = loss.detach()`, "
-    "callback dispatch for `on_train_batch_end`",
-    "the loader fetches batch i+1 before step i runs (to know which batch is last); same work, other order",
-    "the preemption agreement: at each optimizer step every rank starts one asynchronous 2-float all-reduce "
-    "and reads the previous step's (`--stop-arm` measures what it costs)",
-]
-
-
-class EpochTimer(Callback):
-    """Rank 0's training-loop time per epoch and the end time of every step in it (seconds
-    from the epoch's start); travels back to the caller as callback state."""
-
-    def __init__(self) -> None:
-        self.times: List[float] = []
-        self.steps: List[int] = []
-        self.step_ends: List[List[float]] = []
-        self._t0 = 0.0
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"times": list(self.times), "steps": list(self.steps), "step_ends": list(self.step_ends)}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.times, self.steps = list(state["times"]), list(state["steps"])
-        self.step_ends = list(state["step_ends"])
-
-    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-        self._t0 = time.perf_counter()
-        self.step_ends.append([])
-
-    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.step_ends[-1].append(time.perf_counter() - self._t0)
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        self.times.append(time.perf_counter() - self._t0)
-        self.steps.append(len(self.step_ends[-1]))
-
 
 def parse_args(argv: Any = None) -> Any:
-    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__, rounds=3)
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
                    help="synthetic graph NODESxDEGREE (default 1Mx10)")
@@ -113,7 +46,6 @@ def parse_args(argv: Any = None) -> Any:
                         "(default %(default)s; Tolokers has 5,879 and is not capped)")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="A B pairs, interleaved (default %(default)s)")
     p.add_argument("--join-arm", action="store_true", help="add the hand-written loop inside Join (A+J)")
     p.add_argument("--stop-arm", action="store_true",
                    help="add graphtrainer without its per-step preemption agreement (B-S)")
@@ -135,19 +67,6 @@ def parse_args(argv: Any = None) -> Any:
     if args.world < 1 or args.epochs < 1 or args.rounds < 1:
         p.error("--world, --epochs and --rounds must be >= 1")
     return args
-
-
-def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
-    """Keep a seeded random ``cap`` of the training nodes (the train mask is rewritten)."""
-    import torch
-
-    ids = workload.split_ids(graph, "train")
-    if ids.numel() > cap:
-        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
-        mask = torch.zeros(graph.num_nodes(), dtype=torch.bool)
-        mask[keep] = True
-        graph.ndata["train_mask"] = mask
-    return int(workload.split_ids(graph, "train").numel())
 
 
 def _hand_cfg(args: Any, batch_size: int, out: str, join: bool, fresh_thread: bool) -> Dict[str, Any]:
@@ -179,7 +98,7 @@ def run_handwritten_thread(graph: Any, args: Any, batch_size: int) -> Dict[str, 
 def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
     from graphtrainer import Trainer
 
-    timer = EpochTimer()
+    timer = workload.EpochTimer()
     task = workload.BenchTask(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
                             batch_size=batch_size, lr=args.lr, dropout=0.5)
     with tempfile.TemporaryDirectory() as tmp:
@@ -317,8 +236,6 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
         md += "\n\nThe preemption agreement alone (graphtrainer / graphtrainer without it): " + ", ".join(
             f"{r['graph']} {r['stop_ratio']:.3f}x (pairs " + " / ".join(f"{x:.3f}" for x in r["stop_pair_ratios"]) + ")"
             for r in results if "stop_ratio" in r) + "."
-    md += "\n\nWhat graphtrainer does per step that the hand-written loop does not:\n\n" + "\n".join(
-        f"- {x}" for x in PER_STEP_EXTRAS)
     return md
 
 
@@ -339,8 +256,7 @@ def payload_for(args: Any, machine: Dict[str, Any], versions: Dict[str, str], wa
                 results: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"benchmark": NAME, "machine": machine, "versions": versions,
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "wall_s": wall_s, "results": results, "per_step_extras": PER_STEP_EXTRAS,
-            "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
+            "wall_s": wall_s, "results": results, "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
                          "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
                          "met": r["met"], "other_cores": r["other_cores"],
                          "valid": r["other_cores"] <= harness.NOISY_CORES} for r in results]}
@@ -356,9 +272,8 @@ def rerender(args: Any) -> Dict[str, Any]:
     payload = payload_for(args, old["machine"], old["versions"], old["wall_s"], results)
     payload["config"] = dict(cfg, rerendered_from=str(args.from_json))
     md = render(results, args)
-    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
-    print(f"[{NAME}] re-analysed {args.from_json}; wrote {', '.join(str(p) for p in paths.values())}")
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     return payload
 
 
@@ -377,30 +292,18 @@ def main(argv: Any = None) -> Dict[str, Any]:
     results: List[Dict[str, Any]] = []
     for spec in specs:
         graph = workload.build_graph(spec)
-        n_train = cap_train(graph, args.max_train_nodes)
+        n_train = workload.cap_train(graph, args.max_train_nodes)
         graph.create_formats_()  # both sides sample from the same prepared structure
-        runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in arms}
-        order = []
-        for rnd in range(args.rounds):
-            for name in arms:
-                load = round(os.getloadavg()[0], 2)
-                print(f"[{NAME}] {spec['label']} round {rnd + 1}/{args.rounds}: {name} (load {load})", flush=True)
-                with harness.LoadMeter() as meter:
-                    res = ARMS[name][1](graph, args, spec["batch_size"])
-                res["loadavg_1min_before"] = load
-                res["other_cores"] = meter.other_cores
-                runs[name].append(res)
-                order.append(name)
-                shown = "  ".join(f"{k} {res[k]:.4f}" for k in ("test_acc", "test_auc") if k in res)
-                print(f"    epochs {[round(t, 2) for t in res['epoch_times_s']]}  {shown}  (run {res['run_wall_s']:.1f} s, "
-                      f"other load {meter.other_cores} cores)", flush=True)
+        runs, order = harness.interleave(
+            {k: (lambda k=k: ARMS[k][1](graph, args, spec["batch_size"])) for k in arms}, args.rounds, spec["label"],
+            lambda res: f"epochs {[round(t, 2) for t in res['epoch_times_s']]}  " + "  ".join(
+                f"{k} {res[k]:.4f}" for k in ("test_acc", "test_auc") if k in res) + f"  run {res['run_wall_s']:.1f} s")
         results.append(analyse(spec, n_train, runs, order, args.world))
-        del graph
+        graph = None  # freed before the next graph is built
     md = render(results, args)
     payload = payload_for(args, machine, harness.versions(), round(time.time() - t_start, 1), results)
-    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     return payload
 
 

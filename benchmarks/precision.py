@@ -3,10 +3,8 @@
     bash scripts/env.sh python benchmarks/precision.py                # 1Mx10 synthetic + Tolokers
     bash scripts/env.sh python benchmarks/precision.py --tiny         # seconds (smoke test)
 
-Each round trains the same GraphSAGE task (the example's) with 2 ranks once per precision,
-alternating which goes first; epoch times are rank 0's training loops after a warm-up
-epoch, and the test metrics come from a full-neighbour float32 evaluation of the trained
-model in this process. Writes ``precision.json``, ``precision.md`` and ``precision.png``.
+Each round trains the example's GraphSAGE with 2 ranks once per precision, alternating which
+goes first; rank 0's epochs after a warm-up one; test metrics from a float32 evaluation.
 """
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from typing import Any, Dict, List
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import handwritten
 import workload
-from overhead import EpochTimer, cap_train
+from workload import EpochTimer, cap_train
 
 PRECISIONS = ("32", "bf16-mixed")
 

@@ -1,39 +1,26 @@
 """PyG's GraphSAGE on PyG batches against graphtrainer's SAGE on DGL's blocks: the same task,
 2 CPU ranks, interleaved A B A B, median epoch time and the ratio B / A.
 
-    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py             # full run
-    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py --tiny      # seconds (smoke test)
+    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py [--trim-arm]   # full run
+    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py --tiny         # seconds (smoke test)
 
-A (blocks): ``workload.BenchTask``, the example's node-classification task without validation:
-``graphtrainer.models.SAGE`` on DGL's blocks. B (pyg): the same task with
-``batch_format = "pyg"`` and ``torch_geometric.nn.GraphSAGE`` called as PyG's tutorial calls
-it, ``model(batch.x, batch.edge_index)[:batch.batch_size]``. B-T (pyg trimmed, ``--trim-arm``):
-B with PyG's per-layer trimming (``num_sampled_nodes_per_hop``/``num_sampled_edges_per_hop``).
-Same graph, seeds, fanouts, hidden size, dropout, batch size, learning rate and epochs; the
-sampling is DGL's in every arm, so the difference is the batch conversion and the model.
-
-Epoch time: rank 0's training loop (``overhead.EpochTimer``); each run's first epoch is warm-up
-and left out. Ratio = median of B's kept epochs / median of A's. Accuracy: each arm's
-test accuracy with every neighbour (rank 0's weights, ``handwritten.evaluate`` for A; PyG's
-model on a full-neighbour PyG batch for B), to show both learned.
-The GPU pair (seeds/s on a lent GPU, model steps on the same torch blocks) is
-``tests/helpers/pyg_gpu_script.py --bench``; its output is stored beside this one's.
+A: ``workload.BenchTask`` (SAGE on blocks). B: ``batch_format="pyg"`` and
+``torch_geometric.nn.GraphSAGE`` as PyG's tutorial calls it; B-T: with PyG's per-layer
+trimming. DGL samples in every arm. Test accuracy with every neighbour shows both learned.
+The GPU pair: ``tests/helpers/pyg_gpu_script.py --bench``.
 """
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten  # noqa: E402
-import workload  # noqa: E402
-from overhead import EpochTimer, cap_train  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import handwritten
+import workload
+from workload import EpochTimer, cap_train
 
 NAME = "pyg_vs_blocks"
 TARGET = 1.10

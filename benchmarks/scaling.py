@@ -4,24 +4,11 @@
     bash scripts/env.sh python benchmarks/scaling.py --procs 1 2 4 8 # a machine with more cores
     bash scripts/env.sh python benchmarks/scaling.py --tiny          # seconds (smoke test)
 
-Each run is one ``Trainer(num_procs=N).fit`` (N = 1: in the main thread of a fresh worker
-process, as in a user's script; N > 1: launched from this process) of
-``steptimer.BreakdownTask``: GraphSAGE on a synthetic graph, chosen so that neighbour
-sampling dominates a step (large fanouts, small features, small model; the breakdown table
-shows whether it does on the machine at hand). Threads per process are whatever the
-trainer sets (cores // N for launched ranks; torch's default for N = 1, which is every
-core); both are recorded. The graph is built once here, ``create_formats_()`` is called
-once, and every launched run shares it; a 1-process worker builds the same graph (same
-seed) itself. One more configuration, 1 process x 1 thread (``Trainer(threads_per_proc=1)``;
-``--no-one-thread`` skips it), tells scaling per core apart from what the user gains over
-the trainer's 1-process default (every core as threads).
-
-Two kinds of run per N, interleaved over ``--repeats`` (1 2 ... 1 2 ...):
-  plain         no hooks, only the end time of every step: the throughput figure;
-  instrumented  every part of the step timed (``steptimer``): the breakdown.
-Steady state: ``--warmup`` steps are run and dropped, then ``--steps`` steps are timed;
-throughput = seed nodes of all ranks in that window / the longest rank's window.
-Target: the throughput with 2 processes >= 1.7x the 1-process throughput on 2 cores.
+Each run is one ``Trainer(num_procs=N).fit`` of ``steptimer.BreakdownTask`` (sampling-heavy
+GraphSAGE; N = 1 in a fresh worker process) with the trainer's threads, plus 1 process x 1
+thread. Per N, interleaved: ``plain`` (step end times only: throughput) and ``instrumented``
+(every part of a step timed: the breakdown). ``--warmup`` steps dropped, ``--steps`` timed.
+Target: 2 processes >= 1.7x one process on 2 cores.
 """
 from __future__ import annotations
 
@@ -33,11 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import memory  # noqa: E402
-import workload  # noqa: E402
-import steptimer  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import memory
+import workload
+import steptimer
 
 NAME = "scaling"
 TARGET = 1.7
@@ -289,9 +275,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
                "graph": {"nodes": graph.num_nodes(), "edges": graph.num_edges(), "build_s": round(build_s, 2)},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": summary["rows"],
                "targets": summary["targets"]}
-    paths = harness.write_outputs(args.out, NAME, payload, md, plot(summary))
+    harness.write_outputs(args.out, NAME, payload, md, plot(summary))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload
 
 

@@ -1,24 +1,14 @@
-"""The newest tested set against the pinned one: the same GraphTask, the same graph and seeds,
-trained under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time side
-by side.
+"""The newest tested set against the pinned one: the same GraphTask, graph and seeds trained
+under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time side by side.
 
     python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
-    python benchmarks/stacks.py --dataset synthetic --rounds 2
     python benchmarks/stacks.py --tiny                # seconds (smoke test)
 
-Any Python runs the driver: each run is a fresh interpreter of ``.venv`` (pinned: torch 2.2.1)
-or ``.venv-newest`` (the newest torch, dgl 2.1.0 behind graphtrainer/_compat; DGL's tensor
-adapter is off there), made first with ``[GRAPHTRAINER_STACK=newest] bash scripts/env.sh true``.
-The task is ``workload.BenchTask`` (the example's GraphSAGE, training only) with every
-graphtrainer default: ``Trainer(num_procs=2)``, fork. Epoch time: rank 0's training loop,
-the first epoch of every run left out. Ratio = median newest epoch / median pinned epoch, for
-each ``--dropouts`` value: the task is run with dropout 0.5 (the example's) and without, because
-torch's CPU dropout is several times slower on the newest set (from torch 2.5 its ``bernoulli_``
-no longer takes MKL's vectorised path). Each worker also times, on one thread, the operations
-behind it (``F.dropout``, ``bernoulli_``, ``rand_like`` of a 3,000 x 128 float tensor) and
-``graphtrainer.nn.Dropout``, which the task's model uses: on torch 2.5 and later its CPU mask is
-uniform numbers compared with ``p``.
-Writes ``benchmarks/results/stacks/stacks.json`` and ``stacks.md``.
+Each run is a fresh interpreter of ``.venv`` or ``.venv-newest`` (``[GRAPHTRAINER_STACK=newest]
+bash scripts/env.sh true`` makes them) on ``workload.BenchTask`` with every default. Ratio =
+median newest epoch / median pinned, per ``--dropouts`` value (torch's CPU dropout is slower on
+the newest set); each worker also times ``F.dropout``, ``bernoulli_``, ``rand_like`` and
+``graphtrainer.nn.Dropout`` on one thread.
 """
 from __future__ import annotations
 

@@ -1,24 +1,15 @@
-"""DGL's multi-GPU tutorial script against the same job as a GraphTask with every
-graphtrainer default: epoch time and peak memory at 1, 2 and 4 ranks, interleaved.
+"""DGL's multi-GPU tutorial script against the same job as a GraphTask with every graphtrainer
+default: epoch time and peak memory at 1, 2 and 4 ranks, interleaved.
 
-    python benchmarks/tutorial_vs_task.py --out benchmarks/results/tutorial_vs_task   # full run
-    python benchmarks/tutorial_vs_task.py --tiny                                       # seconds (smoke test)
+    python benchmarks/tutorial_vs_task.py --datasets tolokers --world-sizes 2   # the issue's figure
+    python benchmarks/tutorial_vs_task.py --tiny                                 # seconds (smoke test)
 
-A (``dgl_tutorial.py``): the tutorial's script as written for its readers (graph loaded at
-the top of the script, so each spawned process holds its own copy; ``mp.spawn``; gloo;
-``DataLoader(use_ddp=True)``, ``NeighborSampler([4, 4])``, batch 1024, its 2-layer SAGE;
-threads per process ``cores // ranks``). B (``tutorial_task.py``): ``Trainer(num_procs=N)``
-with every default (1 rank: in-process; more: forked ranks) on the GraphTask port. Optional
-B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs;
-B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no heap trim at all, not even the
-one at a rank's start that the default makes); B+unpinned (``--unpinned-arm``): B with
-``pin_cpus=False``, ranks left to float over the cores as the tutorial's do.
-
-Each run is a fresh process on the same graph file; runs are interleaved (for every round,
-every rank count, every arm in turn). Epoch time: rank 0's time from one training epoch's
-start to the next (the last: to the end of training), mean over epochs 2..E; a run's ratio
-is B / A of the runs next to each other. Peak total PSS: the largest sum of PSS over the
-run's process tree (sampled every 0.25 s from ``/proc/<pid>/smaps_rollup``).
+A: ``dgl_tutorial.py`` as its readers run it (each spawned process loads the graph). B:
+``tutorial_task.py``, ``Trainer(num_procs=N)`` with every default. Ablations: ``--lean-arm``
+(``allocator="lean"``), ``--glibc-arm`` (``allocator="glibc"``), ``--unpinned-arm``
+(``pin_cpus=False``). Each run is a fresh process on the same graph file, interleaved per
+round, rank count and arm. Epoch time: rank 0's epoch starts, mean over epochs 2..E; ratio
+B / A of neighbouring runs. Peak total PSS of the process tree, sampled every 0.25 s.
 """
 from __future__ import annotations
 
@@ -33,10 +24,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import memory  # noqa: E402
-import workload  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import memory
+import workload
 
 NAME = "tutorial_vs_task"
 HERE = Path(__file__).resolve().parent
@@ -237,9 +227,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "results": rows, "runs": raw}
-    paths = harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload
 
 

@@ -3,13 +3,8 @@
     python benchmarks/workers.py --out benchmarks/results/full          # 1M nodes, 2 ranks
     python benchmarks/workers.py --nodes 20000 --batches 5 --out /tmp/w  # seconds
 
-Builds the synthetic graph once (``datasets.synthetic``, or ``synthetic_hetero`` with
-``--hetero``: papers and words, paper seeds), then for each worker count trains GraphSAGE
-(fanouts 10,10, hidden 64, batches of 1024 seeds) on 2 forked ranks for 3 epochs of
-``--batches`` batches per rank, and times each epoch inside the ranks (rank mean).
-Epoch 0 includes starting the workers; with ``persistent_workers`` epochs 1-2 reuse them.
-Seeds/s = seeds of all ranks in an epoch / epoch seconds. Writes ``workers.json`` and
-``workers.md`` to ``--out``.
+GraphSAGE on 2 forked ranks (``--hetero``: papers and words), 3 epochs of ``--batches``
+batches per rank per worker count, each epoch timed in the ranks; epoch 0 starts the workers.
 """
 from __future__ import annotations
 
@@ -24,7 +19,7 @@ from typing import Any, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphtrainer import Trainer  # noqa: E402
+from graphtrainer import Trainer
 from graphtrainer.examples.hetero_classification import HeteroClassification  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 

@@ -1,11 +1,13 @@
-"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the graphs themselves, and the
-GraphTask (the example's, train only)."""
+"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the graphs, the example's task
+(train only), the training-seed cap and rank 0's epoch timer."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict
+import time
+from typing import Any, Dict, List
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
+from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification
 
 DATASETS = ("synthetic", "tolokers")
@@ -30,21 +32,24 @@ def parse_size(text: str) -> Dict[str, int]:
 
 def size_label(size: Dict[str, int]) -> str:
     n = size["num_nodes"]
-    text = f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
-    return f"{text}x{size['avg_degree']}"
+    return (f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k") + f"x{size['avg_degree']}"
 
 
 def build_graph(spec: Dict[str, Any]) -> Any:
-    """``spec``: ``{"dataset": "tolokers"}`` or ``{"dataset": "synthetic", num_nodes, avg_degree,
-    feat_dim, num_classes, seed}``. Tolokers' features are standardized as the example does."""
+    """``{"dataset": "tolokers"}`` (features standardized as the example does, split 0 of 10) or
+    ``{"dataset": "synthetic", num_nodes, avg_degree, feat_dim, num_classes, seed}``."""
     from graphtrainer import datasets
 
     if spec["dataset"] == "tolokers":
-        graph = datasets.load("tolokers")
         from graphtrainer.examples.node_classification import standardize_features
 
+        graph = datasets.load("tolokers")
         standardize_features(graph)
-        return single_split(graph)
+        for s in ("train", "val", "test"):
+            m = graph.ndata[f"{s}_mask"]
+            if m.dim() > 1:
+                graph.ndata[f"{s}_mask"] = m[:, 0].contiguous()
+        return graph
     if spec["dataset"] == "synthetic":
         return datasets.synthetic(spec["num_nodes"], spec["avg_degree"], spec["feat_dim"],
                                   spec.get("num_classes", 8), spec.get("seed", 0))
@@ -53,26 +58,25 @@ def build_graph(spec: Dict[str, Any]) -> Any:
 
 def split_ids(graph: Any, split: str) -> Any:
     mask = graph.ndata[f"{split}_mask"]
-    if mask.dim() > 1:
-        mask = mask[:, 0]
-    return mask.nonzero(as_tuple=True)[0]
+    return (mask[:, 0] if mask.dim() > 1 else mask).nonzero(as_tuple=True)[0]
 
 
-def single_split(graph: Any) -> Any:
-    """Make ``*_mask`` 1-D (split 0 of Tolokers' 10) so the example task can use the graph."""
-    for s in ("train", "val", "test"):
-        m = graph.ndata[f"{s}_mask"]
-        if m.dim() > 1:
-            graph.ndata[f"{s}_mask"] = m[:, 0].contiguous()
-    return graph
+def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
+    """Keep a seeded random ``cap`` of the training nodes (the train mask is rewritten)."""
+    import torch
+
+    ids = split_ids(graph, "train")
+    if ids.numel() > cap:
+        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
+        mask = torch.zeros(graph.num_nodes(), dtype=torch.bool)
+        mask[keep] = True
+        graph.ndata["train_mask"] = mask
+    return int(split_ids(graph, "train").numel())
 
 
 class BenchTask(NodeClassification):
-    """The example's GraphSAGE task (``graphtrainer.examples.node_classification``) without
-    validation (the benchmarks time training only), and with a training step that does
-    exactly what the hand-written loop's step does: forward, cross-entropy, and the loss
-    recorded once (``self.log`` here, ``loss.item()`` there); the example also logs a
-    training accuracy, which the hand-written loop does not compute."""
+    """The example's GraphSAGE task without validation (benchmarks time training only), its
+    step reduced to what a hand-written loop's does: forward, cross-entropy, the loss logged once."""
 
     def val_dataloader(self) -> Any:
         return None
@@ -84,3 +88,31 @@ class BenchTask(NodeClassification):
         loss = F.cross_entropy(logits, labels)
         self.log("train_loss", loss)
         return loss
+
+
+class EpochTimer(Callback):
+    """Rank 0's training-loop time per epoch and each step's end (seconds from the epoch's
+    start); travels back to the caller as callback state."""
+
+    def __init__(self) -> None:
+        self.times: List[float] = []
+        self.steps: List[int] = []
+        self.step_ends: List[List[float]] = []
+        self._t0 = 0.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"times": list(self.times), "steps": list(self.steps), "step_ends": list(self.step_ends)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.times, self.steps, self.step_ends = list(state["times"]), list(state["steps"]), list(state["step_ends"])
+
+    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+        self._t0 = time.perf_counter()
+        self.step_ends.append([])
+
+    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.step_ends[-1].append(time.perf_counter() - self._t0)
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        self.times.append(time.perf_counter() - self._t0)
+        self.steps.append(len(self.step_ends[-1]))
