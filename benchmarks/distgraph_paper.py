@@ -20,17 +20,9 @@ GB = 1e9
 PAPERS100M = {"name": "ogbn-papers100M", "nodes": 111_059_956, "edges": 1_615_685_872, "feat_dim": 128,
               "train": 1_207_179, "val": 125_265, "test": 214_338}
 
-#: Halo nodes per inner node, and edges a part stores per inner edge (its inner nodes'
-#: in-edges plus, with 1 halo hop, its inner nodes' out-edges to halo nodes: 1 + the cut
-#: fraction), measured on the synthetic 1Mx10 graph (the benchmark's graph) in K METIS
-#: parts balanced on the train mask, 1 halo hop: ``python benchmarks/distgraph.py
-#: --measure-halo`` (2026-11-23, results/distgraph/halo.json). That graph is random
-#: (Chung-Lu degrees) with 8 classes and 75% of edges inside a class, and no other
-#: locality: METIS finds the classes up to 8 parts (about 20% of edges cut) and has to cut
-#: through them beyond (67% cut at 16 parts). A citation graph such as papers100M
-#: partitions far better, so these are a pessimistic stand-in, not a papers100M
-#: measurement; the table also gives the no-cut lower bound. Halo nodes cost 17 B each
-#: (indptr, id, flag); the extra edges 41 B each.
+#: Halo nodes per inner node, edges a part stores per inner edge and the cut fraction, measured
+#: on the synthetic 1Mx10 graph in K METIS parts, 1 halo hop (``distgraph.py --measure-halo``,
+#: results/distgraph/halo.json). A random graph with 8 classes: pessimistic for papers100M.
 HALO_MEASURED = {
     2: {"halo_per_inner": 0.723, "edges_per_inner_edge": 1.204, "cut_fraction": 0.204},
     4: {"halo_per_inner": 1.229, "edges_per_inner_edge": 1.186, "cut_fraction": 0.186},
@@ -45,27 +37,12 @@ def _int64(n: float) -> float:
 
 def paper_rows(graph: Dict[str, Any] = PAPERS100M, machines: Sequence[int] = (4, 8, 16),
                halo: Optional[Dict[int, Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
-    """Bytes per machine of DGL 2.1's partitioned layout, and of one machine with the whole graph.
-
-    A DistDGL graph server of machine ``k`` holds, in shared memory (its trainers map it,
-    no copy), from ``dgl/distributed/partition.py``, ``dist_graph.py`` (``DistGraphServer``,
-    ``_copy_graph_to_shared_mem``) and ``dist_context.py`` (``initialize`` passes
-    ``graph_format=$DGL_GRAPH_FORMAT``, default ``csc``: the COO the part file holds is dropped):
-
-    - node data of its *inner* nodes in the kvstore: ``feat`` (float32), ``label`` (int64,
-      one per node: OGB's labels are NaN for unlabelled papers, stored as -1 or 0 here),
-      ``train/val/test_mask`` (bool, 1 B each);
-    - the part graph over inner + halo nodes and the edges it keeps (the inner nodes'
-      in-edges, plus with 1 halo hop their out-edges to halo nodes): CSC (indptr int64 per
-      node + 1, indices int64 per edge), the CSC's edge-id array (int64 per edge: CSC is
-      built from the file's COO and keeps the permutation), ``_ID`` (global edge id, int64)
-      and ``inner_edge`` (uint8) per edge, ``_ID`` (int64) and ``inner_node`` (uint8) per
-      node: 25 B per edge, 17 B per node. The file also has ``part_id`` per node (int64)
-      and, with 1 part, ``_TYPE`` (int32) per node and edge; the server keeps the edges'.
-
-    One machine (graphtrainer's fork launcher): the node data of every node, COO (the
-    graph as built) and CSC with its edge ids (what sampling reads, built before the fork).
-    """
+    """Bytes per machine of DGL 2.1's partitioned layout (``dgl/distributed/partition.py``,
+    ``dist_graph.py``), and of one machine holding the whole graph. A graph server holds in
+    shared memory its inner nodes' data (float32 ``feat``, int64 ``label``, 3 bool masks) and
+    the part graph over inner + halo nodes as CSC (DGL's default ``graph_format``) with its
+    edge ids, ``_ID``/``inner_*`` per node and edge (17 B per node, 25 B per edge). One machine
+    (fork launcher): every node's data, COO (as built) and CSC with edge ids."""
     halo = halo if halo is not None else HALO_MEASURED
     n, e, f = graph["nodes"], graph["edges"], graph["feat_dim"]
     rows: List[Dict[str, Any]] = []

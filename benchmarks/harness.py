@@ -123,11 +123,12 @@ def machine_info() -> Dict[str, Any]:
 
 
 def _gpu_name() -> Optional[str]:
+    """From nvidia-smi, not torch: initialising CUDA here would forbid forking ranks later."""
     try:
-        import torch
-
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # noqa: BLE001 - a broken CUDA install is recorded as no GPU
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
         return None
 
 
