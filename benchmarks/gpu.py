@@ -128,14 +128,10 @@ def run_arm(graph: Any, arm: str, seed: int, args: Any, **trainer_kwargs: Any) -
 
 
 def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
-    runs: Dict[str, List[Dict[str, Any]]] = {a: [] for a in args.arms}
-    for k, seed in enumerate(args.seeds):
-        order = args.arms if k % 2 == 0 else args.arms[::-1]
-        for arm in order:
-            runs[arm].append(run_arm(graph, arm, seed, args))
-            r = runs[arm][-1]
-            print(f"[gpu] seed {seed} {arm}: epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, "
-                  f"test_acc {r['test_acc']:.4f}", flush=True)
+    runs, _ = harness.interleave(  # round k runs seed k, every arm from the same weights
+        {arm: (lambda k, arm=arm: run_arm(graph, arm, args.seeds[k], args)) for arm in args.arms}, len(args.seeds),
+        "gpu", lambda r: f"epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, test_acc {r['test_acc']:.4f}",
+        alternate=True)
     out: Dict[str, Any] = {}
     base = args.arms[0]
     for arm in args.arms:

@@ -185,31 +185,26 @@ def base_parser(name: str, description: str, rounds: Optional[int] = None) -> ar
 
 
 # ---- interleaved rounds ------------------------------------------------------------
-def interleave(arms: Dict[str, Callable[[], Dict[str, Any]]], rounds: int, label: str = "",
-               show: Optional[Callable[[Dict[str, Any]], str]] = None
+def interleave(arms: Dict[str, Callable[[int], Dict[str, Any]]], rounds: int, label: str = "",
+               show: Optional[Callable[[Dict[str, Any]], str]] = None, alternate: bool = False
                ) -> Tuple[Dict[str, List[Dict[str, Any]]], List[str]]:
-    """Run every arm once per round, A B A B ..., so drifting machine load hits each arm alike.
-    Each result gets ``other_cores`` (see :class:`LoadMeter`) and the 1-minute load before it;
-    ``show(result)`` is printed after each run."""
+    """Run every arm once per round, A B A B ... (``alternate``: A B B A ...), so drifting machine
+    load hits each arm alike; ``arms[name](round)`` runs one. Each result gets ``other_cores``
+    (see :class:`LoadMeter`) and the 1-minute load before it; ``show(result)`` is printed."""
     runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in arms}
     order: List[str] = []
     for rnd in range(rounds):
-        for name, fn in arms.items():
+        for name in (list(arms)[::-1] if alternate and rnd % 2 else list(arms)):
             load = round(os.getloadavg()[0], 2)
             print(f"[bench] {label} round {rnd + 1}/{rounds}: {name} (load {load})", flush=True)
             with LoadMeter() as meter:
-                res = fn()
+                res = arms[name](rnd)
             res["loadavg_1min_before"], res["other_cores"] = load, meter.other_cores
             if show is not None:
                 print(f"    {show(res)} (other load {meter.other_cores} cores)", flush=True)
             runs[name].append(res)
             order.append(name)
     return runs, order
-
-
-def ratios(values: Dict[str, float], base: str) -> Dict[str, float]:
-    """Each arm's value over the ``base`` arm's."""
-    return {k: v / values[base] for k, v in values.items()}
 
 
 # ---- results files -----------------------------------------------------------------
@@ -247,10 +242,6 @@ def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: s
 
 
 # ---- the README's table ------------------------------------------------------------
-def _first(d: Dict[str, Any], key: str) -> Any:
-    return (d.get(key) or [{}])[0]
-
-
 #: Benchmark name -> the one line its newest results file is summarised by.
 HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "overhead": lambda d: "; ".join(f"{t['graph']}: graphtrainer / hand-written {t['measured']:.3f}x"

@@ -295,7 +295,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         n_train = workload.cap_train(graph, args.max_train_nodes)
         graph.create_formats_()  # both sides sample from the same prepared structure
         runs, order = harness.interleave(
-            {k: (lambda k=k: ARMS[k][1](graph, args, spec["batch_size"])) for k in arms}, args.rounds, spec["label"],
+            {k: (lambda rnd, k=k: ARMS[k][1](graph, args, spec["batch_size"])) for k in arms}, args.rounds, spec["label"],
             lambda res: f"epochs {[round(t, 2) for t in res['epoch_times_s']]}  " + "  ".join(
                 f"{k} {res[k]:.4f}" for k in ("test_acc", "test_auc") if k in res) + f"  run {res['run_wall_s']:.1f} s")
         results.append(analyse(spec, n_train, runs, order, args.world))

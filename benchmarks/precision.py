@@ -59,13 +59,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
         graph = workload.build_graph(spec)
         n_train = cap_train(graph, args.max_train_nodes)
         batch_size = 256 if dataset == "tolokers" else 512
-        runs: Dict[str, List[Dict[str, Any]]] = {p: [] for p in PRECISIONS}
-        for r in range(args.rounds):
-            for precision in (PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]):
-                runs[precision].append(run(graph, precision, args, batch_size))
-                print(f"[precision] {dataset} round {r} {precision}: epoch "
-                      f"{runs[precision][-1]['epoch_s']:.2f} s, test_acc {runs[precision][-1]['test_acc']:.4f}",
-                      flush=True)
+        runs, _ = harness.interleave({p: (lambda rnd, p=p: run(graph, p, args, batch_size)) for p in PRECISIONS},
+                                     args.rounds, dataset, lambda r: f"epoch {r['epoch_s']:.2f} s, "
+                                                                     f"test_acc {r['test_acc']:.4f}", alternate=True)
         label = "tolokers" if dataset == "tolokers" else f"synthetic {workload.size_label(args.size)}"
         row: Dict[str, Any] = {"graph": label, "train_nodes": n_train}
         for precision in PRECISIONS:

@@ -120,12 +120,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
     graph = workload.build_graph(spec)
     n_train = cap_train(graph, args.max_train_nodes)
     arms = ["blocks", "pyg"] + (["pyg_trim"] if args.trim_arm else [])
-    runs: Dict[str, List[Dict[str, Any]]] = {arm: [] for arm in arms}
-    for r in range(args.rounds):
-        for arm in arms:  # interleaved: A B (B-T) A B (B-T) ...
-            runs[arm].append(run_arm(graph, args, arm))
-            print(f"round {r} {arm}: epochs {[round(t, 2) for t in runs[arm][-1]['epoch_times_s']]} s, "
-                  f"test_acc {runs[arm][-1]['test_acc']:.4f}", flush=True)
+    runs, _ = harness.interleave({arm: (lambda rnd, arm=arm: run_arm(graph, args, arm)) for arm in arms}, args.rounds,
+                                 NAME, lambda r: f"epochs {[round(t, 2) for t in r['epoch_times_s']]} s, "
+                                                 f"test_acc {r['test_acc']:.4f}")
     result = summarise(runs)
     labels = {"blocks": "A: graphtrainer SAGE on DGL blocks", "pyg": "B: PyG GraphSAGE on PyG batches",
               "pyg_trim": "B-T: PyG GraphSAGE, trimmed per layer"}
