@@ -1,6 +1,5 @@
-"""``distgraph.py``'s arms, each in a fresh process: the worker that fits (DistDGL or the
-in-memory graph with fork), the probe in its ranks (epoch times, memory, per-batch costs)
-and the watcher that samples the driver's and graph server's memory from outside.
+"""``distgraph.py``'s arms, each a fresh process: the fit (DistDGL or fork), a probe in its
+ranks (epoch times, memory, per-batch costs), a watcher sampling driver and server memory.
 
     python benchmarks/distgraph_arm.py --arm-worker CONFIG.json    # started by distgraph.py
 """
@@ -56,7 +55,6 @@ def mem_watch(pid: int, out_path: str, stop_path: str, interval: float) -> None:
             time.sleep(max(0.0, interval - (time.time() - t)))
 
 
-
 if __name__ == "__main__" and sys.argv[1:2] == ["--mem-watch"]:
     # The watcher starts before torch and DGL are imported (seconds): it needs neither.
     mem_watch(int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]))
@@ -67,18 +65,7 @@ import workload
 from graphtrainer.callbacks import Callback  # noqa: E402
 
 SCRIPT = os.path.abspath(__file__)
-ARMS = {"distdgl": "DistDGL, 1 partition (2 trainers + 1 graph server)",
-        "fork": "in-memory graph, fork (2 trainers)",
-        "distdgl-glibc": "DistDGL, allocator='glibc' (GRAPHTRAINER_MALLOC_TUNING=0)",
-        "fork-glibc": "fork, allocator='glibc' (GRAPHTRAINER_MALLOC_TUNING=0)"}
-#: Arms whose ranks leave glibc's allocator alone (``allocator="glibc"``: no trim at all)
-#: instead of graphtrainer's default (glibc's thresholds, the inherited heap trimmed once at a
-#: rank's start). Until issue 24 the default was today's ``allocator="lean"``.
-GLIBC_SUFFIX = "-glibc"
-
-
-def _base(arm: str) -> str:
-    return arm[:-len(GLIBC_SUFFIX)] if arm.endswith(GLIBC_SUFFIX) else arm
+ARMS = {"distdgl": "DistDGL, 1 partition (2 trainers + 1 graph server)", "fork": "in-memory graph, fork (2 trainers)"}
 MB = 1024 * 1024
 GB = 1e9
 
@@ -161,10 +148,7 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
     gen = torch.Generator().manual_seed(1000 + int(task.rank))
     dist = is_dist_graph(g)
     model = copy.deepcopy(task.module)
-    formats: Dict[str, Any] = {}
     cost: Dict[str, List[float]] = {"sample_ms": [], "feat_ms": [], "label_ms": [], "fwd_bwd_ms": []}
-    if dist:
-        cost["dgl_loader_ms"] = []
     inputs: List[int] = []
     row_bytes = 0
     for i in range(batches + 1):
@@ -187,16 +171,6 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
         torch.nn.functional.cross_entropy(logits, y).backward()
         model.zero_grad(set_to_none=True)
         t5 = time.perf_counter()
-        if i == 0:
-            formats = {k: v for k, v in blocks[0].formats().items()}
-        if dist:
-            # The same seeds through DGL's DistNodeDataLoader, as graphtrainer's DistNodeLoader
-            # gets its batches (sampling included; no features).
-            loader = dgl.dataloading.DistNodeDataLoader(g, seeds, sampler, batch_size=len(seeds), shuffle=False)
-            t4 = time.perf_counter()
-            next(iter(loader))
-            if i:
-                cost["dgl_loader_ms"].append(1000 * (time.perf_counter() - t4))
         if i == 0:
             continue
         row_bytes = x.element_size() * (x.numel() // max(1, x.shape[0]))
@@ -224,7 +198,6 @@ def batch_costs(task: Any, fanouts: Sequence[int], batch_size: int, batches: int
     del batches_iter, loader
     out: Dict[str, Any] = {k: statistics.median(v) for k, v in cost.items() if v}
     out["input_nodes"] = statistics.median(inputs)
-    out["block0_formats"] = formats
     out["feat_mb_per_s"] = out["input_nodes"] * row_bytes / MB / (out["feat_ms"] / 1000) if out["feat_ms"] else None
     out["rank"] = int(task.rank)
     return out
@@ -249,8 +222,6 @@ def run_arm(arm: str, cfg: Dict[str, Any], work: Path, private_shm: bool, timeou
     log = run_dir / "log.txt"
     load = round(os.getloadavg()[0], 2)
     env = child_env()
-    if arm.endswith(GLIBC_SUFFIX):
-        env["GRAPHTRAINER_MALLOC_TUNING"] = "0"
     with open(log, "wb") as fh, harness.LoadMeter() as meter:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         try:
@@ -292,16 +263,14 @@ def arm_worker(cfg_path: str) -> None:
         time.sleep(0.05)  # a first sample (the driver alone) before anything starts
     t_start = time.time()
     try:
-        if _base(cfg["arm"]) == "fork":
+        if cfg["arm"] == "fork":
             graph: Any = workload.build_graph(cfg["spec"])
         else:
             graph = cfg["part_config"]  # the task holds a PartitionedGraph; ranks open the DistGraph
         task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"], batch_size=cfg["batch_size"],
                                   lr=3e-3, dropout=0.5)
         probe = RankProbe(cfg["epochs"], cfg["probe_batches"], cfg["fanouts"], cfg["batch_size"])
-        kwargs = {"distributed_graph": cfg["part_config"]} if _base(cfg["arm"]) == "distdgl" else {}
-        if cfg.get("profile"):
-            kwargs["profiler"] = "simple"
+        kwargs = {"distributed_graph": cfg["part_config"]} if cfg["arm"] == "distdgl" else {}
         trainer = Trainer(num_procs=2, max_epochs=cfg["epochs"], limit_train_batches=cfg["batches"],
                           progress_bar=False, logger=False, enable_model_summary=False, callbacks=[probe], seed=0,
                           default_root_dir=str(work / "runs"), **kwargs)
@@ -317,10 +286,8 @@ def arm_worker(cfg_path: str) -> None:
             watcher.wait()
     rows = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
     result = {"arm": cfg["arm"], "epochs": probe.rows, "probe": probe.probe, "fit_s": fit_s,
-              "profile": getattr(trainer.state, "profile", None),
               "start_to_fit_s": t_fit - t_start, "samples": rows, "threads_per_proc": trainer.threads_per_proc}
     Path(cfg["result"]).write_text(json.dumps(result))
-
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--arm-worker"]:

@@ -5,8 +5,7 @@ steady-state throughput of graphtrainer's launchers against a tutorial-style nai
     bash scripts/env.sh python benchmarks/fork_vs_spawn.py --tiny     # seconds
 
 Launchers: ``gt-fork``, ``gt-forkserver``, ``gt-spawn`` (``Trainer(num_procs=N, launcher=...)``),
-``naive-spawn`` (the hand-written loop: every child unpickles its own copy of the graph) and
-``fork-noformats`` (gt-fork with ``prepare_graphs`` patched out: each rank builds its CSC).
+``naive-spawn`` (the hand-written loop: every child unpickles its own copy of the graph).
 World size 1 is one in-process run, the baseline of every ratio. Each run is a fresh worker
 process unless ``--no-isolate``. Start-up = the slowest rank's first-step delay after ``fit``;
 at step ``--pause-at`` every rank waits while ``probes.MemoryWatcher`` reads the process
@@ -32,7 +31,7 @@ import probes
 import workload
 
 NAME = "fork_vs_spawn"
-LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn", "fork-noformats")
+LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn")
 
 
 def parse_args(argv: Any = None) -> Any:
@@ -75,24 +74,11 @@ def parse_args(argv: Any = None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------
-def graph_specs(args: Any) -> List[Dict[str, Any]]:
-    specs = []
-    if "synthetic" in args.datasets:
-        for s in args.sizes:
-            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
-                          "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
-                          "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
-    if "tolokers" in args.datasets:
-        specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
-                      "feat_dim": 10, "batch_size": 256})
-    return specs
-
-
 def plan(args: Any) -> List[Dict[str, Any]]:
     """Every run, interleaved: per graph and world size, the launchers one after another."""
     runs = []
     for rep in range(args.repeats):
-        for spec in graph_specs(args):
+        for spec in workload.graph_specs(args.datasets, args.sizes, args.feat_dim, args.batch_size):
             for world in sorted(set(args.world_sizes)):
                 launchers = ["single"] if world == 1 else list(args.launchers)
                 for launcher in launchers:
@@ -117,13 +103,6 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     t_build = time.perf_counter()
     graph = workload.build_graph(spec)
     build_s = time.perf_counter() - t_build
-    import graphtrainer.launch.preflight
-
-    prepare_graphs = graphtrainer.launch.preflight.prepare_graphs
-    if launcher == "fork-noformats":
-        # Documented variant: the launching process skips building formats (all that
-        # prepare_graphs does under fork), so each forked rank builds CSC itself on first sampling.
-        graphtrainer.launch.preflight.prepare_graphs = lambda task, method: None
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
     probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
     before = memory.tree_memory()
@@ -140,7 +119,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
         else:
             task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
                                     batch_size=spec["batch_size"], dropout=0.5)
-            method = {"single": "auto", "gt-fork": "fork", "fork-noformats": "fork", "gt-spawn": "spawn",
+            method = {"single": "auto", "gt-fork": "fork", "gt-spawn": "spawn",
                       "gt-forkserver": "forkserver"}[launcher]
             trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
@@ -148,7 +127,6 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
             trainer.fit(task)
     finally:
         watcher.stop()
-        graphtrainer.launch.preflight.prepare_graphs = prepare_graphs
     try:
         if watcher.steady is None:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")

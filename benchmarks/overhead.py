@@ -135,20 +135,6 @@ def steady(times: List[float]) -> List[float]:
     return times[1:] if len(times) > 1 else times
 
 
-def graph_specs(args: Any) -> List[Dict[str, Any]]:
-    specs = []
-    for ds in args.datasets:
-        if ds == "synthetic":
-            s = args.size
-            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
-                          "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
-                          "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
-        else:
-            specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
-                          "feat_dim": 10, "batch_size": min(args.batch_size, 256)})
-    return specs
-
-
 def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
     """Split each kept epoch into a per-step time and a fixed cost, then take medians.
 
@@ -281,7 +267,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
     if args.from_json:
         return rerender(args)
-    specs = graph_specs(args)
+    specs = workload.graph_specs(args.datasets, [args.size], args.feat_dim, args.batch_size)
     memory.refuse_if_too_big([{"label": s["label"], "estimate_mb": memory.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)} for s in specs])
     machine = harness.machine_info()

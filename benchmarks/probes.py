@@ -137,7 +137,7 @@ class MemoryWatcher:
             ready = [n for n in os.listdir(self.directory) if n.startswith("ready_")]
             if len(ready) >= self.world:
                 time.sleep(self.settle_s)
-                self.steady = tree_memory(breakdown=True)
+                self.steady = tree_memory()
                 self.peak_pss_mb = max(self.peak_pss_mb, self.steady["total_pss_mb"])
                 with open(os.path.join(self.directory, "go"), "w", encoding="utf-8") as fh:
                     fh.write("go")

@@ -4,12 +4,9 @@ default: epoch time and peak memory at 1, 2 and 4 ranks, interleaved.
     python benchmarks/tutorial_vs_task.py --datasets tolokers --world-sizes 2   # the issue's figure
     python benchmarks/tutorial_vs_task.py --tiny                                 # seconds (smoke test)
 
-A: ``dgl_tutorial.py`` as its readers run it (each spawned process loads the graph). B:
-``tutorial_task.py``, ``Trainer(num_procs=N)`` with every default. Ablations: ``--lean-arm``
-(``allocator="lean"``), ``--glibc-arm`` (``allocator="glibc"``), ``--unpinned-arm``
-(``pin_cpus=False``). Each run is a fresh process on the same graph file, interleaved per
-round, rank count and arm. Epoch time: rank 0's epoch starts, mean over epochs 2..E; ratio
-B / A of neighbouring runs. Peak total PSS of the process tree, sampled every 0.25 s.
+Arms: ``dgl_tutorial.py`` as its readers run it (each spawned process loads the graph), and
+``tutorial_task.py`` (``Trainer(num_procs=N)``, every default); each run a fresh process on the
+same graph file. Epoch time: rank 0's, mean over epochs 2..E. Peak PSS of the process tree.
 """
 from __future__ import annotations
 
@@ -33,13 +30,7 @@ HERE = Path(__file__).resolve().parent
 #: Epoch time B / A at most (by rank count), peak total PSS B / A at most.
 EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}
 PSS_TARGET = 0.85
-#: Ablation arms, each reported against the defaults (``--<name>-arm``).
-EXTRAS = ("lean", "glibc", "unpinned")
-ARMS = {"tutorial": ("DGL tutorial script", "dgl_tutorial.py", []),
-        "graphtrainer": ("graphtrainer defaults", "tutorial_task.py", []),
-        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["allocator=lean"]),
-        "graphtrainer_glibc": ("graphtrainer, allocator='glibc'", "tutorial_task.py", ["allocator=glibc"]),
-        "graphtrainer_unpinned": ("graphtrainer, pin_cpus=False", "tutorial_task.py", ["pin_cpus=false"])}
+ARMS = {"tutorial": "dgl_tutorial.py", "graphtrainer": "tutorial_task.py"}
 
 
 def parse_args(argv: Any = None) -> Any:
@@ -54,11 +45,6 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved passes (default %(default)s)")
-    p.add_argument("--lean-arm", action="store_true", help="add graphtrainer with allocator='lean'")
-    p.add_argument("--unpinned-arm", action="store_true",
-                   help="add graphtrainer with pin_cpus=False (ranks float over the cores)")
-    p.add_argument("--glibc-arm", action="store_true",
-                   help="add graphtrainer with allocator='glibc' (no heap trim at all)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size = workload.parse_size("20kx5")
@@ -75,25 +61,20 @@ def parse_args(argv: Any = None) -> Any:
 def prepare_graph(spec: Dict[str, Any], cap: int, path: str) -> int:
     """Build the graph, keep a seeded ``cap`` of its training nodes, save it to ``path``."""
     import dgl
-    import torch
 
     graph = workload.build_graph(spec)
-    ids = workload.split_ids(graph, "train")
-    if ids.numel() > cap:
-        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))[:cap]]
-        graph.ndata["train_mask"] = torch.zeros(graph.num_nodes(), dtype=torch.bool).index_fill_(0, keep, True)
+    n_train = workload.cap_train(graph, cap)
     for split in ("val", "test"):
         graph.ndata[f"{split}_mask"] = graph.ndata[f"{split}_mask"].bool()
     dgl.save_graphs(path, [graph])
-    return int(graph.ndata["train_mask"].sum())
+    return n_train
 
 
 def run_arm(arm: str, graph_file: str, world: int, epochs: int, tmp: str) -> Dict[str, Any]:
     """One run in a fresh process: epoch starts from its JSON, peak total PSS of its tree."""
-    _, script, extra = ARMS[arm]
     out = os.path.join(tmp, f"{arm}-{world}.json")
     log = open(os.path.join(tmp, f"{arm}-{world}.log"), "w+")  # noqa: SIM115 - read back on failure
-    cmd = [sys.executable, str(HERE / script), graph_file, str(world), str(epochs), out, *extra]
+    cmd = [sys.executable, str(HERE / ARMS[arm]), graph_file, str(world), str(epochs), out]
     peak = {"total_pss_mb": 0.0}
     with harness.LoadMeter() as meter:
         t0 = time.perf_counter()
@@ -150,10 +131,6 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
                "pss_ratio": pss["graphtrainer"] / pss["tutorial"],
                "steps_per_epoch_rank0": b[0]["steps_per_epoch"],
                "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world])}
-        for extra in EXTRAS:
-            if f"graphtrainer_{extra}" in runs:
-                row[f"{extra}_epoch_ratio"] = mean[f"graphtrainer_{extra}"] / mean["graphtrainer"]
-                row[f"{extra}_pss_ratio"] = pss[f"graphtrainer_{extra}"] / pss["graphtrainer"]
         target = EPOCH_TARGETS.get(world, 0.95)
         row["epoch_target"], row["met_epoch"] = target, row["epoch_ratio"] <= target
         row["met_pss"] = row["pss_ratio"] <= PSS_TARGET
@@ -162,10 +139,9 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
 
 
 def render(rows: List[Dict[str, Any]], args: Any) -> str:
-    extras = [e for e in EXTRAS if any(f"{e}_epoch_ratio" in r for r in rows)]
     headers = ["graph", "ranks", "steps/epoch (rank 0)", "tutorial s/epoch", "graphtrainer s/epoch", "epoch ratio",
                "per-round ratios", "target", "tutorial peak PSS MB", "graphtrainer peak PSS MB", "PSS ratio",
-               f"PSS <= {PSS_TARGET}x"] + [f"{e} / default: epoch, PSS" for e in extras] + ["other load (cores)"]
+               f"PSS <= {PSS_TARGET}x", "other load (cores)"]
     table = []
     for r in rows:
         met = "yes" if r["met_epoch"] else "**no**"
@@ -174,9 +150,7 @@ def render(rows: List[Dict[str, Any]], args: Any) -> str:
                       " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
                       f"<= {r['epoch_target']:.2f}x: {met}{harness.noise_note(r['other_cores'])}",
                       r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"],
-                      f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**"]
-                     + [f"{r[e + '_epoch_ratio']:.2f}x, {r[e + '_pss_ratio']:.2f}x" for e in extras]
-                     + [f"{r['other_cores']:.2f}"])
+                      f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**", f"{r['other_cores']:.2f}"])
     md = harness.markdown_table(headers, table)
     md += (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
            f"interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
@@ -199,11 +173,9 @@ def draw_for(rows: List[Dict[str, Any]]) -> Any:
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
-    specs = [s for s in _specs(args)]
+    specs = workload.graph_specs(args.datasets, [args.size], args.feat_dim)
     machine, t_start = harness.machine_info(), time.time()
-    arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else []) \
-        + (["graphtrainer_glibc"] if args.glibc_arm else []) \
-        + (["graphtrainer_unpinned"] if args.unpinned_arm else [])
+    arms = list(ARMS)
     rows: List[Dict[str, Any]] = []
     raw: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:
@@ -230,18 +202,6 @@ def main(argv: Any = None) -> Dict[str, Any]:
     harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
     print(md)
     return payload
-
-
-def _specs(args: Any) -> List[Dict[str, Any]]:
-    specs = []
-    for ds in args.datasets:
-        if ds == "synthetic":
-            s = args.size
-            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
-                          "avg_degree": s["avg_degree"], "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0})
-        else:
-            specs.append({"dataset": "tolokers", "label": "tolokers"})
-    return specs
 
 
 if __name__ == "__main__":

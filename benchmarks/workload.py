@@ -35,6 +35,20 @@ def size_label(size: Dict[str, int]) -> str:
     return (f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k") + f"x{size['avg_degree']}"
 
 
+def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int, batch_size: int = 1024
+                ) -> List[Dict[str, Any]]:
+    """One spec per synthetic size and for Tolokers (batch at most 256), for :func:`build_graph`."""
+    specs: List[Dict[str, Any]] = []
+    if "synthetic" in datasets:
+        specs += [{"dataset": "synthetic", "label": size_label(s), "num_nodes": s["num_nodes"], "seed": 0,
+                   "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
+                   "feat_dim": feat_dim, "num_classes": 8, "batch_size": batch_size} for s in sizes]
+    if "tolokers" in datasets:
+        specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
+                      "feat_dim": 10, "batch_size": min(batch_size, 256)})
+    return specs
+
+
 def build_graph(spec: Dict[str, Any]) -> Any:
     """``{"dataset": "tolokers"}`` (features standardized as the example does, split 0 of 10) or
     ``{"dataset": "synthetic", num_nodes, avg_degree, feat_dim, num_classes, seed}``."""
