@@ -247,16 +247,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
     payload = {"benchmark": "device_sampling", "device": device, "args": {k: str(v) for k, v in vars(args).items()},
                "machine": machine, "versions": harness.versions(), **results,
                "wall_s": time.perf_counter() - started}
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        keys = list(results["per_batch"])
-        for j, m in enumerate(("dgl", "floyd")):
-            ax.bar([i + 0.4 * j for i in range(len(keys))], [results["per_batch"][k]["ms"][m] for k in keys], 0.4, label=m)
-        ax.set_xticks(range(len(keys)), keys)
-        ax.set_ylabel("ms per batch (median)")
-        ax.legend()
-
-    harness.write_outputs(args.out, "device_sampling", payload, markdown, plot, figsize=(7, 4))
+    harness.write_outputs(args.out, "device_sampling", payload, markdown, harness.bar_plot(
+        {f"{k}\n{m}": r["ms"][m] for k, r in results["per_batch"].items() for m in r["ms"]}, "ms per batch (median)"),
+        figsize=(7, 4))
     return payload
 
 

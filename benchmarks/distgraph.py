@@ -150,14 +150,7 @@ def render(spec: Dict[str, Any], thr: Dict[str, Any], remote: Optional[Dict[str,
 
 
 def draw_for(thr: Dict[str, Any]) -> Any:
-    def draw(fig: Any) -> None:
-        arms = list(thr["arms"])
-        for i, (key, what) in enumerate((("seeds_per_s", "training seeds/s (2 trainers)"),
-                                         ("rank_pss_mb", "PSS MB per trainer rank"))):
-            ax = fig.add_subplot(1, 2, i + 1)
-            ax.bar(arms, [thr["arms"][k][key] for k in arms])
-            ax.set_ylabel(what)
-    return draw
+    return harness.bar_plot({k: a["seeds_per_s"] for k, a in thr["arms"].items()}, "training seeds/s (2 trainers)")
 
 
 def main(argv: Any = None) -> Optional[Dict[str, Any]]:

@@ -123,7 +123,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
                       "gt-forkserver": "forkserver"}[launcher]
             trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
-                              callbacks=[probes.make_probe_callback(probe)])
+                              callbacks=[probes.ProbeCallback(probe)])
             trainer.fit(task)
     finally:
         watcher.stop()
@@ -200,14 +200,12 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                      "rank_uss_max_mb": max(uss) if uss else None,
                      "throughput": mean("throughput_seeds_per_s"), "other_cores": mean("other_cores")})
     for row in rows:
-        base = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == 1), None)
+        base = _row(rows, row["graph"], "single", 1)
         row["pss_ratio"] = row["total_pss_mb"] / base["total_pss_mb"] if base else None
-        spawn = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == row["world"]
-                      and b["launcher"] == "gt-spawn"), None)
-        row["startup_vs_gt_spawn"] = row["startup_s"] / spawn["startup_s"] if spawn and row["world"] > 1 else None
-        fork = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == row["world"]
-                     and b["launcher"] == "gt-fork"), None)
-        row["startup_vs_gt_fork"] = row["startup_s"] / fork["startup_s"] if fork and row["world"] > 1 else None
+        for launcher in ("gt-spawn", "gt-fork"):
+            other = _row(rows, row["graph"], launcher, row["world"])
+            row[f"startup_vs_{launcher.replace('-', '_')}"] = (row["startup_s"] / other["startup_s"]
+                                                               if other and row["world"] > 1 else None)
     return rows
 
 
@@ -218,9 +216,13 @@ FORKSERVER_STARTUP = 1.5
 TARGET_WORLD = 4
 
 
+def _row(rows: List[Dict[str, Any]], graph: str, launcher: str, world: int) -> Any:
+    return next((r for r in rows if (r["graph"], r["launcher"], r["world"]) == (graph, launcher, world)), None)
+
+
 def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """PSS ratios at 4 ranks (or, in a run without 4, at the largest world size, marked as
-    such); fork/spawn start-up ratio at every world size."""
+    """PSS ratios at 4 ranks (else at the largest world size, marked); start-up ratios
+    gt-fork / gt-spawn and gt-forkserver / gt-fork at every world size."""
     out = []
     for g in dict.fromkeys(r["graph"] for r in rows):
         worlds = sorted({r["world"] for r in rows if r["graph"] == g and r["world"] > 1})
@@ -229,29 +231,20 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         w = TARGET_WORLD if TARGET_WORLD in worlds else worlds[-1]
         note = "" if w == TARGET_WORLD else f" (no {TARGET_WORLD}-rank run: shown at {w})"
         for launcher, limit in TARGETS.items():
-            row = next((r for r in rows if r["graph"] == g and r["launcher"] == launcher and r["world"] == w), None)
-            if row and row["pss_ratio"] is not None:
+            row = _row(rows, g, launcher, w)
+            if row and row["pss_ratio"] is not None:  # memory does not depend on other load
                 out.append({"graph": g, "what": f"{launcher} total PSS, {w} ranks / 1 process{note}",
                             "measured": row["pss_ratio"], "target": f"<= {limit}", "met": row["pss_ratio"] <= limit,
-                            "valid": True})  # memory does not depend on other load
+                            "valid": True})
         for w in worlds:
-            row = next((r for r in rows if r["graph"] == g and r["launcher"] == "gt-fork" and r["world"] == w), None)
-            if row and row["startup_vs_gt_spawn"] is not None:
-                spawn = next(r for r in rows if r["graph"] == g and r["launcher"] == "gt-spawn" and r["world"] == w)
-                other = max(row["other_cores"], spawn["other_cores"])
-                out.append({"graph": g, "what": f"gt-fork start-up / gt-spawn start-up, {w} ranks",
-                            "measured": row["startup_vs_gt_spawn"], "target": "<= 0.33",
-                            "met": row["startup_vs_gt_spawn"] <= 1 / 3, "other_cores": other,
-                            "valid": other <= harness.NOISY_CORES})
-            row = next((r for r in rows if r["graph"] == g and r["launcher"] == "gt-forkserver" and r["world"] == w),
-                       None)
-            if row and row["startup_vs_gt_fork"] is not None:
-                fork = next(r for r in rows if r["graph"] == g and r["launcher"] == "gt-fork" and r["world"] == w)
-                other = max(row["other_cores"], fork["other_cores"])
-                out.append({"graph": g, "what": f"gt-forkserver start-up / gt-fork start-up, {w} ranks",
-                            "measured": row["startup_vs_gt_fork"], "target": f"<= {FORKSERVER_STARTUP}",
-                            "met": row["startup_vs_gt_fork"] <= FORKSERVER_STARTUP, "other_cores": other,
-                            "valid": other <= harness.NOISY_CORES})
+            for a, b, key, limit in (("gt-fork", "gt-spawn", "startup_vs_gt_spawn", 1 / 3),
+                                     ("gt-forkserver", "gt-fork", "startup_vs_gt_fork", FORKSERVER_STARTUP)):
+                row, base = _row(rows, g, a, w), _row(rows, g, b, w)
+                if row and base and row[key] is not None:
+                    other = max(row["other_cores"], base["other_cores"])
+                    out.append({"graph": g, "what": f"{a} start-up / {b} start-up, {w} ranks", "measured": row[key],
+                                "target": f"<= {limit:.2f}", "met": row[key] <= limit, "other_cores": other,
+                                "valid": other <= harness.NOISY_CORES})
     return out
 
 
@@ -277,31 +270,8 @@ def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
 
 
 def plot(rows: List[Dict[str, Any]]) -> Any:
-    def draw(fig: Any) -> None:
-        graphs = list(dict.fromkeys(r["graph"] for r in rows))
-        worlds = sorted({r["world"] for r in rows if r["world"] > 1})
-        top = max(worlds) if worlds else 1
-        launchers = [l for l in LAUNCHERS if any(r["launcher"] == l for r in rows)]
-        panels = [("total PSS / 1-process run", "pss_ratio"), ("start-up: fit to slowest rank's first step (s)", "startup_s"),
-                  ("rank USS, mean (MB)", "rank_uss_mean_mb"), ("steady-state throughput (seed nodes/s)", "throughput")]
-        width = 0.8 / max(1, len(launchers))
-        for i, (title, key) in enumerate(panels):
-            ax = fig.add_subplot(2, 2, i + 1)
-            for j, l in enumerate(launchers):
-                vals = []
-                for g in graphs:
-                    row = next((r for r in rows if r["graph"] == g and r["launcher"] == l and r["world"] == top), None)
-                    vals.append(row[key] if row and row[key] is not None else 0.0)
-                ax.bar([k + j * width for k in range(len(graphs))], vals, width, label=l)
-            if key == "pss_ratio":
-                ax.axhline(TARGETS["gt-fork"], color="k", ls="--", lw=0.8, label="fork target")
-                ax.axhline(TARGETS["gt-spawn"], color="gray", ls=":", lw=0.8, label="spawn target")
-            ax.set_xticks([k + width * (len(launchers) - 1) / 2 for k in range(len(graphs))])
-            ax.set_xticklabels(graphs, fontsize=8)
-            ax.set_title(f"{title}, {top} ranks", fontsize=9)
-            if i == 0:
-                ax.legend(fontsize=7)
-    return draw
+    return harness.bar_plot({f"{r['graph']}\n{r['launcher']} x{r['world']}": r["pss_ratio"] or 0.0 for r in rows},
+                            "total PSS / 1-process run")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:

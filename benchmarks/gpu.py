@@ -5,20 +5,16 @@ DGL blocks, and, where CUDA exists, what a GPU rank gives.
     python benchmarks/gpu.py --tiny                                  # seconds (smoke test)
     python benchmarks/gpu.py --gpu-only --out benchmarks/results/gpu/h100   # on a GPU machine
 
-CPU part, 2 CPU ranks, arms interleaved per seed: ``dgl.nn`` (``block_type="dgl"``),
-``graphtrainer.nn`` on DGL blocks, and on torch-only blocks (``block_type="torch"``). Epoch:
-rank 0's median after a warm-up epoch; ratios against ``dgl.nn``. GPU part: seeds/s of 1 GPU
-rank against 2 CPU ranks, and the share of a step blocked on the host-to-device copy with
-prefetching on and off.
+CPU part, 2 CPU ranks, interleaved per seed: ``dgl.nn``, ``graphtrainer.nn`` on DGL blocks and
+on torch-only blocks; ratios against ``dgl.nn``. GPU part: seeds/s of 1 GPU rank against 2 CPU
+ranks, and the share of a step blocked on the host-to-device copy, prefetching on and off.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any, Dict, List
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
-import handwritten
 import workload
 from workload import EpochTimer, cap_train
 
@@ -107,24 +103,15 @@ class ArmTask(workload.BenchTask):
 
 
 def run_arm(graph: Any, arm: str, seed: int, args: Any, **trainer_kwargs: Any) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = CostTimer()
     task = ArmTask(graph, arm, seed, fanouts=[10, 10], hidden=args.hidden, batch_size=args.batch_size, lr=3e-3,
                    dropout=0.5)
     # One thread per rank: 2 ranks fill the 2 cores, and DGL's sampling is repeatable with one thread.
-    kwargs: Dict[str, Any] = dict(num_procs=2, block_type=BLOCK_TYPE[arm], threads_per_proc=1)
-    kwargs.update(trainer_kwargs)
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(max_epochs=args.epochs, progress_bar=False, logger=False, enable_model_summary=False,
-                default_root_dir=tmp, callbacks=[timer], seed=seed, **kwargs).fit(task)
-    wall = timer.times[1:] if len(timer.times) > 1 else timer.times
-    cpu = timer.cpu[1:] if len(timer.cpu) > 1 else timer.cpu
-    task.module.to("cpu")
-    return {"epoch_s": harness.median(wall), "epoch_min_s": min(wall), "epoch_cpu_s": harness.median(cpu),
-            "epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu,
-            **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
+    kwargs: Dict[str, Any] = dict(dict(block_type=BLOCK_TYPE[arm], threads_per_proc=1, seed=seed), **trainer_kwargs)
+    timer = CostTimer()
+    res = workload.fit(graph, task, args.epochs, timer=timer, **kwargs)
+    wall, cpu = workload.steady(timer.times), workload.steady(timer.cpu)
+    return dict(res, epoch_s=harness.median(wall), epoch_min_s=min(wall), epoch_cpu_s=harness.median(cpu),
+                epoch_cpu_times_s=timer.cpu)
 
 
 def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
@@ -248,24 +235,13 @@ def main(argv: Any = None) -> Dict[str, Any]:
     markdown = render(cpu, gpu, args, device)
     print(markdown, flush=True)
 
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        if not cpu:
-            names = ["1 GPU rank", "2 CPU ranks"]
-            ax.bar(names, [gpu[n]["seeds_per_s"] for n in names])
-            ax.set_ylabel("training seeds/s")
-            return
-        names = list(cpu)
-        ax.bar([i - 0.2 for i in range(len(names))], [m["epoch_s"] for m in cpu.values()], 0.4, label="wall")
-        ax.bar([i + 0.2 for i in range(len(names))], [m["epoch_cpu_s"] for m in cpu.values()], 0.4, label="CPU")
-        ax.set_xticks(range(len(names)), names)
-        ax.set_ylabel("rank 0 epoch (s, median)")
-        ax.legend()
-
     payload = {"benchmark": "gpu", "device": device, "cuda": cuda, "train_nodes": n_train,
                "args": {k: str(v) for k, v in vars(args).items()}, "machine": machine,
                "versions": harness.versions(), "cpu": cpu, "gpu": gpu, "wall_s": time.perf_counter() - started}
-    harness.write_outputs(args.out, "gpu", payload, markdown, plot, figsize=(7, 4))
+    bars = ({f"{k}\n{m}": v[f"epoch{m}_s"] for k, v in cpu.items() for m in ("", "_cpu")} if cpu else
+            {k: gpu[k]["seeds_per_s"] for k in ("1 GPU rank", "2 CPU ranks")})
+    harness.write_outputs(args.out, "gpu", payload, markdown, harness.bar_plot(
+        bars, "rank 0 epoch (s): wall, CPU" if cpu else "training seeds/s"), figsize=(7, 4))
     return payload
 
 

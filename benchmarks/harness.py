@@ -207,6 +207,60 @@ def interleave(arms: Dict[str, Callable[[int], Dict[str, Any]]], rounds: int, la
     return runs, order
 
 
+def run_process(argv: Sequence[str], label: str, timeout: float = 900.0, env: Optional[Dict[str, str]] = None,
+                peak_pss: bool = False) -> Dict[str, Any]:
+    """Run a benchmark's worker process (unbuffered, this checkout on its path); ``wall_s``,
+    ``other_cores`` and, with ``peak_pss``, the peak total PSS of its tree (sampled every
+    0.25 s). On failure or timeout its tree is killed and the error holds its output's tail."""
+    import tempfile
+    import threading
+
+    import memory
+
+    env = dict(env or os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    peak, stop = [0.0], threading.Event()
+    with tempfile.TemporaryFile("w+b") as log, LoadMeter() as meter:
+        started = time.perf_counter()
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        def sample() -> None:
+            while peak_pss and not stop.wait(0.25):
+                peak[0] = max(peak[0], memory.tree_memory(proc.pid)["total_pss_mb"])
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            code: Optional[int] = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            stop.set()
+            sampler.join()
+            _kill_tree(proc.pid)  # a tutorial's spawned ranks do not die with their parent
+        wall = time.perf_counter() - started
+        if code != 0:
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-4000:]
+            raise RuntimeError(f"{label} {'timed out' if code is None else f'failed (exit {code})'}:\n{tail}")
+    return {"wall_s": round(wall, 1), "peak_total_pss_mb": round(peak[0], 1), "other_cores": meter.other_cores}
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 # ---- results files -----------------------------------------------------------------
 def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: str,
                   plot: Optional[Callable[[Any], None]] = None, figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Path]:
@@ -239,6 +293,17 @@ def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: s
             plt.close(fig)
     print(f"[{name}] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
     return paths
+
+
+def bar_plot(values: Dict[str, float], ylabel: str, title: str = "") -> Callable[[Any], None]:
+    """A ``plot`` for :func:`write_outputs`: one bar per arm."""
+    def draw(fig: Any) -> None:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.bar(list(values), list(values.values()))
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+    return draw
 
 
 # ---- the README's table ------------------------------------------------------------

@@ -5,17 +5,15 @@ as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and
     bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm --stop-arm   # ablations
     bash scripts/env.sh python benchmarks/overhead.py --tiny                  # seconds (smoke test)
 
-A (``handwritten.handwritten_rank``): the parent pickles the graph and spawns the ranks, each
-runs DDP over DGL's ``DataLoader(use_ddp=True)``, threads = cores // ranks as the trainer sets.
-B: ``Trainer(num_procs=2)`` (fork) on ``workload.BenchTask``. Same model, optimizer, seeds,
-fanouts, batch size, epochs, initial weights. A+J runs A inside ``Join``, A+T in a new thread
-per rank (graphtrainer's OpenMP work-around), B-S is B without the per-step preemption
-agreement. Epoch time: rank 0's training loop; each run's first epoch is warm-up. Ratio =
-median of B's kept epochs / A's; test metrics from rank 0's weights with every neighbour.
-``--max-train-nodes`` caps the seeds of large synthetic graphs so an epoch takes seconds.
+Arms, 2 ranks, interleaved, same model, optimizer, seeds and initial weights: the hand-written
+DDP script (``handwritten.py``: spawn, graph pickled to each rank, ``DataLoader(use_ddp=True)``)
+and ``Trainer(num_procs=2)`` on ``workload.BenchTask``; ablations: the script inside ``Join``,
+in a new thread per rank, and graphtrainer without its preemption agreement. Ratio = median
+of graphtrainer's epochs (first one warm-up) / the script's; test metrics from rank 0's weights.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -69,48 +67,24 @@ def parse_args(argv: Any = None) -> Any:
     return args
 
 
-def _hand_cfg(args: Any, batch_size: int, out: str, join: bool, fresh_thread: bool) -> Dict[str, Any]:
-    return {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
-            "batch_size": batch_size, "lr": args.lr, "dropout": 0.5, "epochs": args.epochs,
-            "threads": max(1, harness.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
-            "fresh_thread": fresh_thread}
-
-
 def run_handwritten(graph: Any, args: Any, batch_size: int, join: bool = False,
                     fresh_thread: bool = False) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hand.json")
+        cfg = {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden, "batch_size": batch_size,
+               "lr": args.lr, "dropout": 0.5, "epochs": args.epochs, "seed": 0, "out_file": out, "join": join,
+               "threads": max(1, harness.available_cores() // args.world), "fresh_thread": fresh_thread}
         t = time.perf_counter()
-        handwritten.naive_spawn(graph, args.world, _hand_cfg(args, batch_size, out, join, fresh_thread))
-        res = json.loads(Path(out).read_text())
-        res["run_wall_s"] = time.perf_counter() - t
-        return res
-
-
-def run_handwritten_join(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    return run_handwritten(graph, args, batch_size, join=True)
-
-
-def run_handwritten_thread(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    return run_handwritten(graph, args, batch_size, fresh_thread=True)
+        handwritten.naive_spawn(graph, args.world, cfg)
+        return dict(json.loads(Path(out).read_text()), run_wall_s=time.perf_counter() - t)
 
 
 def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = workload.EpochTimer()
     task = workload.BenchTask(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
-                            batch_size=batch_size, lr=args.lr, dropout=0.5)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(num_procs=args.world, max_epochs=args.epochs, progress_bar=False, logger=False,
-                          default_root_dir=tmp, callbacks=[timer], seed=0)
-        t = time.perf_counter()
-        trainer.fit(task)
-        wall = time.perf_counter() - t
-    metrics = handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))
-    return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
-            **metrics, "run_wall_s": wall,
-            "threads": trainer.threads_per_proc or max(1, harness.available_cores() // args.world)}
+                              batch_size=batch_size, lr=args.lr, dropout=0.5)
+    res = workload.fit(graph, task, args.epochs, num_procs=args.world, enable_model_summary=None)
+    res["threads"] = res["threads"] or max(1, harness.available_cores() // args.world)
+    return res
 
 
 def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
@@ -125,14 +99,11 @@ def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str
         preemption.StopAgreement.at_boundary = at_boundary
 
 
-ARMS = {"handwritten": ("hand-written", run_handwritten), "handwritten_join": ("hand-written + Join", run_handwritten_join),
-        "handwritten_thread": ("hand-written in a new thread", run_handwritten_thread),
+ARMS = {"handwritten": ("hand-written", run_handwritten),
+        "handwritten_join": ("hand-written + Join", functools.partial(run_handwritten, join=True)),
+        "handwritten_thread": ("hand-written in a new thread", functools.partial(run_handwritten, fresh_thread=True)),
         "graphtrainer": ("graphtrainer", run_graphtrainer),
         "graphtrainer_no_stop": ("graphtrainer without the stop agreement", run_graphtrainer_no_stop)}
-
-
-def steady(times: List[float]) -> List[float]:
-    return times[1:] if len(times) > 1 else times
 
 
 def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
@@ -155,8 +126,8 @@ def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
 
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
             world: int) -> Dict[str, Any]:
-    med = {k: harness.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
-    pairs = [harness.median(steady(b["epoch_times_s"])) / harness.median(steady(a["epoch_times_s"]))
+    med = {k: harness.median([t for r in v for t in workload.steady(r["epoch_times_s"])]) for k, v in runs.items()}
+    pairs = [harness.median(workload.steady(b["epoch_times_s"])) / harness.median(workload.steady(a["epoch_times_s"]))
              for a, b in zip(runs["handwritten"], runs["graphtrainer"])]
     steps = runs["graphtrainer"][0]["steps_per_epoch"][-1]
     metric = "test_auc" if "test_auc" in runs["handwritten"][0] else "test_acc"
@@ -183,7 +154,7 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
         out["thread_ratio"] = med["handwritten_thread"] / med["handwritten"]
     if "graphtrainer_no_stop" in med:
         out["stop_ratio"] = med["graphtrainer"] / med["graphtrainer_no_stop"]
-        out["stop_pair_ratios"] = [harness.median(steady(b["epoch_times_s"])) / harness.median(steady(a["epoch_times_s"]))
+        out["stop_pair_ratios"] = [harness.median(workload.steady(b["epoch_times_s"])) / harness.median(workload.steady(a["epoch_times_s"]))
                                    for a, b in zip(runs["graphtrainer_no_stop"], runs["graphtrainer"])]
     return out
 
@@ -226,16 +197,8 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
 
 
 def draw_for(results: List[Dict[str, Any]], world: int) -> Any:
-    def draw(fig: Any) -> None:
-        for i, r in enumerate(results):
-            ax = fig.add_subplot(1, len(results), i + 1)
-            keys = [k for k in ARMS if k in r["runs"]]
-            data = [[t for run in r["runs"][k] for t in steady(run["epoch_times_s"])] for k in keys]
-            ax.boxplot(data)
-            ax.set_xticks(range(1, len(keys) + 1), [ARMS[k][0].replace(" in a ", "\nin a ") for k in keys], fontsize=8)
-            ax.set_ylabel("epoch time (s), warm-up epochs excluded")
-            ax.set_title(f"{r['graph']}: graphtrainer / hand-written {r['ratio']:.3f}x, {world} ranks", fontsize=9)
-    return draw
+    return harness.bar_plot({f"{r['graph']}\n{ARMS[k][0]}": v for r in results for k, v in r["median_epoch_s"].items()},
+                            f"median epoch time (s), {world} ranks")
 
 
 def payload_for(args: Any, machine: Dict[str, Any], versions: Dict[str, str], wall_s: float,

@@ -8,14 +8,12 @@ goes first; rank 0's epochs after a warm-up one; test metrics from a float32 eva
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any, Dict, List
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
-import handwritten
 import workload
-from workload import EpochTimer, cap_train
+from workload import cap_train
 
 PRECISIONS = ("32", "bf16-mixed")
 
@@ -37,17 +35,10 @@ def parse_args(argv: Any = None) -> Any:
 
 
 def run(graph: Any, precision: str, args: Any, batch_size: int) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = EpochTimer()
     task = workload.BenchTask(graph, fanouts=[10, 10], hidden=args.hidden, batch_size=batch_size, lr=3e-3,
                               dropout=0.5)
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(num_procs=2, max_epochs=args.epochs, precision=precision, progress_bar=False, logger=False,
-                enable_model_summary=False, default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
-    steady = timer.times[1:] if len(timer.times) > 1 else timer.times
-    return {"epoch_s": harness.median(steady), "epoch_times_s": timer.times,
-            **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
+    res = workload.fit(graph, task, args.epochs, precision=precision)
+    return dict(res, epoch_s=harness.median(workload.steady(res["epoch_times_s"])))
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -81,19 +72,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
     markdown = harness.markdown_table(headers, rows)
     print(markdown, flush=True)
 
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        names = [r["graph"] for r in results]
-        for i, precision in enumerate(PRECISIONS):
-            ax.bar([x + 0.4 * i for x in range(len(names))], [r[precision]["epoch_s"] for r in results], 0.4,
-                   label=precision)
-        ax.set_xticks([x + 0.2 for x in range(len(names))], names)
-        ax.set_ylabel("epoch time (s, 2 CPU ranks)")
-        ax.legend()
-
     payload = {"benchmark": "precision", "args": {k: str(v) for k, v in vars(args).items()}, "machine": busy,
                "versions": harness.versions(), "results": results, "wall_s": time.perf_counter() - started}
-    harness.write_outputs(args.out, "precision", payload, markdown, plot, figsize=(7, 4))
+    harness.write_outputs(args.out, "precision", payload, markdown, harness.bar_plot(
+        {f"{r['graph']}\n{p}": r[p]["epoch_s"] for r in results for p in PRECISIONS}, "epoch time (s, 2 CPU ranks)"),
+        figsize=(7, 4))
     return payload
 
 

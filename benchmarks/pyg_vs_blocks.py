@@ -12,15 +12,12 @@ The GPU pair: ``tests/helpers/pyg_gpu_script.py --bench``.
 from __future__ import annotations
 
 import statistics
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten
 import workload
-from workload import EpochTimer, cap_train
+from workload import cap_train
 
 NAME = "pyg_vs_blocks"
 TARGET = 1.10
@@ -67,21 +64,12 @@ def parse_args(argv: Any = None) -> Any:
 
 
 def run_arm(graph: Any, args: Any, arm: str) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = EpochTimer()
     common = dict(fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
                   batch_size=args.batch_size, lr=3e-3, dropout=0.5)
     task = workload.BenchTask(graph, **common) if arm == "blocks" else PygBenchTask(graph, trim=arm == "pyg_trim",
                                                                                      **common)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(num_procs=2, max_epochs=args.epochs, progress_bar=False, logger=False,
-                          default_root_dir=tmp, callbacks=[timer], seed=0, enable_model_summary=False)
-        started = time.perf_counter()
-        trainer.fit(task)
-        wall = time.perf_counter() - started
-    return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "run_wall_s": wall,
-            "test_acc": test_accuracy(task, graph, arm)}
+    res = workload.fit(graph, task, args.epochs, evaluate_test=False)
+    return dict(res, test_acc=test_accuracy(task, graph, arm))
 
 
 def test_accuracy(task: Any, graph: Any, arm: str) -> float:
@@ -90,7 +78,7 @@ def test_accuracy(task: Any, graph: Any, arm: str) -> float:
 
     ids = workload.split_ids(graph, "test")
     if arm == "blocks":
-        return float(handwritten.evaluate(task.module, graph, ids)["test_acc"])
+        return float(workload.evaluate(task.module, graph, ids)["test_acc"])
     import dgl
 
     from graphtrainer.nn.pyg import to_pyg
@@ -138,15 +126,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     payload = {"benchmark": NAME, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "machine": machine, "versions": versions, "runs": runs, **result, "target": TARGET}
 
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        for arm in arms:
-            ax.plot([t for r in runs[arm] for t in r["epoch_times_s"][1:]], "o-", label=labels[arm])
-        ax.set_xlabel("kept epoch (all rounds)")
-        ax.set_ylabel("epoch time (s)")
-        ax.legend()
-
-    paths = harness.write_outputs(args.out, NAME, payload, md, plot, figsize=(8, 4))
+    paths = harness.write_outputs(args.out, NAME, payload, md, harness.bar_plot(
+        {labels[a]: result["median_epoch_s"][a] for a in arms}, "median epoch time (s)"), figsize=(8, 4))
     print(md, flush=True)
     print(f"written: {', '.join(str(p) for p in paths.values())}", flush=True)
     return payload

@@ -4,11 +4,9 @@
     bash scripts/env.sh python benchmarks/scaling.py --procs 1 2 4 8 # a machine with more cores
     bash scripts/env.sh python benchmarks/scaling.py --tiny          # seconds (smoke test)
 
-Each run is one ``Trainer(num_procs=N).fit`` of ``steptimer.BreakdownTask`` (sampling-heavy
-GraphSAGE; N = 1 in a fresh worker process) with the trainer's threads, plus 1 process x 1
-thread. Per N, interleaved: ``plain`` (step end times only: throughput) and ``instrumented``
-(every part of a step timed: the breakdown). ``--warmup`` steps dropped, ``--steps`` timed.
-Target: 2 processes >= 1.7x one process on 2 cores.
+Arms, interleaved: ``Trainer(num_procs=N)`` on ``steptimer.BreakdownTask`` for each N (and 1
+process x 1 thread), ``plain`` (step ends only: throughput) and ``instrumented`` (each part
+of a step timed). Target: 2 processes >= 1.7x one process on 2 cores.
 """
 from __future__ import annotations
 
@@ -86,12 +84,9 @@ def _fit(graph: Any, args: Any, world: int, mode: str, threads: Optional[int], o
 
 
 def _single_in_fresh_process(args: Any, mode: str, threads: Optional[int], out_dir: str) -> None:
-    """Run a 1-process fit in a fresh Python process, in its main thread, as a user's script
-    would: not in this process (on a machine with GPUs, a backward pass here would make
-    graphtrainer refuse the fork launches that follow), and not in a forked child (it
-    would have to train in a non-main thread to avoid the OpenMP fork hang, and training in
-    a non-main thread measured 20-50% slower per step with 2 threads). The worker rebuilds
-    the same graph (same seed)."""
+    """A 1-process fit in a fresh process's main thread, as a user's script runs: not here (a
+    backward pass here forbids later forks on a GPU machine), not in a forked child (it would
+    train in a non-main thread, 20-50% slower). The worker rebuilds the same graph."""
     import json
     import subprocess
 
@@ -214,27 +209,8 @@ def render(summary: Dict[str, Any], args: Any, cores: int) -> str:
 
 
 def plot(summary: Dict[str, Any]) -> Any:
-    def draw(fig: Any) -> None:
-        rows = summary["rows"]
-        ax = fig.add_subplot(1, 2, 1)
-        for i, mode in enumerate(MODES):
-            rs = [r for r in rows if r["mode"] == mode]
-            ax.bar([k + 0.4 * i for k in range(len(rs))], [r["throughput"] for r in rs], 0.4, label=mode)
-            ax.set_xticks([k + 0.2 for k in range(len(rs))], [r["label"] for r in rs], fontsize=8)
-        ax.set_ylabel("seed nodes / s")
-        ax.set_title("steady-state throughput (processes x threads per process)", fontsize=9)
-        ax.legend(fontsize=8)
-        ax = fig.add_subplot(1, 2, 2)
-        inst = [r for r in rows if r["mode"] == "instrumented"]
-        bottom = [0.0] * len(inst)
-        for p in steptimer.PARTS:
-            vals = [r["ms_per_step"][p] for r in inst]
-            ax.bar([r["label"] for r in inst], vals, bottom=bottom, label=p)
-            bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.set_ylabel("ms per step (per rank)")
-        ax.set_title("where a step's time goes", fontsize=9)
-        ax.legend(fontsize=7)
-    return draw
+    return harness.bar_plot({f"{r['label']}\n{r['mode']}": r["throughput"] for r in summary["rows"]},
+                            "seed nodes / s (steady state)")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:

@@ -4,11 +4,9 @@ under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time 
     python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
     python benchmarks/stacks.py --tiny                # seconds (smoke test)
 
-Each run is a fresh interpreter of ``.venv`` or ``.venv-newest`` (``[GRAPHTRAINER_STACK=newest]
-bash scripts/env.sh true`` makes them) on ``workload.BenchTask`` with every default. Ratio =
-median newest epoch / median pinned, per ``--dropouts`` value (torch's CPU dropout is slower on
-the newest set); each worker also times ``F.dropout``, ``bernoulli_``, ``rand_like`` and
-``graphtrainer.nn.Dropout`` on one thread.
+Each run: a fresh interpreter of ``.venv`` or ``.venv-newest`` on ``workload.BenchTask``, one arm
+per ``--dropouts`` value; ratio = median newest epoch / median pinned. Each worker also times
+the operations behind dropout on one thread.
 """
 from __future__ import annotations
 
@@ -55,38 +53,18 @@ def worker(args: argparse.Namespace) -> None:
     """One training run in this interpreter; writes epoch times and versions to ``args.worker``."""
     sys.path.insert(0, str(HERE))
     import harness  # noqa: F401  (first: graphtrainer from this checkout)
+    import dgl
     import torch
     import workload
-    from graphtrainer import Callback, Trainer
-
-    class EpochTimes(Callback):
-        def __init__(self) -> None:
-            self.times: List[float] = []
-            self._t0 = 0.0
-
-        def state_dict(self) -> Dict[str, Any]:
-            return {"times": list(self.times)}
-
-        def load_state_dict(self, state: Dict[str, Any]) -> None:
-            self.times = list(state["times"])
-
-        def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-            self._t0 = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-            self.times.append(time.perf_counter() - self._t0)
 
     spec = ({"dataset": "tolokers"} if args.dataset == "tolokers" else
             {"dataset": "synthetic", "num_nodes": args.num_nodes, "avg_degree": 10, "feat_dim": 64})
     graph = workload.build_graph(spec)
     task = workload.BenchTask(graph, fanouts=[10, 10], hidden=128, batch_size=256, lr=3e-3,
                               dropout=args.dropouts[0])
-    timer = EpochTimes()
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(num_procs=args.num_procs, max_epochs=args.epochs, progress_bar=False, logger=False,
-                default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
-    import dgl
-    args.worker.write_text(json.dumps({"epoch_times_s": timer.times, "torch": torch.__version__,
+    res = workload.fit(graph, task, args.epochs, evaluate_test=False, num_procs=args.num_procs,
+                       enable_model_summary=None)
+    args.worker.write_text(json.dumps({"epoch_times_s": res["epoch_times_s"], "torch": torch.__version__,
                                        "dgl": dgl.__version__, "dropout": args.dropouts[0],
                                        "ops_ms": time_random_ops()}))
 

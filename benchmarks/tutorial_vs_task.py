@@ -13,16 +13,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List
 
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import memory
 import workload
 
 NAME = "tutorial_vs_task"
@@ -73,50 +70,14 @@ def prepare_graph(spec: Dict[str, Any], cap: int, path: str) -> int:
 def run_arm(arm: str, graph_file: str, world: int, epochs: int, tmp: str) -> Dict[str, Any]:
     """One run in a fresh process: epoch starts from its JSON, peak total PSS of its tree."""
     out = os.path.join(tmp, f"{arm}-{world}.json")
-    log = open(os.path.join(tmp, f"{arm}-{world}.log"), "w+")  # noqa: SIM115 - read back on failure
-    cmd = [sys.executable, str(HERE / ARMS[arm]), graph_file, str(world), str(epochs), out]
-    peak = {"total_pss_mb": 0.0}
-    with harness.LoadMeter() as meter:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.wait(0.25):
-                total = memory.tree_memory(proc.pid)["total_pss_mb"]
-                peak["total_pss_mb"] = max(peak["total_pss_mb"], total)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            code = proc.wait(timeout=900)
-        finally:
-            stop.set()
-            sampler.join()
-            if proc.poll() is None:  # failed or timed out: the tutorial's ranks do not die with it
-                _kill_tree(proc.pid)
-        wall = time.perf_counter() - t0
-    log.seek(0)
-    if code != 0 or not os.path.exists(out):
-        raise RuntimeError(f"{arm} with {world} rank(s) failed (exit {code}):\n{log.read()[-4000:]}")
+    run = harness.run_process([sys.executable, str(HERE / ARMS[arm]), graph_file, str(world), str(epochs), out],
+                              f"{arm} with {world} rank(s)", peak_pss=True)
     data = json.loads(Path(out).read_text())
     os.remove(out)
     ends = data["epoch_starts"][1:] + [data["end"]]
     epoch_s = [b - a for a, b in zip(data["epoch_starts"], ends)]
     return {"epoch_s": epoch_s, "mean_epoch_s": statistics.fmean(epoch_s[1:]), "steps_per_epoch": data["steps_per_epoch"],
-            "peak_total_pss_mb": round(peak["total_pss_mb"], 1), "run_wall_s": round(wall, 1),
-            "other_cores": meter.other_cores}
-
-
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    root = psutil.Process(pid)
-    for proc in root.children(recursive=True) + [root]:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
+            "peak_total_pss_mb": run["peak_total_pss_mb"], "run_wall_s": run["wall_s"], "other_cores": run["other_cores"]}
 
 
 def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, Any]]]]) -> List[Dict[str, Any]]:
@@ -158,17 +119,8 @@ def render(rows: List[Dict[str, Any]], args: Any) -> str:
 
 
 def draw_for(rows: List[Dict[str, Any]]) -> Any:
-    def draw(fig: Any) -> None:
-        graphs = sorted({r["graph"] for r in rows})
-        for i, g in enumerate(graphs):
-            sub = [r for r in rows if r["graph"] == g]
-            for j, (key, what) in enumerate((("epoch_ratio", "epoch time"), ("pss_ratio", "peak total PSS"))):
-                ax = fig.add_subplot(len(graphs), 2, 2 * i + j + 1)
-                ax.bar([str(r["world"]) for r in sub], [r[key] for r in sub])
-                ax.axhline(1.0, color="grey", lw=0.8)
-                ax.set_title(f"{g}: graphtrainer / tutorial, {what}", fontsize=9)
-                ax.set_xlabel("ranks")
-    return draw
+    return harness.bar_plot({f"{r['graph']} x{r['world']}\n{k}": r[f"{k}_ratio"] for r in rows for k in ("epoch", "pss")},
+                            "graphtrainer / tutorial")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -199,7 +151,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "results": rows, "runs": raw}
-    harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 4))
     print(md)
     return payload
 

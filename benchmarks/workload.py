@@ -104,6 +104,61 @@ class BenchTask(NodeClassification):
         return loss
 
 
+def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[str, float]:
+    """Test metrics over ``ids`` with every neighbour, in this process: ``test_acc``, and
+    ``test_auc`` (ROC-AUC of class 1) for binary labels."""
+    import dgl
+    import torch
+
+    model.eval()
+    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers), prefetch_node_feats=["feat"],
+                                                            prefetch_labels=["label"])
+    logits, labels = [], []
+    with torch.no_grad():
+        for _, _, blocks in dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=False):
+            logits.append(model(blocks, blocks[0].srcdata["feat"]))
+            labels.append(blocks[-1].dstdata["label"])
+    model.train()
+    out, y = torch.cat(logits), torch.cat(labels)
+    metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
+    if out.shape[1] == 2:
+        from graphtrainer.ranking import roc_auc
+
+        metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
+    return metrics
+
+
+def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bool = True,
+        **trainer_kwargs: Any) -> Dict[str, Any]:
+    """One ``Trainer(num_procs=2, seed=0, ...)`` fit of ``task`` (keyword arguments override;
+    ``None`` drops one): rank 0's epoch times and step ends, the run's wall time and rank 0's
+    test metrics (:func:`evaluate`)."""
+    import tempfile
+
+    from graphtrainer import Trainer
+
+    timer = timer or EpochTimer()
+    kwargs = {k: v for k, v in dict(dict(num_procs=2, seed=0, enable_model_summary=False), **trainer_kwargs).items()
+              if v is not None}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(max_epochs=epochs, progress_bar=False, logger=False, default_root_dir=tmp,
+                          callbacks=[timer], **kwargs)
+        started = time.perf_counter()
+        trainer.fit(task)
+        wall = time.perf_counter() - started
+    out = {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
+           "run_wall_s": wall, "threads": trainer.threads_per_proc}
+    if evaluate_test:
+        task.module.to("cpu")
+        out.update(evaluate(task.module, graph, split_ids(graph, "test")))
+    return out
+
+
+def steady(times: List[float]) -> List[float]:
+    """Epoch times without the first (warm-up) one, when there are more."""
+    return times[1:] if len(times) > 1 else times
+
+
 class EpochTimer(Callback):
     """Rank 0's training-loop time per epoch and each step's end (seconds from the epoch's
     start); travels back to the caller as callback state."""
