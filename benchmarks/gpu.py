@@ -7,7 +7,7 @@ DGL blocks, and, where CUDA exists, what a GPU rank gives.
 
 CPU part, 2 CPU ranks, interleaved per seed: ``dgl.nn``, ``graphtrainer.nn`` on DGL blocks and
 on torch-only blocks; ratios against ``dgl.nn``. GPU part: seeds/s of 1 GPU rank against 2 CPU
-ranks, and the share of a step blocked on the host-to-device copy, prefetching on and off.
+ranks.
 """
 from __future__ import annotations
 
@@ -57,13 +57,12 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--epochs", type=int, default=5, help="per run; the first is warm-up (default %(default)s)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--gpu-steps", type=int, default=40, help="steps per H2D-wait measurement (GPU part)")
     p.add_argument("--gpu-only", action="store_true",
                    help="skip the CPU part (it measures CPU ranks only; the GPU part has its own CPU baseline)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size, args.max_train_nodes, args.epochs, args.seeds = workload.parse_size("3kx5"), 600, 2, [0]
-        args.batch_size, args.hidden, args.gpu_steps = 128, 16, 5
+        args.batch_size, args.hidden = 128, 16
     return args
 
 
@@ -135,43 +134,6 @@ def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
     return out
 
 
-def h2d_wait_share(graph: Any, args: Any, prefetch: bool) -> Dict[str, float]:
-    """One process, one GPU: the example's model over the sampled batches; the share of the
-    step spent blocked on the batch's copy (the transfer times its own waiting)."""
-    import dgl
-    import torch
-    import torch.nn.functional as F
-
-    from graphtrainer.models import SAGE
-    from graphtrainer.nn.transfer import BatchTransfer
-    from graphtrainer.task import move_to_device
-
-    device = torch.device("cuda", 0)
-    torch.manual_seed(0)
-    model = SAGE(graph.ndata["feat"].shape[1], args.hidden, int(graph.ndata["label"].max()) + 1).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    sampler = dgl.dataloading.NeighborSampler([10, 10], prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    ids = workload.split_ids(graph, "train")
-    loader = dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=args.batch_size, shuffle=True)
-    transfer = BatchTransfer(device, "torch", move_to_device, prefetch=prefetch, measure_wait=True)
-    steps, started = 0, None
-    for item in transfer.batches(loader):
-        if steps == 2:  # warm-up: CUDA context, allocator, kernels
-            torch.cuda.synchronize()
-            transfer.wait_seconds, started = 0.0, time.perf_counter()
-        _, _, blocks = transfer.to_device(item)
-        loss = F.cross_entropy(model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        steps += 1
-        if steps >= args.gpu_steps + 2:
-            break
-    torch.cuda.synchronize()
-    total = time.perf_counter() - started
-    return {"steps": steps - 2, "step_s": total / (steps - 2), "wait_share": transfer.wait_seconds / total}
-
-
 def gpu_part(graph: Any, args: Any, n_train: int) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     # The CPU ranks run as a CPU user would (DGL blocks); the GPU rank as "auto" picks (torch blocks).
@@ -181,8 +143,6 @@ def gpu_part(graph: Any, args: Any, n_train: int) -> Dict[str, Any]:
                                 threads_per_proc=None)
     for r in (out["1 GPU rank"], out["2 CPU ranks"]):
         r["seeds_per_s"], r["train_nodes"] = n_train / r["epoch_s"], n_train
-    for prefetch in (True, False):
-        out[f"prefetch {'on' if prefetch else 'off'}"] = h2d_wait_share(graph, args, prefetch)
     return out
 
 
@@ -197,11 +157,7 @@ def render(cpu: Dict[str, Any], gpu: Dict[str, Any], args: Any, device: str) -> 
                                          [[name, f"{r['epoch_s']:.3f}", f"{r['seeds_per_s']:,.0f}",
                                            f"{r['test_acc']:.4f}"] for name, r in (("1 GPU rank", g1),
                                                                                   ("2 CPU ranks", c2))])
-                 + f"\n\nseeds/s ratio, 1 GPU rank / 2 CPU ranks: {g1['seeds_per_s'] / c2['seeds_per_s']:.2f}x\n\n"
-                 + f"One process on GPU 0, {args.gpu_steps} timed steps after 2 warm-up steps:\n\n"
-                 + harness.markdown_table(["prefetch", "step (ms)", "share of step blocked on H2D (target < 10%)"],
-                                         [[k, f"{v['step_s'] * 1e3:.2f}", f"{100 * v['wait_share']:.1f}%"]
-                                          for k, v in gpu.items() if k.startswith("prefetch")]))
+                 + f"\n\nseeds/s ratio, 1 GPU rank / 2 CPU ranks: {g1['seeds_per_s'] / c2['seeds_per_s']:.2f}x")
     else:
         text += "\n\nGPU part: not run (no CUDA device here)."
     return text

@@ -104,6 +104,12 @@ ARMS = {"handwritten": ("hand-written", run_handwritten),
         "handwritten_thread": ("hand-written in a new thread", functools.partial(run_handwritten, fresh_thread=True)),
         "graphtrainer": ("graphtrainer", run_graphtrainer),
         "graphtrainer_no_stop": ("graphtrainer without the stop agreement", run_graphtrainer_no_stop)}
+#: Ablation ratios (``<key>_ratio``, arm a / arm b) reported when their arm ran.
+ABLATIONS = {"join": ("handwritten_join", "handwritten", "Join alone (hand-written + Join / hand-written)"),
+             "thread": ("handwritten_thread", "handwritten", "Training in a new thread alone (hand-written in a "
+                                                            "new thread / hand-written)"),
+             "stop": ("graphtrainer", "graphtrainer_no_stop", "The preemption agreement alone (graphtrainer / "
+                                                              "graphtrainer without it)")}
 
 
 def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
@@ -127,8 +133,7 @@ def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
             world: int) -> Dict[str, Any]:
     med = {k: harness.median([t for r in v for t in workload.steady(r["epoch_times_s"])]) for k, v in runs.items()}
-    pairs = [harness.median(workload.steady(b["epoch_times_s"])) / harness.median(workload.steady(a["epoch_times_s"]))
-             for a, b in zip(runs["handwritten"], runs["graphtrainer"])]
+    pairs = pair_ratios(runs, "graphtrainer", "handwritten")
     steps = runs["graphtrainer"][0]["steps_per_epoch"][-1]
     metric = "test_auc" if "test_auc" in runs["handwritten"][0] else "test_acc"
     scores = {k: [r[metric] for r in v] for k, v in runs.items()}
@@ -148,15 +153,16 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
            "metric_diff": diff, "equal_metric": abs(diff) <= ACC_TOLERANCE,
            "met": ratio <= TARGET and abs(diff) <= ACC_TOLERANCE,
            "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v)}
-    if "handwritten_join" in med:
-        out["join_ratio"] = med["handwritten_join"] / med["handwritten"]
-    if "handwritten_thread" in med:
-        out["thread_ratio"] = med["handwritten_thread"] / med["handwritten"]
-    if "graphtrainer_no_stop" in med:
-        out["stop_ratio"] = med["graphtrainer"] / med["graphtrainer_no_stop"]
-        out["stop_pair_ratios"] = [harness.median(workload.steady(b["epoch_times_s"])) / harness.median(workload.steady(a["epoch_times_s"]))
-                                   for a, b in zip(runs["graphtrainer_no_stop"], runs["graphtrainer"])]
+    for key, (a, b, _) in ABLATIONS.items():
+        if a in med and b in med:
+            out[f"{key}_ratio"], out[f"{key}_pair_ratios"] = med[a] / med[b], pair_ratios(runs, a, b)
     return out
+
+
+def pair_ratios(runs: Dict[str, List[Dict[str, Any]]], a: str, b: str) -> List[float]:
+    """Median kept epoch of arm ``a`` over ``b``'s, run by run (neighbours in the interleaving)."""
+    return [harness.median(workload.steady(x["epoch_times_s"])) / harness.median(workload.steady(y["epoch_times_s"]))
+            for x, y in zip(runs[a], runs[b])]
 
 
 def render(results: List[Dict[str, Any]], args: Any) -> str:
@@ -183,16 +189,11 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
     md += (f"\n\nEpoch times are medians over every run's epochs except its first ({args.rounds} run(s) per arm, "
            f"{args.epochs} epochs each, {args.world} ranks, interleaved); \"equal metric\" means the mean test "
            f"metrics differ by at most {ACC_TOLERANCE}.")
-    if any("join_ratio" in r for r in results):
-        md += "\n\nJoin alone (hand-written + Join / hand-written): " + ", ".join(
-            f"{r['graph']} {r['join_ratio']:.3f}x" for r in results if "join_ratio" in r) + "."
-    if any("thread_ratio" in r for r in results):
-        md += "\n\nTraining in a new thread alone (hand-written in a new thread / hand-written): " + ", ".join(
-            f"{r['graph']} {r['thread_ratio']:.3f}x" for r in results if "thread_ratio" in r) + "."
-    if any("stop_ratio" in r for r in results):
-        md += "\n\nThe preemption agreement alone (graphtrainer / graphtrainer without it): " + ", ".join(
-            f"{r['graph']} {r['stop_ratio']:.3f}x (pairs " + " / ".join(f"{x:.3f}" for x in r["stop_pair_ratios"]) + ")"
-            for r in results if "stop_ratio" in r) + "."
+    for key, (_, _, what) in ABLATIONS.items():
+        if any(f"{key}_ratio" in r for r in results):
+            md += f"\n\n{what}: " + ", ".join(
+                f"{r['graph']} {r[key + '_ratio']:.3f}x (pairs " + " / ".join(f"{x:.3f}" for x in r[key + "_pair_ratios"])
+                + ")" for r in results if f"{key}_ratio" in r) + "."
     return md
 
 

@@ -143,29 +143,27 @@ def run_one(graph: Any, args: Any, world: int, mode: str, threads: Optional[int]
 def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     rows = []
     for mode in MODES:
-        keys = list(dict.fromkeys((r["world"], r["result"]["torch_threads"]) for r in runs
-                                  if r["mode"] == mode and "result" in r))
-        for n, t in keys:
-            rs = [r["result"] for r in runs if r["mode"] == mode and "result" in r
-                  and (r["world"], r["result"]["torch_threads"]) == (n, t)]
+        groups: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
+        for r in runs:
+            if r["mode"] == mode and "result" in r:
+                groups.setdefault((r["world"], r["result"]["torch_threads"]), []).append(r)
+        for (n, t), group in groups.items():
+            rs = [r["result"] for r in group]
             parts = {p: harness.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
             step = harness.median([r["step_ms"] for r in rs])
             rows.append({"mode": mode, "procs": n, "threads": t, "label": label(n, t), "runs": len(rs),
-                         "default_threads": any(r["default_threads"] for r in runs if r["mode"] == mode and
-                                                "result" in r and (r["world"], r["result"]["torch_threads"]) == (n, t)),
+                         "default_threads": any(r["default_threads"] for r in group),
                          "throughput": harness.median([r["throughput_seeds_per_s"] for r in rs]),
                          "all_throughputs": [r["throughput_seeds_per_s"] for r in rs],
-                         "best_throughput": max(r["throughput_seeds_per_s"] for r in rs),
                          "step_ms": step, "ms_per_step": parts,
                          "sample_share": parts["sample"] / step if step else None,
                          "data_share": (parts["sample"] + parts["gather"]) / step if step else None,
                          "other_cores": harness.median([r["other_cores"] for r in rs]),
                          "all_other_cores": [r["other_cores"] for r in rs]})
-    for mode in MODES:
-        rs = [r for r in rows if r["mode"] == mode]
-        base = next((r for r in rs if r["procs"] == 1 and r["default_threads"]), None)
-        one = next((r for r in rs if r["procs"] == 1 and r["threads"] == 1), None)
-        for r in rs:
+        mine = [r for r in rows if r["mode"] == mode]
+        base = next((r for r in mine if r["procs"] == 1 and r["default_threads"]), None)
+        one = next((r for r in mine if r["procs"] == 1 and r["threads"] == 1), None)
+        for r in mine:
             r["speedup"] = r["throughput"] / base["throughput"] if base else None
             r["speedup_vs_1x1"] = r["throughput"] / one["throughput"] if one else None
     tgt = []
