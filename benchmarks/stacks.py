@@ -53,9 +53,10 @@ def worker(args: argparse.Namespace) -> None:
     """One training run in this interpreter; writes epoch times and versions to ``args.worker``."""
     sys.path.insert(0, str(HERE))
     import harness  # noqa: F401  (first: graphtrainer from this checkout)
-    import dgl
     import torch
-    import workload
+    import workload  # before dgl: graphtrainer's compatibility layer lets dgl load on the newest set
+
+    import dgl
 
     spec = ({"dataset": "tolokers"} if args.dataset == "tolokers" else
             {"dataset": "synthetic", "num_nodes": args.num_nodes, "avg_degree": 10, "feat_dim": 64})
