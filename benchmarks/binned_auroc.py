@@ -1,13 +1,10 @@
-"""Memory and time of exact ROC-AUC/AP (every score, scikit-learn) against the streaming binned
-one (graphtrainer.binned_auroc) at 10M scored edges (1M positives x 9 negatives).
+"""Memory and time of exact ROC-AUC/AP (scikit-learn) against the streaming binned one
+(``graphtrainer.evaluation.binned_auroc``) at 10M scored edges (1M positives x 9 negatives).
 
-    PYTHONPATH=. DGLBACKEND=pytorch python benchmarks/binned_auroc.py --out benchmarks/results/binned_auroc
+    python benchmarks/binned_auroc.py --out benchmarks/results/binned_auroc
 
-Each method runs in a fresh interpreter. The scores are made first (what an evaluation holds
-before any metric); then a thread samples the RSS every 2 ms while the metric is computed:
-"peak extra" is the highest RSS above the level just before. The exact method also needs every
-score on every rank (LinkScores gathers them: the 40 MB below are on each rank after the
-gather); the binned one keeps two histograms and sums them over ranks.
+Each method in a fresh interpreter; a thread samples RSS every 2 ms while the metric runs:
+"peak extra" is the highest RSS above the level before it.
 """
 from __future__ import annotations
 

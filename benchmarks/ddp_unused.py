@@ -1,11 +1,10 @@
 """DDP's "did not find any unused parameters" warning with HeteroSAGE: when it appears, what
 the alternatives do, and what each costs per step. 2 ranks (fork, gloo).
 
-    PYTHONPATH=. DGLBACKEND=pytorch python benchmarks/ddp_unused.py --out benchmarks/results/ddp_unused
+    python benchmarks/ddp_unused.py --out benchmarks/results/ddp_unused
 
-Each configuration runs in a fresh interpreter (its stderr is where DDP's C++ warning goes);
-the table gives whether the fit finished, the first line of its error, how many ranks printed
-the warning, and the median step time after 2 warm-up steps.
+Each configuration runs in a fresh interpreter (DDP warns on stderr): finished or not, the
+error's first line, ranks that warned, median step time after 2 warm-up steps.
 """
 from __future__ import annotations
 

@@ -5,17 +5,10 @@ GPU rank gains from sampling on the GPU.
     python benchmarks/device_sampling.py --tiny                                     # seconds
     python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part
 
-Per batch (one process, batches interleaved): the time to sample one batch of blocks and
-gather its features and labels, DGL's ``NeighborSampler`` (CPU) against the torch sampler
-drawing with Floyd's algorithm (the default) and with random keys and a sort, on the CPU and,
-with CUDA, on the GPU. It decides the CPU default.
-
-Training (``--gpu``, CUDA only): training seeds/s of one GPU rank with ``sampling="device"``,
-the same rank with ``sampling="cpu"`` (no sampling workers, and ``--workers`` workers), and 2
-CPU ranks, on ``benchmarks/gpu.py``'s 50k graph (fanouts [10, 10], batch 512, hidden 128) and
-on an ogbn-products-sized graph (2.4M nodes, 60M edges, 100-d features, fanouts [15, 10, 5],
-batch 1024, 3-layer SAGE, hidden 256). Each arm trains ``--steps`` timed steps after warm-up
-steps; the step's sampling share is the GPU per-batch sampling time over the device arm's step.
+Per batch (one process, interleaved): sample a batch and gather its features and labels,
+DGL's sampler against the torch one, on the CPU and on the GPU. Training (``--gpu``): seeds/s
+of a GPU rank with ``sampling="device"``, with ``sampling="cpu"`` (0 and ``--workers``
+workers) and of 2 CPU ranks, on a 50k graph and an ogbn-products-sized one.
 """
 from __future__ import annotations
 
@@ -26,12 +19,9 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
-import report
-import sysinfo
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import workload
 
-PROFILES: List[str] = []
 GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
     "50k": ("50kx10", 64, [10, 10], 512, 128, 30_000),
     "products": ("2.4Mx25", 100, [15, 10, 5], 1024, 256, 200_000),
@@ -39,7 +29,7 @@ GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser("device_sampling", __doc__.split("\n")[0])
+    p = harness.base_parser("device_sampling", __doc__.split("\n")[0])
     p.add_argument("--graphs", nargs="+", choices=list(GRAPHS), default=["50k"],
                    help="graphs of the per-batch part (default: 50k; --gpu adds products)")
     p.add_argument("--batches", type=int, default=20, help="timed batches per sampler (per-batch part)")
@@ -83,13 +73,12 @@ def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any
 
     _, _, fanouts, batch, *_ = GRAPHS[name]
     sampler = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    mine = {m: DeviceSampler.from_dgl(sampler, graph) for m in ("floyd", "sort")}
-    mine["sort"].method = "sort"
-    dg = device_graph(graph, device, mine["floyd"].node_keys(), {})
+    mine = DeviceSampler.from_dgl(sampler, graph)
+    dg = device_graph(graph, device, mine.node_keys(), {})
     maps = node_maps(dg)
     ids = workload.split_ids(graph, "train")
     ids = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))]
-    times: Dict[str, List[float]] = {"dgl": [], "floyd": [], "sort": []}
+    times: Dict[str, List[float]] = {"dgl": [], "floyd": []}
     edges = []
     for i in range(batches + 2):
         seeds = ids[(i * batch) % max(1, ids.numel() - batch):][:batch]
@@ -97,41 +86,18 @@ def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any
         inputs, _, blocks = sampler.sample(graph, seeds)
         graph.ndata["feat"][inputs], graph.ndata["label"][seeds]  # what DGL's loader gathers
         row = {"dgl": time.perf_counter() - started}
-        for m, s in mine.items():
-            sync(device)
-            started = time.perf_counter()
-            gen = torch.Generator(device=device).manual_seed(i)
-            _, tb = s.sample(dg, maps, {"_N": seeds.to(device)}, gen)
-            sync(device)
-            row[m] = time.perf_counter() - started
+        sync(device)
+        started = time.perf_counter()
+        mine.sample(dg, maps, {"_N": seeds.to(device)}, torch.Generator(device=device).manual_seed(i))
+        sync(device)
+        row["floyd"] = time.perf_counter() - started
         if i >= 2:  # warm-up: allocator, kernels
             for k, v in row.items():
                 times[k].append(v * 1e3)
             edges.append(sum(b.num_edges() for b in blocks))
-    out = {k: report.median(v) for k, v in times.items()}
-    if device.type == "cuda":  # where a GPU batch's time goes: kernels and the host between them
-        PROFILES.append(profile_batches(mine["floyd"], dg, maps, ids[:batch].to(device), device, name))
-    return {"ms": out, "edges_per_batch": report.median(edges), "device": str(device),
-            "torch_vs_dgl": out["floyd"] / out["dgl"], "sort_vs_floyd": out["sort"] / out["floyd"]}
-
-
-def profile_batches(sampler: Any, dg: Any, maps: Any, seeds: Any, device: Any, name: str) -> str:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for i in range(3):
-                sampler.sample(dg, maps, {"_N": seeds}, torch.Generator(device=device).manual_seed(i))
-            sync(device)
-        for key in ("device_time_total", "cuda_time_total", "cpu_time_total"):  # named so by torch's version
-            try:
-                return f"== {name} on {device}: 3 batches ==\n" + prof.key_averages().table(sort_by=key, row_limit=25)
-            except Exception:  # noqa: BLE001
-                continue
-    except Exception as err:  # noqa: BLE001  (a profile is a bonus; the figures matter)
-        return f"== {name}: profiling failed: {err}"
-    return ""
+    out = {k: harness.median(v) for k, v in times.items()}
+    return {"ms": out, "edges_per_batch": harness.median(edges), "device": str(device),
+            "torch_vs_dgl": out["floyd"] / out["dgl"]}
 
 
 def _clock_class() -> Any:
@@ -234,17 +200,16 @@ def render(results: Dict[str, Any], device: str) -> str:
     rows = []
     for key, r in results["per_batch"].items():
         rows.append([key, f"{r['edges_per_batch']:,.0f}", f"{r['ms']['dgl']:.2f}", f"{r['ms']['floyd']:.2f}",
-                     f"{r['ms']['sort']:.2f}", report.fmt_ratio(r["torch_vs_dgl"]), report.fmt_ratio(r["sort_vs_floyd"])])
-    text += report.markdown_table(["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "torch, sort",
-                                   "Floyd / DGL", "sort / Floyd"], rows)
+                     harness.fmt_ratio(r["torch_vs_dgl"])])
+    text += harness.markdown_table(["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "Floyd / DGL"], rows)
     for name, arms in results.get("training", {}).items():
         ok = {k: v for k, v in arms.items() if "error" not in v}
         cpu_best = max([v["seeds_per_s"] for k, v in ok.items() if "CPU" in k or "DGL" in k] or [float("nan")])
         dev = ok.get("GPU rank, sampling on the GPU")
-        text += f"\n\nTraining, {name} graph ({GRAPHS[name][0]}): seeds/s\n\n" + report.markdown_table(
+        text += f"\n\nTraining, {name} graph ({GRAPHS[name][0]}): seeds/s\n\n" + harness.markdown_table(
             ["arm", "sampled on", "seeds/s", "step (ms)", "peak GPU memory (GiB)", "vs best CPU-sampling arm"],
             [[k, "device" if v["mode"] == "device" else "CPU", f"{v['seeds_per_s']:,.0f}", f"{v['step_ms']:.1f}",
-              f"{v['peak_bytes'] / 2**30:.2f}", report.fmt_ratio(v["seeds_per_s"] / cpu_best)]
+              f"{v['peak_bytes'] / 2**30:.2f}", harness.fmt_ratio(v["seeds_per_s"] / cpu_best)]
              if "error" not in v else [k, v["error"], "", "", "", ""]
              for k, v in arms.items()])
         share = results["per_batch"].get(f"{name} on cuda:0")
@@ -261,14 +226,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
     cuda = torch.cuda.device_count() > 0
     if args.gpu and not cuda and not args.cpu_arms:
         raise SystemExit("--gpu needs a CUDA device; without it the script runs the per-batch part on the CPU")
-    started, machine = time.perf_counter(), sysinfo.machine_info()
+    started, machine = time.perf_counter(), harness.machine_info()
     results: Dict[str, Any] = {"per_batch": {}, "training": {}}
     graphs = {name: build(name) for name in args.graphs}
     for name, graph in graphs.items():
-        workload.split_ids(graph, "train")
-        from overhead import cap_train
-
-        cap_train(graph, GRAPHS[name][5])
+        workload.cap_train(graph, GRAPHS[name][5])
     if args.gpu:  # before this process touches CUDA: the ranks fork
         results["training"] = train_part(graphs, args)
     devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
@@ -283,21 +245,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
         markdown += "\n\nTraining part: not run (needs --gpu and a CUDA device)."
     print(markdown, flush=True)
     payload = {"benchmark": "device_sampling", "device": device, "args": {k: str(v) for k, v in vars(args).items()},
-               "machine": machine, "versions": sysinfo.versions(), **results,
+               "machine": machine, "versions": harness.versions(), **results,
                "wall_s": time.perf_counter() - started}
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        keys = list(results["per_batch"])
-        for j, m in enumerate(("dgl", "floyd", "sort")):
-            ax.bar([i + 0.27 * (j - 1) for i in range(len(keys))], [results["per_batch"][k]["ms"][m] for k in keys],
-                   0.27, label=m)
-        ax.set_xticks(range(len(keys)), keys)
-        ax.set_ylabel("ms per batch (median)")
-        ax.legend()
-
-    report.write_outputs(args.out, "device_sampling", payload, markdown, plot, figsize=(7, 4))
-    if PROFILES:
-        (args.out / "sampling_profile.txt").write_text("\n\n".join(PROFILES) + "\n", encoding="utf-8")
+    harness.write_outputs(args.out, "device_sampling", payload, markdown, harness.bar_plot(
+        {f"{k}\n{m}": r["ms"][m] for k, r in results["per_batch"].items() for m in r["ms"]}, "ms per batch (median)"),
+        figsize=(7, 4))
     return payload
 
 

@@ -1,21 +1,14 @@
-"""DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo:
-the graph loaded at the top of the script (so every spawned process loads its own copy,
-as ``mp.spawn`` re-imports the script), ``graph.create_formats_()``, ``mp.spawn`` of one
-process per "device", ``DataLoader(use_ddp=True)`` with ``NeighborSampler([4, 4])``, batch
-1024, the tutorial's 2-layer SAGE, Adam, and per step the loss and an sklearn accuracy
-as its progress bar shows them.
+"""DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo: the
+graph loaded at the top of the script (each spawned process loads its own copy), ``mp.spawn``,
+``DataLoader(use_ddp=True)``, ``NeighborSampler([4, 4])``, batch 1024, its 2-layer SAGE, Adam,
+the loss and an sklearn accuracy per step.
 
     python benchmarks/dgl_tutorial.py GRAPH.bin NPROCS EPOCHS OUT.json
 
-What differs from the tutorial, and why: the graph comes from a DGL binary file
-(``dgl.save_graphs``; the tutorial downloads ogbn-arxiv), there is no per-epoch
-validation (the benchmark times training; its GraphTask port does not validate either),
-no tqdm bar (its postfix is computed as the tutorial does), each process sets
-``cores // NPROCS`` threads (the tutorial, written for GPUs, sets none; on CPU, 2+
-processes of ``cores`` threads each would fight over the cores), and rank 0 writes the
-start time of every epoch (and the end of the last) to OUT.json, and each process leaves with
-``os._exit(0)`` after the final barrier (on torch 2.15 a gloo group still alive at interpreter
-exit can abort the process: pytorch/pytorch#190489).
+Changed from the tutorial: the graph comes from a DGL binary file, no validation and no tqdm
+bar, ``cores // NPROCS`` threads per process, rank 0 writes every epoch's start time to
+OUT.json, and each process leaves with ``os._exit(0)`` (torch 2.15 can abort at exit with a
+live gloo group: pytorch/pytorch#190489).
 """
 import json
 import os
@@ -23,24 +16,23 @@ import sys
 import time
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import importlib.util  # noqa: E402
 
-import torch  # noqa: E402
+import torch
 
 _dgl_dir = os.path.dirname(importlib.util.find_spec("dgl").origin)
 if not os.path.exists(os.path.join(_dgl_dir, "graphbolt", f"libgraphbolt_pytorch_{torch.__version__.split('+')[0]}.so")):
     # The newest tested set: dgl 2.1 has no GraphBolt library for this torch, and imports only behind
     # graphtrainer's compatibility layer. Not reached on the pinned set, where the script is as written.
     import graphtrainer  # noqa: E402,F401
-import dgl  # noqa: E402
+import dgl
 import sklearn.metrics  # noqa: E402
-import torch  # noqa: E402
+import torch
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from tutorial_model import HIDDEN, Model  # noqa: E402
+from tutorial_model import HIDDEN, Model
 
 GRAPH_FILE, NPROCS, EPOCHS, OUT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 

@@ -4,31 +4,16 @@ steady-state throughput of graphtrainer's launchers against a tutorial-style nai
     bash scripts/env.sh python benchmarks/fork_vs_spawn.py            # full matrix
     bash scripts/env.sh python benchmarks/fork_vs_spawn.py --tiny     # seconds
 
-Launchers (``--launchers``):
-  gt-fork         Trainer(num_procs=N, launcher="fork"): the formats the samplers read
-                  (CSC) built in the parent, ranks share the graph copy-on-write.
-  gt-forkserver   Trainer(num_procs=N, launcher="forkserver"): ranks forked from a clean
-                  server that imported torch and dgl once; the graph in shared memory.
-  gt-spawn        Trainer(num_procs=N, launcher="spawn"): structure and features moved to
-                  shared memory once (in place: the parent keeps no private copy), ranks attach.
-  naive-spawn     hand-written tutorial loop; the parent pickle.dumps() the graph and every
-                  spawned child unpickles its own private copy.
-  fork-noformats  gt-fork with graphtrainer.launch.preflight.prepare_graphs patched to a no-op in
-                  the launching process: the parent never builds CSC, so every rank
-                  builds the formats it samples with privately.
-World size 1 is one in-process run (Trainer(num_procs=1)): the baseline of every ratio.
-
-How each run is measured (each run in a fresh worker process unless --no-isolate):
-  t_fit = time.time() just before fit (naive: before pickle.dumps); every rank writes
-  time.time() when it is about to train (process group up, DDP built: "ranks ready") and
-  when its first step ends. Start-up = the slowest rank's first-step delay.
-  At step --pause-at every rank writes ready_<rank> and waits; a thread in the launching
-  process sees all of them, waits 0.3 s, reads /proc/<pid>/smaps_rollup of itself and all
-  descendants (total PSS, per-process USS), then lets the ranks go. Throughput is the seed
-  nodes of the next --measure-steps steps of all ranks over that window's wall time.
+Launchers: ``gt-fork``, ``gt-forkserver``, ``gt-spawn`` (``Trainer(num_procs=N, launcher=...)``),
+``naive-spawn`` (the hand-written loop: every child unpickles its own copy of the graph).
+World size 1 is one in-process run, the baseline of every ratio. Each run is a fresh worker
+process unless ``--no-isolate``. Start-up = the slowest rank's first-step delay after ``fit``;
+at step ``--pause-at`` every rank waits while ``probes.MemoryWatcher`` reads the process
+tree's PSS/USS; throughput = seeds of the next ``--measure-steps`` steps over their wall time.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -39,21 +24,18 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten  # noqa: E402
-import memory  # noqa: E402
-import probes  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
-import workload  # noqa: E402
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
+import handwritten
+import memory
+import probes
+import workload
 
 NAME = "fork_vs_spawn"
-LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn", "fork-noformats")
+LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn")
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--sizes", nargs="+", type=workload.parse_size, default=None,
                    help="synthetic sizes NODESxDEGREE (default: 250kx10 1Mx10 2Mx10 5Mx10)")
@@ -74,7 +56,7 @@ def parse_args(argv: Any = None) -> Any:
                         "(default: 90%% of the machine's)")
     p.add_argument("--skip-too-big", action="store_true",
                    help="run what fits and list the rest, instead of refusing the whole plan")
-    p.add_argument("--worker", help=argparse_hidden())
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes = args.sizes or [workload.parse_size("20kx5")]
@@ -91,31 +73,12 @@ def parse_args(argv: Any = None) -> Any:
     return args
 
 
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
-
-
 # ---------------------------------------------------------------------------------------
-def graph_specs(args: Any) -> List[Dict[str, Any]]:
-    specs = []
-    if "synthetic" in args.datasets:
-        for s in args.sizes:
-            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
-                          "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
-                          "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
-    if "tolokers" in args.datasets:
-        specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
-                      "feat_dim": 10, "batch_size": 256})
-    return specs
-
-
 def plan(args: Any) -> List[Dict[str, Any]]:
     """Every run, interleaved: per graph and world size, the launchers one after another."""
     runs = []
     for rep in range(args.repeats):
-        for spec in graph_specs(args):
+        for spec in workload.graph_specs(args.datasets, args.sizes, args.feat_dim, args.batch_size):
             for world in sorted(set(args.world_sizes)):
                 launchers = ["single"] if world == 1 else list(args.launchers)
                 for launcher in launchers:
@@ -140,18 +103,11 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     t_build = time.perf_counter()
     graph = workload.build_graph(spec)
     build_s = time.perf_counter() - t_build
-    import graphtrainer.launch.preflight
-
-    prepare_graphs = graphtrainer.launch.preflight.prepare_graphs
-    if launcher == "fork-noformats":
-        # Documented variant: the launching process skips building formats (all that
-        # prepare_graphs does under fork), so each forked rank builds CSC itself on first sampling.
-        graphtrainer.launch.preflight.prepare_graphs = lambda task, method: None
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
     probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
     before = memory.tree_memory()
     watcher = probes.MemoryWatcher(probe_dir, world).start()
-    threads = max(1, sysinfo.available_cores() // world)
+    threads = max(1, harness.available_cores() // world)
     try:
         t_fit = time.time()
         if launcher == "naive-spawn":
@@ -163,15 +119,14 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
         else:
             task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
                                     batch_size=spec["batch_size"], dropout=0.5)
-            method = {"single": "auto", "gt-fork": "fork", "fork-noformats": "fork", "gt-spawn": "spawn",
+            method = {"single": "auto", "gt-fork": "fork", "gt-spawn": "spawn",
                       "gt-forkserver": "forkserver"}[launcher]
             trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
-                              callbacks=[probes.make_probe_callback(probe)])
+                              callbacks=[probes.ProbeCallback(probe)])
             trainer.fit(task)
     finally:
         watcher.stop()
-        graphtrainer.launch.preflight.prepare_graphs = prepare_graphs
     try:
         if watcher.steady is None:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
@@ -245,14 +200,12 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                      "rank_uss_max_mb": max(uss) if uss else None,
                      "throughput": mean("throughput_seeds_per_s"), "other_cores": mean("other_cores")})
     for row in rows:
-        base = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == 1), None)
+        base = _row(rows, row["graph"], "single", 1)
         row["pss_ratio"] = row["total_pss_mb"] / base["total_pss_mb"] if base else None
-        spawn = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == row["world"]
-                      and b["launcher"] == "gt-spawn"), None)
-        row["startup_vs_gt_spawn"] = row["startup_s"] / spawn["startup_s"] if spawn and row["world"] > 1 else None
-        fork = next((b for b in rows if b["graph"] == row["graph"] and b["world"] == row["world"]
-                     and b["launcher"] == "gt-fork"), None)
-        row["startup_vs_gt_fork"] = row["startup_s"] / fork["startup_s"] if fork and row["world"] > 1 else None
+        for launcher in ("gt-spawn", "gt-fork"):
+            other = _row(rows, row["graph"], launcher, row["world"])
+            row[f"startup_vs_{launcher.replace('-', '_')}"] = (row["startup_s"] / other["startup_s"]
+                                                               if other and row["world"] > 1 else None)
     return rows
 
 
@@ -263,9 +216,13 @@ FORKSERVER_STARTUP = 1.5
 TARGET_WORLD = 4
 
 
+def _row(rows: List[Dict[str, Any]], graph: str, launcher: str, world: int) -> Any:
+    return next((r for r in rows if (r["graph"], r["launcher"], r["world"]) == (graph, launcher, world)), None)
+
+
 def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """PSS ratios at 4 ranks (or, in a run without 4, at the largest world size, marked as
-    such); fork/spawn start-up ratio at every world size."""
+    """PSS ratios at 4 ranks (else at the largest world size, marked); start-up ratios
+    gt-fork / gt-spawn and gt-forkserver / gt-fork at every world size."""
     out = []
     for g in dict.fromkeys(r["graph"] for r in rows):
         worlds = sorted({r["world"] for r in rows if r["graph"] == g and r["world"] > 1})
@@ -274,29 +231,20 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         w = TARGET_WORLD if TARGET_WORLD in worlds else worlds[-1]
         note = "" if w == TARGET_WORLD else f" (no {TARGET_WORLD}-rank run: shown at {w})"
         for launcher, limit in TARGETS.items():
-            row = next((r for r in rows if r["graph"] == g and r["launcher"] == launcher and r["world"] == w), None)
-            if row and row["pss_ratio"] is not None:
+            row = _row(rows, g, launcher, w)
+            if row and row["pss_ratio"] is not None:  # memory does not depend on other load
                 out.append({"graph": g, "what": f"{launcher} total PSS, {w} ranks / 1 process{note}",
                             "measured": row["pss_ratio"], "target": f"<= {limit}", "met": row["pss_ratio"] <= limit,
-                            "valid": True})  # memory does not depend on other load
+                            "valid": True})
         for w in worlds:
-            row = next((r for r in rows if r["graph"] == g and r["launcher"] == "gt-fork" and r["world"] == w), None)
-            if row and row["startup_vs_gt_spawn"] is not None:
-                spawn = next(r for r in rows if r["graph"] == g and r["launcher"] == "gt-spawn" and r["world"] == w)
-                other = max(row["other_cores"], spawn["other_cores"])
-                out.append({"graph": g, "what": f"gt-fork start-up / gt-spawn start-up, {w} ranks",
-                            "measured": row["startup_vs_gt_spawn"], "target": "<= 0.33",
-                            "met": row["startup_vs_gt_spawn"] <= 1 / 3, "other_cores": other,
-                            "valid": other <= sysinfo.NOISY_CORES})
-            row = next((r for r in rows if r["graph"] == g and r["launcher"] == "gt-forkserver" and r["world"] == w),
-                       None)
-            if row and row["startup_vs_gt_fork"] is not None:
-                fork = next(r for r in rows if r["graph"] == g and r["launcher"] == "gt-fork" and r["world"] == w)
-                other = max(row["other_cores"], fork["other_cores"])
-                out.append({"graph": g, "what": f"gt-forkserver start-up / gt-fork start-up, {w} ranks",
-                            "measured": row["startup_vs_gt_fork"], "target": f"<= {FORKSERVER_STARTUP}",
-                            "met": row["startup_vs_gt_fork"] <= FORKSERVER_STARTUP, "other_cores": other,
-                            "valid": other <= sysinfo.NOISY_CORES})
+            for a, b, key, limit in (("gt-fork", "gt-spawn", "startup_vs_gt_spawn", 1 / 3),
+                                     ("gt-forkserver", "gt-fork", "startup_vs_gt_fork", FORKSERVER_STARTUP)):
+                row, base = _row(rows, g, a, w), _row(rows, g, b, w)
+                if row and base and row[key] is not None:
+                    other = max(row["other_cores"], base["other_cores"])
+                    out.append({"graph": g, "what": f"{a} start-up / {b} start-up, {w} ranks", "measured": row[key],
+                                "target": f"<= {limit:.2f}", "met": row[key] <= limit, "other_cores": other,
+                                "valid": other <= harness.NOISY_CORES})
     return out
 
 
@@ -308,45 +256,22 @@ def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
     for r in rows:
         uss = f"{r['rank_uss_mean_mb']:,.0f} / {r['rank_uss_max_mb']:,.0f}" if r["world"] > 1 and r["rank_uss_mean_mb"] else ""
         body.append([r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"],
-                     r["ready_s"], r["startup_s"], r["total_pss_mb"], report.fmt_ratio(r["pss_ratio"]),
+                     r["ready_s"], r["startup_s"], r["total_pss_mb"], harness.fmt_ratio(r["pss_ratio"]),
                      r["peak_total_pss_mb"], r["parent_pss_mb"], uss, r["throughput"],
-                     report.fmt_ratio(r["startup_vs_gt_spawn"]), report.fmt_ratio(r.get("startup_vs_gt_fork")),
+                     harness.fmt_ratio(r["startup_vs_gt_spawn"]), harness.fmt_ratio(r.get("startup_vs_gt_fork")),
                      f"{r['other_cores']:.2f}"])
-    md = report.markdown_table(headers, body)
+    md = harness.markdown_table(headers, body)
     if tgts:
-        md += "\n\nTargets\n\n" + report.markdown_table(
+        md += "\n\nTargets\n\n" + harness.markdown_table(
             ["graph", "ratio", "measured", "target", "met"],
-            [[t["graph"], t["what"], report.fmt_ratio(t["measured"]), t["target"],
-              ("yes" if t["met"] else "**no**") + sysinfo.noise_note(t.get("other_cores", 0.0))] for t in tgts])
+            [[t["graph"], t["what"], harness.fmt_ratio(t["measured"]), t["target"],
+              ("yes" if t["met"] else "**no**") + harness.noise_note(t.get("other_cores", 0.0))] for t in tgts])
     return md
 
 
 def plot(rows: List[Dict[str, Any]]) -> Any:
-    def draw(fig: Any) -> None:
-        graphs = list(dict.fromkeys(r["graph"] for r in rows))
-        worlds = sorted({r["world"] for r in rows if r["world"] > 1})
-        top = max(worlds) if worlds else 1
-        launchers = [l for l in LAUNCHERS if any(r["launcher"] == l for r in rows)]
-        panels = [("total PSS / 1-process run", "pss_ratio"), ("start-up: fit to slowest rank's first step (s)", "startup_s"),
-                  ("rank USS, mean (MB)", "rank_uss_mean_mb"), ("steady-state throughput (seed nodes/s)", "throughput")]
-        width = 0.8 / max(1, len(launchers))
-        for i, (title, key) in enumerate(panels):
-            ax = fig.add_subplot(2, 2, i + 1)
-            for j, l in enumerate(launchers):
-                vals = []
-                for g in graphs:
-                    row = next((r for r in rows if r["graph"] == g and r["launcher"] == l and r["world"] == top), None)
-                    vals.append(row[key] if row and row[key] is not None else 0.0)
-                ax.bar([k + j * width for k in range(len(graphs))], vals, width, label=l)
-            if key == "pss_ratio":
-                ax.axhline(TARGETS["gt-fork"], color="k", ls="--", lw=0.8, label="fork target")
-                ax.axhline(TARGETS["gt-spawn"], color="gray", ls=":", lw=0.8, label="spawn target")
-            ax.set_xticks([k + width * (len(launchers) - 1) / 2 for k in range(len(graphs))])
-            ax.set_xticklabels(graphs, fontsize=8)
-            ax.set_title(f"{title}, {top} ranks", fontsize=9)
-            if i == 0:
-                ax.legend(fontsize=7)
-    return draw
+    return harness.bar_plot({f"{r['graph']}\n{r['launcher']} x{r['world']}": r["pss_ratio"] or 0.0 for r in rows},
+                            "total PSS / 1-process run")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -359,7 +284,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     planned = len(runs)
     runs = memory.refuse_if_too_big(runs, limit_mb=limit_mb, skip=args.skip_too_big)
     skipped = planned - len(runs)
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     t_start = time.time()
     for i, run in enumerate(runs):
         print(f"[{NAME}] {i + 1}/{len(runs)} {run['label']} (estimate {run['estimate_mb']} MB)", flush=True)
@@ -367,7 +292,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         run["loadavg_1min_before"] = round(load, 2)
         t_run = time.perf_counter()
         try:
-            with sysinfo.LoadMeter() as meter:
+            with harness.LoadMeter() as meter:
                 run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             if args.no_isolate:
@@ -385,7 +310,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
               f"{meter.other_cores} cores)", flush=True)
     rows = summarize(runs)
     tgts = targets(rows)
-    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": rows, "targets": tgts}
     failed = [r for r in runs if "error" in r]
@@ -395,9 +320,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
                f"{(limit_mb or 0.9 * memory.machine_memory_mb()) / 1024:.1f} GiB estimated).")
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
-    paths = report.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     if failed:
         raise SystemExit(f"[{NAME}] {len(failed)} run(s) failed: {', '.join(r['label'] for r in failed)}")
     return payload

@@ -5,35 +5,18 @@ DGL blocks, and, where CUDA exists, what a GPU rank gives.
     python benchmarks/gpu.py --tiny                                  # seconds (smoke test)
     python benchmarks/gpu.py --gpu-only --out benchmarks/results/gpu/h100   # on a GPU machine
 
-CPU part: the example's GraphSAGE task (2 CPU ranks, same sampler and model seeds) once per
-arm and seed, arms interleaved per seed:
-
-- ``dgl.nn``: ``dgl.nn.SAGEConv`` layers on DGL blocks (``Trainer(block_type="dgl")``),
-- ``graphtrainer.nn``: graphtrainer's layers on the same DGL blocks,
-- ``torch blocks``: graphtrainer's layers on torch-only blocks (``Trainer(block_type="torch")``:
-  every batch converted, as a GPU rank without DGL's CUDA build does).
-
-Epoch time is rank 0's median training epoch after a warm-up epoch; test accuracy comes from a
-full-neighbour evaluation of the trained model in this process. Ratios are against ``dgl.nn``.
-
-GPU part (only with CUDA): seeds/s of 1 GPU rank (torch blocks) against 2 CPU ranks on the
-same task and graph; and, in one process, the share of a training step spent blocked on the
-host-to-device copy with prefetching on and off.
-
-Writes ``gpu.json``, ``gpu.md`` and ``gpu.png`` to ``--out``; the files name the device.
+CPU part, 2 CPU ranks, interleaved per seed: ``dgl.nn``, ``graphtrainer.nn`` on DGL blocks and
+on torch-only blocks; ratios against ``dgl.nn``. GPU part: seeds/s of 1 GPU rank against 2 CPU
+ranks.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
-import handwritten
-import report
-import sysinfo
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import workload
-from overhead import EpochTimer, cap_train
+from workload import EpochTimer, cap_train
 
 
 class CostTimer(EpochTimer):
@@ -65,7 +48,7 @@ BLOCK_TYPE = {"dgl.nn": "dgl", "graphtrainer.nn": "dgl", "torch blocks": "torch"
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser("gpu", __doc__.split("\n")[0])
+    p = harness.base_parser("gpu", __doc__.split("\n")[0])
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("50kx10"))
     p.add_argument("--feat-dim", type=int, default=64)
     p.add_argument("--hidden", type=int, default=128)
@@ -74,13 +57,12 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--epochs", type=int, default=5, help="per run; the first is warm-up (default %(default)s)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    p.add_argument("--gpu-steps", type=int, default=40, help="steps per H2D-wait measurement (GPU part)")
     p.add_argument("--gpu-only", action="store_true",
                    help="skip the CPU part (it measures CPU ranks only; the GPU part has its own CPU baseline)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size, args.max_train_nodes, args.epochs, args.seeds = workload.parse_size("3kx5"), 600, 2, [0]
-        args.batch_size, args.hidden, args.gpu_steps = 128, 16, 5
+        args.batch_size, args.hidden = 128, 16
     return args
 
 
@@ -120,35 +102,22 @@ class ArmTask(workload.BenchTask):
 
 
 def run_arm(graph: Any, arm: str, seed: int, args: Any, **trainer_kwargs: Any) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = CostTimer()
     task = ArmTask(graph, arm, seed, fanouts=[10, 10], hidden=args.hidden, batch_size=args.batch_size, lr=3e-3,
                    dropout=0.5)
     # One thread per rank: 2 ranks fill the 2 cores, and DGL's sampling is repeatable with one thread.
-    kwargs: Dict[str, Any] = dict(num_procs=2, block_type=BLOCK_TYPE[arm], threads_per_proc=1)
-    kwargs.update(trainer_kwargs)
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(max_epochs=args.epochs, progress_bar=False, logger=False, enable_model_summary=False,
-                default_root_dir=tmp, callbacks=[timer], seed=seed, **kwargs).fit(task)
-    wall = timer.times[1:] if len(timer.times) > 1 else timer.times
-    cpu = timer.cpu[1:] if len(timer.cpu) > 1 else timer.cpu
-    task.module.to("cpu")
-    return {"epoch_s": report.median(wall), "epoch_min_s": min(wall), "epoch_cpu_s": report.median(cpu),
-            "epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu,
-            **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
+    kwargs: Dict[str, Any] = dict(dict(block_type=BLOCK_TYPE[arm], threads_per_proc=1, seed=seed), **trainer_kwargs)
+    timer = CostTimer()
+    res = workload.fit(graph, task, args.epochs, timer=timer, **kwargs)
+    wall, cpu = workload.steady(timer.times), workload.steady(timer.cpu)
+    return dict(res, epoch_s=harness.median(wall), epoch_min_s=min(wall), epoch_cpu_s=harness.median(cpu),
+                epoch_cpu_times_s=timer.cpu)
 
 
 def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
-    runs: Dict[str, List[Dict[str, Any]]] = {a: [] for a in args.arms}
-    for k, seed in enumerate(args.seeds):
-        order = args.arms if k % 2 == 0 else args.arms[::-1]
-        for arm in order:
-            runs[arm].append(run_arm(graph, arm, seed, args))
-            r = runs[arm][-1]
-            print(f"[gpu] seed {seed} {arm}: epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, "
-                  f"test_acc {r['test_acc']:.4f}", flush=True)
+    runs, _ = harness.interleave(  # round k runs seed k, every arm from the same weights
+        {arm: (lambda k, arm=arm: run_arm(graph, arm, args.seeds[k], args)) for arm in args.arms}, len(args.seeds),
+        "gpu", lambda r: f"epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, test_acc {r['test_acc']:.4f}",
+        alternate=True)
     out: Dict[str, Any] = {}
     base = args.arms[0]
     for arm in args.arms:
@@ -156,50 +125,13 @@ def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:
         # Per-seed ratios (same seed, adjacent runs) are less exposed to the machine's load drifting.
         ratios = {key: [r[key] / b[key] for r, b in zip(runs[arm], runs[base])]
                   for key in ("epoch_s", "epoch_min_s", "epoch_cpu_s")}
-        out[arm] = {key: report.median([r[key] for r in runs[arm]])
+        out[arm] = {key: harness.median([r[key] for r in runs[arm]])
                     for key in ("epoch_s", "epoch_min_s", "epoch_cpu_s")}
         out[arm].update({"test_acc_mean": sum(accs) / len(accs), "test_acc": accs, "runs": runs[arm],
-                         "time_ratio": report.median(ratios["epoch_s"]), "time_ratios": ratios["epoch_s"],
-                         "min_time_ratio": report.median(ratios["epoch_min_s"]),
-                         "cpu_ratio": report.median(ratios["epoch_cpu_s"]), "cpu_ratios": ratios["epoch_cpu_s"]})
+                         "time_ratio": harness.median(ratios["epoch_s"]), "time_ratios": ratios["epoch_s"],
+                         "min_time_ratio": harness.median(ratios["epoch_min_s"]),
+                         "cpu_ratio": harness.median(ratios["epoch_cpu_s"]), "cpu_ratios": ratios["epoch_cpu_s"]})
     return out
-
-
-def h2d_wait_share(graph: Any, args: Any, prefetch: bool) -> Dict[str, float]:
-    """One process, one GPU: the example's model over the sampled batches; the share of the
-    step spent blocked on the batch's copy (the transfer times its own waiting)."""
-    import dgl
-    import torch
-    import torch.nn.functional as F
-
-    from graphtrainer.models import SAGE
-    from graphtrainer.nn.transfer import BatchTransfer
-    from graphtrainer.task import move_to_device
-
-    device = torch.device("cuda", 0)
-    torch.manual_seed(0)
-    model = SAGE(graph.ndata["feat"].shape[1], args.hidden, int(graph.ndata["label"].max()) + 1).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    sampler = dgl.dataloading.NeighborSampler([10, 10], prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    ids = workload.split_ids(graph, "train")
-    loader = dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=args.batch_size, shuffle=True)
-    transfer = BatchTransfer(device, "torch", move_to_device, prefetch=prefetch, measure_wait=True)
-    steps, started = 0, None
-    for item in transfer.batches(loader):
-        if steps == 2:  # warm-up: CUDA context, allocator, kernels
-            torch.cuda.synchronize()
-            transfer.wait_seconds, started = 0.0, time.perf_counter()
-        _, _, blocks = transfer.to_device(item)
-        loss = F.cross_entropy(model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        steps += 1
-        if steps >= args.gpu_steps + 2:
-            break
-    torch.cuda.synchronize()
-    total = time.perf_counter() - started
-    return {"steps": steps - 2, "step_s": total / (steps - 2), "wait_share": transfer.wait_seconds / total}
 
 
 def gpu_part(graph: Any, args: Any, n_train: int) -> Dict[str, Any]:
@@ -211,8 +143,6 @@ def gpu_part(graph: Any, args: Any, n_train: int) -> Dict[str, Any]:
                                 threads_per_proc=None)
     for r in (out["1 GPU rank"], out["2 CPU ranks"]):
         r["seeds_per_s"], r["train_nodes"] = n_train / r["epoch_s"], n_train
-    for prefetch in (True, False):
-        out[f"prefetch {'on' if prefetch else 'off'}"] = h2d_wait_share(graph, args, prefetch)
     return out
 
 
@@ -223,29 +153,25 @@ def render(cpu: Dict[str, Any], gpu: Dict[str, Any], args: Any, device: str) -> 
         text += (f"\n\nGPU part, {workload.size_label(args.size)}, {g1['train_nodes']:,} training seeds, batch "
                  f"{args.batch_size}, {args.epochs - 1} timed epochs: 1 GPU rank (torch blocks) vs 2 CPU ranks "
                  "(DGL blocks; threads as the trainer sets them, the cores shared among the ranks)\n\n"
-                 + report.markdown_table(["setting", "epoch (s)", "seeds/s", "test acc"],
+                 + harness.markdown_table(["setting", "epoch (s)", "seeds/s", "test acc"],
                                          [[name, f"{r['epoch_s']:.3f}", f"{r['seeds_per_s']:,.0f}",
                                            f"{r['test_acc']:.4f}"] for name, r in (("1 GPU rank", g1),
                                                                                   ("2 CPU ranks", c2))])
-                 + f"\n\nseeds/s ratio, 1 GPU rank / 2 CPU ranks: {g1['seeds_per_s'] / c2['seeds_per_s']:.2f}x\n\n"
-                 + f"One process on GPU 0, {args.gpu_steps} timed steps after 2 warm-up steps:\n\n"
-                 + report.markdown_table(["prefetch", "step (ms)", "share of step blocked on H2D (target < 10%)"],
-                                         [[k, f"{v['step_s'] * 1e3:.2f}", f"{100 * v['wait_share']:.1f}%"]
-                                          for k, v in gpu.items() if k.startswith("prefetch")]))
+                 + f"\n\nseeds/s ratio, 1 GPU rank / 2 CPU ranks: {g1['seeds_per_s'] / c2['seeds_per_s']:.2f}x")
     else:
         text += "\n\nGPU part: not run (no CUDA device here)."
     return text
 
 
 def render_cpu(cpu: Dict[str, Any], args: Any) -> str:
-    rows = [[arm, f"{m['epoch_s']:.3f}", report.fmt_ratio(m["time_ratio"]), report.fmt_ratio(m["min_time_ratio"]),
-             f"{m['epoch_cpu_s']:.3f}", report.fmt_ratio(m["cpu_ratio"]),
+    rows = [[arm, f"{m['epoch_s']:.3f}", harness.fmt_ratio(m["time_ratio"]), harness.fmt_ratio(m["min_time_ratio"]),
+             f"{m['epoch_cpu_s']:.3f}", harness.fmt_ratio(m["cpu_ratio"]),
              ", ".join(f"{a:.4f}" for a in m["test_acc"]), f"{m['test_acc_mean']:.4f}"] for arm, m in cpu.items()]
     return (f"CPU ranks (2 x 1 thread), {workload.size_label(args.size)}, seeds {args.seeds}, "
             f"{args.epochs - 1} timed epochs per run: rank 0's training epoch, wall time (median; and the fastest "
             "epoch) and CPU time (median), each as the median over seeds of arm / dgl.nn (target for torch "
             "blocks <= 1.10x); test accuracy from a full-neighbour evaluation\n\n"
-            + report.markdown_table(["arm", "epoch wall (s)", "wall vs dgl.nn", "fastest epoch vs dgl.nn",
+            + harness.markdown_table(["arm", "epoch wall (s)", "wall vs dgl.nn", "fastest epoch vs dgl.nn",
                                      "epoch CPU (s)", "CPU vs dgl.nn", "test acc per seed", "mean test acc"], rows))
 
 
@@ -253,7 +179,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     import torch
 
     args = parse_args(argv)
-    started, machine = time.perf_counter(), sysinfo.machine_info()
+    started, machine = time.perf_counter(), harness.machine_info()
     graph = workload.build_graph({"dataset": "synthetic", **args.size, "feat_dim": args.feat_dim})
     n_train = cap_train(graph, args.max_train_nodes)
     cuda = torch.cuda.device_count() > 0  # unlike is_available(), leaves CUDA untouched for the forks
@@ -265,24 +191,13 @@ def main(argv: Any = None) -> Dict[str, Any]:
     markdown = render(cpu, gpu, args, device)
     print(markdown, flush=True)
 
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        if not cpu:
-            names = ["1 GPU rank", "2 CPU ranks"]
-            ax.bar(names, [gpu[n]["seeds_per_s"] for n in names])
-            ax.set_ylabel("training seeds/s")
-            return
-        names = list(cpu)
-        ax.bar([i - 0.2 for i in range(len(names))], [m["epoch_s"] for m in cpu.values()], 0.4, label="wall")
-        ax.bar([i + 0.2 for i in range(len(names))], [m["epoch_cpu_s"] for m in cpu.values()], 0.4, label="CPU")
-        ax.set_xticks(range(len(names)), names)
-        ax.set_ylabel("rank 0 epoch (s, median)")
-        ax.legend()
-
     payload = {"benchmark": "gpu", "device": device, "cuda": cuda, "train_nodes": n_train,
                "args": {k: str(v) for k, v in vars(args).items()}, "machine": machine,
-               "versions": sysinfo.versions(), "cpu": cpu, "gpu": gpu, "wall_s": time.perf_counter() - started}
-    report.write_outputs(args.out, "gpu", payload, markdown, plot, figsize=(7, 4))
+               "versions": harness.versions(), "cpu": cpu, "gpu": gpu, "wall_s": time.perf_counter() - started}
+    bars = ({f"{k}\n{m}": v[f"epoch{m}_s"] for k, v in cpu.items() for m in ("", "_cpu")} if cpu else
+            {k: gpu[k]["seeds_per_s"] for k in ("1 GPU rank", "2 CPU ranks")})
+    harness.write_outputs(args.out, "gpu", payload, markdown, harness.bar_plot(
+        bars, "rank 0 epoch (s): wall, CPU" if cpu else "training seeds/s"), figsize=(7, 4))
     return payload
 
 

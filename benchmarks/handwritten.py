@@ -12,23 +12,16 @@ import time
 from typing import Any, Dict, List
 
 from probes import Probe
-from workload import split_ids
+from workload import evaluate, split_ids
 
 
 def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: Dict[str, Any]) -> None:
     """One rank of the tutorial-style script: its own process group, DDP, DGL's
-    ``DataLoader(use_ddp=True)``, ``loss.item()`` every step.
-
-    ``graph_or_box``: the graph, or a one-item list holding its pickled bytes (naive spawn;
-    the bytes are dropped as soon as they are unpickled, as with ``mp.spawn`` arguments).
-    ``cfg`` keys: fanouts, hidden, batch_size, lr, dropout, epochs, threads, seed;
-    optional: probe_dir, pause_at, measure_steps (a :class:`Probe`), max_steps, out_file
-    (rank 0 writes epoch times and test metrics), join (run each epoch inside
-    ``Join([model])`` as graphtrainer does: an ablation arm of overhead.py), fresh_thread
-    (read by ``_naive_child``: train in a new thread, as graphtrainer's ranks do).
-
-    Ends the process (``os._exit(0)``) once every rank passed the final barrier.
-    """
+    ``DataLoader(use_ddp=True)``, ``loss.item()`` every step. ``graph_or_box``: the graph or a
+    one-item list of its pickled bytes (dropped once unpickled, as with ``mp.spawn``). ``cfg``:
+    fanouts, hidden, batch_size, lr, dropout, epochs, threads, seed; optional probe_dir,
+    pause_at, measure_steps (a :class:`Probe`), max_steps, out_file (rank 0's epoch times and
+    test metrics), join (each epoch in ``Join``), fresh_thread (train in a new thread)."""
     import contextlib
 
     import dgl
@@ -106,31 +99,6 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[str, float]:
-    """Test metrics over ``ids`` with every neighbour (exact), in this process:
-    ``test_acc``, and ``test_auc`` (ROC-AUC of class 1) for binary labels."""
-    import dgl
-    import torch
-
-    model.eval()
-    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers), prefetch_node_feats=["feat"],
-                                                            prefetch_labels=["label"])
-    loader = dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=False)
-    logits, labels = [], []
-    with torch.no_grad():
-        for _, _, blocks in loader:
-            logits.append(model(blocks, blocks[0].srcdata["feat"]))
-            labels.append(blocks[-1].dstdata["label"])
-    model.train()
-    out, y = torch.cat(logits), torch.cat(labels)
-    metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
-    if out.shape[1] == 2:
-        from graphtrainer.evaluation.ranking import roc_auc
-
-        metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
-    return metrics
 
 
 def _naive_child(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:

@@ -3,29 +3,20 @@
     python benchmarks/layerwise.py --out benchmarks/results/full            # 1M nodes, 2 ranks
     python benchmarks/layerwise.py --nodes 20000 --out /tmp/lw              # seconds
 
-Builds ``datasets.synthetic(nodes, 10, 64, 8)``, then on 2 forked ranks runs
-``graphtrainer.data.inference.layerwise`` on a 2-layer GraphSAGE (64 -> hidden -> 8) for each
-``--batch-sizes`` value, from ``on_validation_epoch_end``. Each rank reports the call's
-seconds and its memory: peak RSS growth during the call (sampled every 10 ms by a thread),
-and the unique (USS) and proportional (PSS) set sizes after it, while the result is still
-held. Writes ``layerwise.json`` and ``layerwise.md`` to ``--out``.
+On 2 forked ranks, ``graphtrainer.data.inference.layerwise`` on a 2-layer GraphSAGE per
+``--batch-sizes`` value; each rank reports seconds, peak RSS growth (a 10 ms sampling thread)
+and USS/PSS while the result is held.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Dict, List
 
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import psutil
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from graphtrainer import GraphTask, Trainer  # noqa: E402
+from graphtrainer import GraphTask, Trainer
 from graphtrainer.data.inference import layerwise  # noqa: E402
 from graphtrainer.models import SAGE  # noqa: E402
 
@@ -80,16 +71,14 @@ class LayerwiseBench(GraphTask):
             del out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Any = None) -> Dict[str, Any]:
+    parser = harness.base_parser("layerwise", __doc__)
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--batch-sizes", default="1024,8192")
     parser.add_argument("--num-procs", type=int, default=2)
     parser.add_argument("--root-dir", default="/tmp/graphtrainer-bench-layerwise")
-    parser.add_argument("--out", default="bench_out/layerwise")
-    args = parser.parse_args()
-
+    args = parser.parse_args(argv)
     from graphtrainer import datasets
 
     graph = datasets.synthetic(args.nodes, 10, 64, 8)
@@ -98,26 +87,20 @@ def main() -> None:
                       hang_timeout=None)
     m = trainer.validate(LayerwiseBench(graph, args.hidden, sizes))
     shared_mb = 4 * args.nodes * (args.hidden + 8) / 2 ** 20
-    lines = [f"{args.nodes:,} nodes, {graph.num_edges():,} edges, SAGE 64 -> {args.hidden} -> 8, "
-             f"{args.num_procs} ranks; shared layer outputs {shared_mb:.0f} MB in all",
-             "", "| batch size | seconds (rank mean) | per rank: peak RSS growth MB | USS MB after | PSS MB after |",
-             "|---|---|---|---|---|"]
-    rows: List[Dict[str, Any]] = []
-    for i, bs in enumerate(sizes):
-        ranks = range(args.num_procs)
-        row = {"batch_size": bs, "seconds": m[f"b{i}_seconds"] / args.num_procs,
-               "rss_growth_mb": [m[f"b{i}_rss_growth_mb_r{r}"] for r in ranks],
-               "uss_mb": [m[f"b{i}_uss_mb_r{r}"] for r in ranks], "pss_mb": [m[f"b{i}_pss_mb_r{r}"] for r in ranks]}
-        rows.append(row)
-        fmt = lambda v: " / ".join(f"{x:,.0f}" for x in v)  # noqa: E731
-        lines.append(f"| {bs} | {row['seconds']:.1f} | {fmt(row['rss_growth_mb'])} | {fmt(row['uss_mb'])} | "
-                     f"{fmt(row['pss_mb'])} |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "layerwise.json").write_text(json.dumps({"config": vars(args), "shared_mb": shared_mb, "runs": rows},
-                                                   indent=2))
-    (out / "layerwise.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    ranks = range(args.num_procs)
+    rows = [{"batch_size": bs, "seconds": m[f"b{i}_seconds"] / args.num_procs,
+             **{k: [m[f"b{i}_{k}_r{r}"] for r in ranks] for k in ("rss_growth_mb", "uss_mb", "pss_mb")}}
+            for i, bs in enumerate(sizes)]
+    fmt = lambda v: " / ".join(f"{x:,.0f}" for x in v)  # noqa: E731
+    md = (f"{args.nodes:,} nodes, {graph.num_edges():,} edges, SAGE 64 -> {args.hidden} -> 8, {args.num_procs} "
+          f"ranks; shared layer outputs {shared_mb:.0f} MB in all\n\n" + harness.markdown_table(
+              ["batch size", "seconds (rank mean)", "per rank: peak RSS growth MB", "USS MB after", "PSS MB after"],
+              [[r["batch_size"], f"{r['seconds']:.1f}", fmt(r["rss_growth_mb"]), fmt(r["uss_mb"]), fmt(r["pss_mb"])]
+               for r in rows]))
+    payload = {"config": {k: str(v) for k, v in vars(args).items()}, "shared_mb": shared_mb, "runs": rows}
+    harness.write_outputs(args.out, "layerwise", payload, md)
+    print(md)
+    return payload
 
 
 if __name__ == "__main__":

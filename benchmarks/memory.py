@@ -3,7 +3,7 @@ planned run's peak, to refuse sizes the machine cannot hold before building anyt
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 MB = 1024 * 1024
 
@@ -20,54 +20,7 @@ def smaps_rollup(pid: int) -> Dict[str, float]:
     return {"pss_mb": fields.get("Pss", 0) / 1024, "uss_mb": uss / 1024, "rss_mb": fields.get("Rss", 0) / 1024}
 
 
-def _mappings(pid: int) -> List[Dict[str, Any]]:
-    """``/proc/<pid>/smaps`` as a list of mappings: start, end, name, private kB."""
-    maps: List[Dict[str, Any]] = []
-    with open(f"/proc/{pid}/smaps", encoding="ascii", errors="replace") as fh:
-        for line in fh:
-            head = line.split(None, 5)
-            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
-                lo, hi = (int(x, 16) for x in head[0].split("-"))
-                maps.append({"start": lo, "end": hi, "name": head[5].strip() if len(head) > 5 else "",
-                             "private_kb": 0})
-            elif line.startswith(("Private_Clean:", "Private_Dirty:")) and maps:
-                maps[-1]["private_kb"] += int(line.split()[1])
-    return maps
-
-
-def _kind(name: str) -> str:
-    if name == "[heap]":
-        return "heap"
-    if name == "[stack]" or name.startswith("[stack"):
-        return "main stack"
-    if name.startswith("/dev/shm") or name.startswith("/memfd:") or "torch_" in name or "(deleted)" in name:
-        return "shared-memory files"
-    if ".so" in name:
-        return "libraries (.so)"
-    if name.startswith("/"):
-        return "other files"
-    if name.startswith("["):
-        return "kernel ([vdso], ...)"
-    return "anonymous"
-
-
-def smaps_breakdown(pid: int, parent_pid: Optional[int] = None) -> Dict[str, float]:
-    """Private memory (MB) of ``pid`` by kind of mapping. Anonymous mappings are split into
-    those inherited from ``parent_pid`` (same address range there: copied-on-write pages of
-    the parent's heap and arenas, or the child's own allocations reusing them) and those the
-    process made itself (new arenas, thread stacks, large allocations)."""
-    parent = {(m["start"], m["end"]) for m in _mappings(parent_pid)} if parent_pid else set()
-    parent_starts = {s for s, _ in parent}
-    out: Dict[str, float] = {}
-    for m in _mappings(pid):
-        kind = _kind(m["name"])
-        if kind in ("anonymous", "heap") and parent_pid:
-            kind += " (inherited range)" if m["start"] in parent_starts else " (new)"
-        out[kind] = out.get(kind, 0.0) + m["private_kb"] / 1024
-    return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
-
-
-def tree_memory(root_pid: Optional[int] = None, breakdown: bool = False) -> Dict[str, Any]:
+def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
     """PSS/USS of ``root_pid`` (default: this process) and all its live descendants.
 
     ``total_pss_mb`` is the sum of PSS over the tree: shared pages (copy-on-write pages of
@@ -92,13 +45,7 @@ def tree_memory(root_pid: Optional[int] = None, breakdown: bool = False) -> Dict
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, PermissionError):
             continue
         role = "parent" if proc.pid == root.pid else "child"
-        row = {"pid": proc.pid, "role": role, "cmd": cmd[:120], **{k: round(v, 1) for k, v in mem.items()}}
-        if breakdown and role == "child":
-            try:
-                row["private_by_mapping_mb"] = smaps_breakdown(proc.pid, proc.ppid())
-            except (OSError, psutil.NoSuchProcess):
-                pass
-        rows.append(row)
+        rows.append({"pid": proc.pid, "role": role, "cmd": cmd[:120], **{k: round(v, 1) for k, v in mem.items()}})
     return {
         "total_pss_mb": round(sum(r["pss_mb"] for r in rows), 1),
         "parent_pss_mb": round(sum(r["pss_mb"] for r in rows if r["role"] == "parent"), 1),
@@ -136,8 +83,6 @@ def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, wo
         # moved to shared memory in place, one array at a time (its private copy lives until
         # the array is moved)
         return procs + graph + g["csx"] / MB + build
-    if launcher == "fork-noformats":
-        return procs + graph + build + world * g["csx"] / MB  # each rank builds its own CSC
     if launcher == "naive-spawn":
         # parent: graph + pickled bytes; each rank its copy; while the parent sends to one
         # rank, about one more holds received bytes next to the copy it unpickles

@@ -1,38 +1,19 @@
 """Framework vs hand-written DDP: the same GraphSAGE training as a tutorial-style script and
-as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and accuracy.
+as a graphtrainer GraphTask, 2 ranks, interleaved A B A B, median epoch time and test metric.
 
-    bash scripts/env.sh python benchmarks/overhead.py                # full run
-    bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm   # + two ablations
-    bash scripts/env.sh python benchmarks/overhead.py --tiny         # seconds (smoke test)
+    bash scripts/env.sh python benchmarks/overhead.py --datasets tolokers     # the issue's figure
+    bash scripts/env.sh python benchmarks/overhead.py --join-arm --thread-arm --stop-arm   # ablations
+    bash scripts/env.sh python benchmarks/overhead.py --tiny                  # seconds (smoke test)
 
-A (hand-written, ``handwritten.handwritten_rank``): the parent pickles the graph and spawns the
-ranks (as DGL's classic multi-GPU node-classification tutorial does with mp.spawn); each
-rank runs init_process_group("gloo"), DistributedDataParallel, DGL's
-``DataLoader(use_ddp=True)`` and calls ``loss.item()`` every step. Threads per rank are set
-to cores // ranks, the same as the trainer does, so neither side oversubscribes the cores.
-B (graphtrainer): ``Trainer(num_procs=2)`` (fork) on ``workload.BenchTask`` (the example
-``NodeClassification`` task without validation, its step reduced to forward, loss and one
-``self.log``, i.e. the hand-written step). Same SAGE, Adam, learning rate, dropout,
-fanouts, batch size, epochs, initial weights (both seed 0) and training-seed set.
-Optional A+J (``--join-arm``): A with every epoch inside ``Join([model])``, as graphtrainer
-runs it, to isolate what Join costs per step. Optional A+T (``--thread-arm``): A with each
-rank's training in a new thread, as graphtrainer's launcher runs a rank (its work-around
-for the OpenMP fork hang), to isolate what that costs. Optional B-S (``--stop-arm``): B with
-the preemption agreement (one asynchronous 2-float all-reduce per optimizer step) switched
-off, to isolate what it costs.
-
-Epoch time: rank 0's wall time of one epoch's training loop (graphtrainer: from
-on_train_epoch_start to on_train_epoch_end, so it includes the trainer's per-epoch metric
-reduction and loader set-up; hand-written: around the ``for batch in loader`` loop).
-The first epoch of every run is warm-up and left out. Ratio = median over all kept epochs
-of B / same of A; per-pair ratios compare each B run with the A run just before it.
-Test metrics: the trained weights of rank 0 on the test split with every neighbour, same
-function for both (accuracy; ROC-AUC too for binary Tolokers, whose classes are 78/22).
-Synthetic graphs of a million nodes have 600k training nodes: ``--max-train-nodes`` caps
-the seeds (the same random subset for every arm) so an epoch takes seconds.
+Arms, 2 ranks, interleaved, same model, optimizer, seeds and initial weights: the hand-written
+DDP script (``handwritten.py``: spawn, graph pickled to each rank, ``DataLoader(use_ddp=True)``)
+and ``Trainer(num_procs=2)`` on ``workload.BenchTask``; ablations: the script inside ``Join``,
+in a new thread per rank, and graphtrainer without its preemption agreement. Ratio = median
+of graphtrainer's epochs (first one warm-up) / the script's; test metrics from rank 0's weights.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -42,70 +23,18 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten  # noqa: E402
-import memory  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
-import workload  # noqa: E402
-from graphtrainer.callbacks import Callback  # noqa: E402
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
+import handwritten
+import memory
+import workload
 
 NAME = "overhead"
 TARGET = 1.03
 ACC_TOLERANCE = 0.01  # "equal accuracy": mean test metrics within 1 point (absolute)
 
-#: What graphtrainer's loop does per step that the hand-written loop does not (from
-#: graphtrainer/loop.py and task.py; see the README for the measured cost).
-PER_STEP_EXTRAS = [
-    "a forked rank trains in a new thread of its process when the launching process has threads "
-    "(an OpenMP pool: the work-around for the OpenMP fork hang), not in its main thread "
-    "(`--thread-arm` measures what that alone costs)",
-    "no `Join` here: graphtrainer enters it only when ranks' batch counts differ or are unknown "
-    "(one 2-element all-reduce per epoch decides); the padded split gives equal counts",
-    "`transfer_batch_to_device` walks the batch (a no-op on CPU: every object is already there)",
-    "`infer_batch_size` reads the seed count; `_loss_of` checks the returned loss",
-    "`self.log` keeps a float64 running sum (4 tiny tensor ops) instead of `loss.item()`",
-    "`zero_grad(set_to_none=True)` after the step (the script: before backward; same work)",
-    "`global_step` counter, step-interval scheduler check, `last_loss = loss.detach()`, "
-    "callback dispatch for `on_train_batch_end`",
-    "the loader fetches batch i+1 before step i runs (to know which batch is last); same work, other order",
-    "the preemption agreement: at each optimizer step every rank starts one asynchronous 2-float all-reduce "
-    "and reads the previous step's (`--stop-arm` measures what it costs)",
-]
-
-
-class EpochTimer(Callback):
-    """Rank 0's training-loop time per epoch and the end time of every step in it (seconds
-    from the epoch's start); travels back to the caller as callback state."""
-
-    def __init__(self) -> None:
-        self.times: List[float] = []
-        self.steps: List[int] = []
-        self.step_ends: List[List[float]] = []
-        self._t0 = 0.0
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"times": list(self.times), "steps": list(self.steps), "step_ends": list(self.step_ends)}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.times, self.steps = list(state["times"]), list(state["steps"])
-        self.step_ends = list(state["step_ends"])
-
-    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-        self._t0 = time.perf_counter()
-        self.step_ends.append([])
-
-    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.step_ends[-1].append(time.perf_counter() - self._t0)
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        self.times.append(time.perf_counter() - self._t0)
-        self.steps.append(len(self.step_ends[-1]))
-
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__, rounds=3)
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
                    help="synthetic graph NODESxDEGREE (default 1Mx10)")
@@ -115,7 +44,6 @@ def parse_args(argv: Any = None) -> Any:
                         "(default %(default)s; Tolokers has 5,879 and is not capped)")
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="A B pairs, interleaved (default %(default)s)")
     p.add_argument("--join-arm", action="store_true", help="add the hand-written loop inside Join (A+J)")
     p.add_argument("--stop-arm", action="store_true",
                    help="add graphtrainer without its per-step preemption agreement (B-S)")
@@ -139,61 +67,24 @@ def parse_args(argv: Any = None) -> Any:
     return args
 
 
-def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
-    """Keep a seeded random ``cap`` of the training nodes (the train mask is rewritten)."""
-    import torch
-
-    ids = workload.split_ids(graph, "train")
-    if ids.numel() > cap:
-        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
-        mask = torch.zeros(graph.num_nodes(), dtype=torch.bool)
-        mask[keep] = True
-        graph.ndata["train_mask"] = mask
-    return int(workload.split_ids(graph, "train").numel())
-
-
-def _hand_cfg(args: Any, batch_size: int, out: str, join: bool, fresh_thread: bool) -> Dict[str, Any]:
-    return {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
-            "batch_size": batch_size, "lr": args.lr, "dropout": 0.5, "epochs": args.epochs,
-            "threads": max(1, sysinfo.available_cores() // args.world), "seed": 0, "out_file": out, "join": join,
-            "fresh_thread": fresh_thread}
-
-
 def run_handwritten(graph: Any, args: Any, batch_size: int, join: bool = False,
                     fresh_thread: bool = False) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hand.json")
+        cfg = {"fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden, "batch_size": batch_size,
+               "lr": args.lr, "dropout": 0.5, "epochs": args.epochs, "seed": 0, "out_file": out, "join": join,
+               "threads": max(1, harness.available_cores() // args.world), "fresh_thread": fresh_thread}
         t = time.perf_counter()
-        handwritten.naive_spawn(graph, args.world, _hand_cfg(args, batch_size, out, join, fresh_thread))
-        res = json.loads(Path(out).read_text())
-        res["run_wall_s"] = time.perf_counter() - t
-        return res
-
-
-def run_handwritten_join(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    return run_handwritten(graph, args, batch_size, join=True)
-
-
-def run_handwritten_thread(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    return run_handwritten(graph, args, batch_size, fresh_thread=True)
+        handwritten.naive_spawn(graph, args.world, cfg)
+        return dict(json.loads(Path(out).read_text()), run_wall_s=time.perf_counter() - t)
 
 
 def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = EpochTimer()
     task = workload.BenchTask(graph, fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
-                            batch_size=batch_size, lr=args.lr, dropout=0.5)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(num_procs=args.world, max_epochs=args.epochs, progress_bar=False, logger=False,
-                          default_root_dir=tmp, callbacks=[timer], seed=0)
-        t = time.perf_counter()
-        trainer.fit(task)
-        wall = time.perf_counter() - t
-    metrics = handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))
-    return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
-            **metrics, "run_wall_s": wall,
-            "threads": trainer.threads_per_proc or max(1, sysinfo.available_cores() // args.world)}
+                              batch_size=batch_size, lr=args.lr, dropout=0.5)
+    res = workload.fit(graph, task, args.epochs, num_procs=args.world, enable_model_summary=None)
+    res["threads"] = res["threads"] or max(1, harness.available_cores() // args.world)
+    return res
 
 
 def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
@@ -208,28 +99,17 @@ def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str
         preemption.StopAgreement.at_boundary = at_boundary
 
 
-ARMS = {"handwritten": ("hand-written", run_handwritten), "handwritten_join": ("hand-written + Join", run_handwritten_join),
-        "handwritten_thread": ("hand-written in a new thread", run_handwritten_thread),
+ARMS = {"handwritten": ("hand-written", run_handwritten),
+        "handwritten_join": ("hand-written + Join", functools.partial(run_handwritten, join=True)),
+        "handwritten_thread": ("hand-written in a new thread", functools.partial(run_handwritten, fresh_thread=True)),
         "graphtrainer": ("graphtrainer", run_graphtrainer),
         "graphtrainer_no_stop": ("graphtrainer without the stop agreement", run_graphtrainer_no_stop)}
-
-
-def steady(times: List[float]) -> List[float]:
-    return times[1:] if len(times) > 1 else times
-
-
-def graph_specs(args: Any) -> List[Dict[str, Any]]:
-    specs = []
-    for ds in args.datasets:
-        if ds == "synthetic":
-            s = args.size
-            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
-                          "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
-                          "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0, "batch_size": args.batch_size})
-        else:
-            specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
-                          "feat_dim": 10, "batch_size": min(args.batch_size, 256)})
-    return specs
+#: Ablation ratios (``<key>_ratio``, arm a / arm b) reported when their arm ran.
+ABLATIONS = {"join": ("handwritten_join", "handwritten", "Join alone (hand-written + Join / hand-written)"),
+             "thread": ("handwritten_thread", "handwritten", "Training in a new thread alone (hand-written in a "
+                                                            "new thread / hand-written)"),
+             "stop": ("graphtrainer", "graphtrainer_no_stop", "The preemption agreement alone (graphtrainer / "
+                                                              "graphtrainer without it)")}
 
 
 def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
@@ -247,14 +127,13 @@ def step_and_epoch_costs(runs: List[Dict[str, Any]]) -> Dict[str, float]:
             step = (ends[-1] - ends[0]) / (len(ends) - 1)
             steps.append(step)
             fixed.append(total - len(ends) * step)
-    return {"step_ms": 1000 * report.median(steps), "epoch_fixed_ms": 1000 * report.median(fixed)}
+    return {"step_ms": 1000 * harness.median(steps), "epoch_fixed_ms": 1000 * harness.median(fixed)}
 
 
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
             world: int) -> Dict[str, Any]:
-    med = {k: report.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
-    pairs = [report.median(steady(b["epoch_times_s"])) / report.median(steady(a["epoch_times_s"]))
-             for a, b in zip(runs["handwritten"], runs["graphtrainer"])]
+    med = {k: harness.median([t for r in v for t in workload.steady(r["epoch_times_s"])]) for k, v in runs.items()}
+    pairs = pair_ratios(runs, "graphtrainer", "handwritten")
     steps = runs["graphtrainer"][0]["steps_per_epoch"][-1]
     metric = "test_auc" if "test_auc" in runs["handwritten"][0] else "test_acc"
     scores = {k: [r[metric] for r in v] for k, v in runs.items()}
@@ -274,15 +153,16 @@ def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, A
            "metric_diff": diff, "equal_metric": abs(diff) <= ACC_TOLERANCE,
            "met": ratio <= TARGET and abs(diff) <= ACC_TOLERANCE,
            "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v)}
-    if "handwritten_join" in med:
-        out["join_ratio"] = med["handwritten_join"] / med["handwritten"]
-    if "handwritten_thread" in med:
-        out["thread_ratio"] = med["handwritten_thread"] / med["handwritten"]
-    if "graphtrainer_no_stop" in med:
-        out["stop_ratio"] = med["graphtrainer"] / med["graphtrainer_no_stop"]
-        out["stop_pair_ratios"] = [report.median(steady(b["epoch_times_s"])) / report.median(steady(a["epoch_times_s"]))
-                                   for a, b in zip(runs["graphtrainer_no_stop"], runs["graphtrainer"])]
+    for key, (a, b, _) in ABLATIONS.items():
+        if a in med and b in med:
+            out[f"{key}_ratio"], out[f"{key}_pair_ratios"] = med[a] / med[b], pair_ratios(runs, a, b)
     return out
+
+
+def pair_ratios(runs: Dict[str, List[Dict[str, Any]]], a: str, b: str) -> List[float]:
+    """Median kept epoch of arm ``a`` over ``b``'s, run by run (neighbours in the interleaving)."""
+    return [harness.median(workload.steady(x["epoch_times_s"])) / harness.median(workload.steady(y["epoch_times_s"]))
+            for x, y in zip(runs[a], runs[b])]
 
 
 def render(results: List[Dict[str, Any]], args: Any) -> str:
@@ -299,9 +179,9 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
                     + [f"{r['costs'][k]['step_ms']:.2f}, {r['costs'][k]['epoch_fixed_ms']:.0f}" for k in arms]
                     + [f"{r['metric'].replace('test_', '')} " + " / ".join(f"{a:.4f}" for a in r["scores"][k]) for k in arms]
                     + [f"{r['metric_diff']:+.4f}",
-                       ("yes" if r["met"] else "**no**") + sysinfo.noise_note(r["other_cores"]),
+                       ("yes" if r["met"] else "**no**") + harness.noise_note(r["other_cores"]),
                        f"{r['other_cores']:.2f}"])
-    md = report.markdown_table(headers, rows)
+    md = harness.markdown_table(headers, rows)
     md += "\n\nGraphtrainer took " + "; ".join(
         f"{r['graph']} {r['extra_step_ms']:+.2f} ms/step and {r['extra_epoch_fixed_ms']:+.0f} ms/epoch fixed"
         for r in results) + " more than the hand-written loop (ms/step: mean interval between step ends inside " \
@@ -309,43 +189,27 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
     md += (f"\n\nEpoch times are medians over every run's epochs except its first ({args.rounds} run(s) per arm, "
            f"{args.epochs} epochs each, {args.world} ranks, interleaved); \"equal metric\" means the mean test "
            f"metrics differ by at most {ACC_TOLERANCE}.")
-    if any("join_ratio" in r for r in results):
-        md += "\n\nJoin alone (hand-written + Join / hand-written): " + ", ".join(
-            f"{r['graph']} {r['join_ratio']:.3f}x" for r in results if "join_ratio" in r) + "."
-    if any("thread_ratio" in r for r in results):
-        md += "\n\nTraining in a new thread alone (hand-written in a new thread / hand-written): " + ", ".join(
-            f"{r['graph']} {r['thread_ratio']:.3f}x" for r in results if "thread_ratio" in r) + "."
-    if any("stop_ratio" in r for r in results):
-        md += "\n\nThe preemption agreement alone (graphtrainer / graphtrainer without it): " + ", ".join(
-            f"{r['graph']} {r['stop_ratio']:.3f}x (pairs " + " / ".join(f"{x:.3f}" for x in r["stop_pair_ratios"]) + ")"
-            for r in results if "stop_ratio" in r) + "."
-    md += "\n\nWhat graphtrainer does per step that the hand-written loop does not:\n\n" + "\n".join(
-        f"- {x}" for x in PER_STEP_EXTRAS)
+    for key, (_, _, what) in ABLATIONS.items():
+        if any(f"{key}_ratio" in r for r in results):
+            md += f"\n\n{what}: " + ", ".join(
+                f"{r['graph']} {r[key + '_ratio']:.3f}x (pairs " + " / ".join(f"{x:.3f}" for x in r[key + "_pair_ratios"])
+                + ")" for r in results if f"{key}_ratio" in r) + "."
     return md
 
 
 def draw_for(results: List[Dict[str, Any]], world: int) -> Any:
-    def draw(fig: Any) -> None:
-        for i, r in enumerate(results):
-            ax = fig.add_subplot(1, len(results), i + 1)
-            keys = [k for k in ARMS if k in r["runs"]]
-            data = [[t for run in r["runs"][k] for t in steady(run["epoch_times_s"])] for k in keys]
-            ax.boxplot(data)
-            ax.set_xticks(range(1, len(keys) + 1), [ARMS[k][0].replace(" in a ", "\nin a ") for k in keys], fontsize=8)
-            ax.set_ylabel("epoch time (s), warm-up epochs excluded")
-            ax.set_title(f"{r['graph']}: graphtrainer / hand-written {r['ratio']:.3f}x, {world} ranks", fontsize=9)
-    return draw
+    return harness.bar_plot({f"{r['graph']}\n{ARMS[k][0]}": v for r in results for k, v in r["median_epoch_s"].items()},
+                            f"median epoch time (s), {world} ranks")
 
 
 def payload_for(args: Any, machine: Dict[str, Any], versions: Dict[str, str], wall_s: float,
                 results: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"benchmark": NAME, "machine": machine, "versions": versions,
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "wall_s": wall_s, "results": results, "per_step_extras": PER_STEP_EXTRAS,
-            "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
+            "wall_s": wall_s, "results": results, "targets": [{"graph": r["graph"], "what": "graphtrainer / hand-written median epoch time, equal test metric",
                          "measured": r["ratio"], "metric_diff": r["metric_diff"], "target": f"<= {TARGET}",
                          "met": r["met"], "other_cores": r["other_cores"],
-                         "valid": r["other_cores"] <= sysinfo.NOISY_CORES} for r in results]}
+                         "valid": r["other_cores"] <= harness.NOISY_CORES} for r in results]}
 
 
 def rerender(args: Any) -> Dict[str, Any]:
@@ -358,9 +222,8 @@ def rerender(args: Any) -> Dict[str, Any]:
     payload = payload_for(args, old["machine"], old["versions"], old["wall_s"], results)
     payload["config"] = dict(cfg, rerendered_from=str(args.from_json))
     md = render(results, args)
-    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     print(md)
-    print(f"[{NAME}] re-analysed {args.from_json}; wrote {', '.join(str(p) for p in paths.values())}")
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     return payload
 
 
@@ -368,10 +231,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
     if args.from_json:
         return rerender(args)
-    specs = graph_specs(args)
+    specs = workload.graph_specs(args.datasets, [args.size], args.feat_dim, args.batch_size)
     memory.refuse_if_too_big([{"label": s["label"], "estimate_mb": memory.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)} for s in specs])
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     t_start = time.time()
     arms = ["handwritten"] + (["handwritten_join"] if args.join_arm else []) \
         + (["handwritten_thread"] if args.thread_arm else []) + ["graphtrainer"] \
@@ -379,30 +242,18 @@ def main(argv: Any = None) -> Dict[str, Any]:
     results: List[Dict[str, Any]] = []
     for spec in specs:
         graph = workload.build_graph(spec)
-        n_train = cap_train(graph, args.max_train_nodes)
+        n_train = workload.cap_train(graph, args.max_train_nodes)
         graph.create_formats_()  # both sides sample from the same prepared structure
-        runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in arms}
-        order = []
-        for rnd in range(args.rounds):
-            for name in arms:
-                load = round(os.getloadavg()[0], 2)
-                print(f"[{NAME}] {spec['label']} round {rnd + 1}/{args.rounds}: {name} (load {load})", flush=True)
-                with sysinfo.LoadMeter() as meter:
-                    res = ARMS[name][1](graph, args, spec["batch_size"])
-                res["loadavg_1min_before"] = load
-                res["other_cores"] = meter.other_cores
-                runs[name].append(res)
-                order.append(name)
-                shown = "  ".join(f"{k} {res[k]:.4f}" for k in ("test_acc", "test_auc") if k in res)
-                print(f"    epochs {[round(t, 2) for t in res['epoch_times_s']]}  {shown}  (run {res['run_wall_s']:.1f} s, "
-                      f"other load {meter.other_cores} cores)", flush=True)
+        runs, order = harness.interleave(
+            {k: (lambda rnd, k=k: ARMS[k][1](graph, args, spec["batch_size"])) for k in arms}, args.rounds, spec["label"],
+            lambda res: f"epochs {[round(t, 2) for t in res['epoch_times_s']]}  " + "  ".join(
+                f"{k} {res[k]:.4f}" for k in ("test_acc", "test_auc") if k in res) + f"  run {res['run_wall_s']:.1f} s")
         results.append(analyse(spec, n_train, runs, order, args.world))
-        del graph
+        graph = None  # freed before the next graph is built
     md = render(results, args)
-    payload = payload_for(args, machine, sysinfo.versions(), round(time.time() - t_start, 1), results)
-    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
+    payload = payload_for(args, machine, harness.versions(), round(time.time() - t_start, 1), results)
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(results, args.world))
     return payload
 
 

@@ -3,29 +3,23 @@
     bash scripts/env.sh python benchmarks/precision.py                # 1Mx10 synthetic + Tolokers
     bash scripts/env.sh python benchmarks/precision.py --tiny         # seconds (smoke test)
 
-Each round trains the same GraphSAGE task (the example's) with 2 ranks once per precision,
-alternating which goes first; epoch times are rank 0's training loops after a warm-up
-epoch, and the test metrics come from a full-neighbour float32 evaluation of the trained
-model in this process. Writes ``precision.json``, ``precision.md`` and ``precision.png``.
+Each round trains the example's GraphSAGE with 2 ranks once per precision, alternating which
+goes first; rank 0's epochs after a warm-up one; test metrics from a float32 evaluation.
 """
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
-import handwritten
-import report
-import sysinfo
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import workload
-from overhead import EpochTimer, cap_train
+from workload import cap_train
 
 PRECISIONS = ("32", "bf16-mixed")
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser("precision", __doc__.split("\n")[0])
+    p = harness.base_parser("precision", __doc__.split("\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"))
     p.add_argument("--feat-dim", type=int, default=64)
@@ -41,39 +35,28 @@ def parse_args(argv: Any = None) -> Any:
 
 
 def run(graph: Any, precision: str, args: Any, batch_size: int) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = EpochTimer()
     task = workload.BenchTask(graph, fanouts=[10, 10], hidden=args.hidden, batch_size=batch_size, lr=3e-3,
                               dropout=0.5)
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(num_procs=2, max_epochs=args.epochs, precision=precision, progress_bar=False, logger=False,
-                enable_model_summary=False, default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
-    steady = timer.times[1:] if len(timer.times) > 1 else timer.times
-    return {"epoch_s": report.median(steady), "epoch_times_s": timer.times,
-            **handwritten.evaluate(task.module, graph, workload.split_ids(graph, "test"))}
+    res = workload.fit(graph, task, args.epochs, precision=precision)
+    return dict(res, epoch_s=harness.median(workload.steady(res["epoch_times_s"])))
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
-    started, busy = time.perf_counter(), sysinfo.machine_info()
+    started, busy = time.perf_counter(), harness.machine_info()
     results: List[Dict[str, Any]] = []
     for dataset in args.datasets:
         spec = {"dataset": dataset, **args.size, "feat_dim": args.feat_dim}
         graph = workload.build_graph(spec)
         n_train = cap_train(graph, args.max_train_nodes)
         batch_size = 256 if dataset == "tolokers" else 512
-        runs: Dict[str, List[Dict[str, Any]]] = {p: [] for p in PRECISIONS}
-        for r in range(args.rounds):
-            for precision in (PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]):
-                runs[precision].append(run(graph, precision, args, batch_size))
-                print(f"[precision] {dataset} round {r} {precision}: epoch "
-                      f"{runs[precision][-1]['epoch_s']:.2f} s, test_acc {runs[precision][-1]['test_acc']:.4f}",
-                      flush=True)
+        runs, _ = harness.interleave({p: (lambda rnd, p=p: run(graph, p, args, batch_size)) for p in PRECISIONS},
+                                     args.rounds, dataset, lambda r: f"epoch {r['epoch_s']:.2f} s, "
+                                                                     f"test_acc {r['test_acc']:.4f}", alternate=True)
         label = "tolokers" if dataset == "tolokers" else f"synthetic {workload.size_label(args.size)}"
         row: Dict[str, Any] = {"graph": label, "train_nodes": n_train}
         for precision in PRECISIONS:
-            row[precision] = {k: report.median([x[k] for x in runs[precision] if k in x])
+            row[precision] = {k: harness.median([x[k] for x in runs[precision] if k in x])
                               for k in ("epoch_s", "test_acc", "test_auc") if k in runs[precision][0]}
             row[precision]["runs"] = runs[precision]
         row["time_ratio"] = row["bf16-mixed"]["epoch_s"] / row["32"]["epoch_s"]
@@ -84,24 +67,16 @@ def main(argv: Any = None) -> Dict[str, Any]:
         for precision in PRECISIONS:
             m = row[precision]
             rows.append([row["graph"], row["train_nodes"], precision, f"{m['epoch_s']:.2f}",
-                         report.fmt_ratio(row["time_ratio"]) if precision != "32" else "",
+                         harness.fmt_ratio(row["time_ratio"]) if precision != "32" else "",
                          f"{m['test_acc']:.4f}", f"{m['test_auc']:.4f}" if "test_auc" in m else ""])
-    markdown = report.markdown_table(headers, rows)
+    markdown = harness.markdown_table(headers, rows)
     print(markdown, flush=True)
 
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        names = [r["graph"] for r in results]
-        for i, precision in enumerate(PRECISIONS):
-            ax.bar([x + 0.4 * i for x in range(len(names))], [r[precision]["epoch_s"] for r in results], 0.4,
-                   label=precision)
-        ax.set_xticks([x + 0.2 for x in range(len(names))], names)
-        ax.set_ylabel("epoch time (s, 2 CPU ranks)")
-        ax.legend()
-
     payload = {"benchmark": "precision", "args": {k: str(v) for k, v in vars(args).items()}, "machine": busy,
-               "versions": sysinfo.versions(), "results": results, "wall_s": time.perf_counter() - started}
-    report.write_outputs(args.out, "precision", payload, markdown, plot, figsize=(7, 4))
+               "versions": harness.versions(), "results": results, "wall_s": time.perf_counter() - started}
+    harness.write_outputs(args.out, "precision", payload, markdown, harness.bar_plot(
+        {f"{r['graph']}\n{p}": r[p]["epoch_s"] for r in results for p in PRECISIONS}, "epoch time (s, 2 CPU ranks)"),
+        figsize=(7, 4))
     return payload
 
 

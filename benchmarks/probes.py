@@ -9,26 +9,17 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer.callbacks import Callback
 from memory import tree_memory
 
 
 class Probe:
-    """Per-rank instrumentation shared by graphtrainer runs (via :class:`ProbeCallback`) and
-    hand-written loops (called directly). Files, not queues, so it works the same under
-    fork, spawn and any launcher.
-
-    - training about to start (process group up, model wrapped in DDP, loader built):
-      :meth:`fit_start` writes ``started_<rank>`` with ``time.time()`` (wall clock,
-      comparable across processes on one machine);
-    - step 0 done: writes ``first_<rank>`` with ``time.time()``;
-    - step ``pause_at`` done: writes ``ready_<rank>`` and waits for ``go`` (the parent's
-      :class:`MemoryWatcher` measures the tree meanwhile; every rank is paused, so the
-      memory is the steady state of training and no rank is mid-step);
-    - steps ``pause_at+1 .. pause_at+measure_steps``: timed; the rank writes
-      ``rank_<rank>.json`` with its steady-state window and seed count.
-    """
+    """Per-rank files (any launcher): ``started_<rank>`` at fit start, ``first_<rank>`` after
+    step 0, ``ready_<rank>`` after step ``pause_at`` (then it waits for ``go`` while the
+    :class:`MemoryWatcher` measures the paused tree), and ``rank_<rank>.json`` with the seeds
+    and wall window of the next ``measure_steps`` steps. Called by :class:`ProbeCallback` in
+    graphtrainer runs and directly by the hand-written loop."""
 
     def __init__(self, directory: str, pause_at: int = 3, measure_steps: int = 10, wait_timeout_s: float = 300.0):
         self.directory = str(directory)
@@ -96,18 +87,10 @@ class ProbeCallback(Callback):
         self.probe.step_end(trainer.rank, _num_seeds(batch))
 
 
-def make_probe_callback(probe: Probe) -> Any:
-    return ProbeCallback(probe)
-
-
 class MemoryWatcher:
-    """Background thread in the launching process: waits until ``world`` ranks have written
-    ``ready_*`` (all paused at step ``pause_at``), settles briefly, measures the whole process
-    tree, then writes ``go``. Until then it also samples the tree's total PSS every
-    ``interval_s`` for a start-up peak (pickling, shared-memory copies); a sample that
-    falls between two polls is missed, so the peak is a lower bound. After the steady-state
-    measurement it reads nothing more, so the throughput window is not disturbed (reading
-    ``smaps_rollup`` walks the target's page tables under its mmap lock)."""
+    """A thread in the launching process: samples the tree's total PSS every ``interval_s``
+    (the start-up peak, a lower bound) until ``world`` ranks wrote ``ready_*``, then measures
+    the paused tree once and writes ``go``; nothing after, so the timed window is undisturbed."""
 
     def __init__(self, directory: str, world: int, settle_s: float = 0.3, interval_s: float = 0.25):
         self.directory, self.world = str(directory), world
@@ -137,7 +120,7 @@ class MemoryWatcher:
             ready = [n for n in os.listdir(self.directory) if n.startswith("ready_")]
             if len(ready) >= self.world:
                 time.sleep(self.settle_s)
-                self.steady = tree_memory(breakdown=True)
+                self.steady = tree_memory()
                 self.peak_pss_mb = max(self.peak_pss_mb, self.steady["total_pss_mb"])
                 with open(os.path.join(self.directory, "go"), "w", encoding="utf-8") as fh:
                     fh.write("go")

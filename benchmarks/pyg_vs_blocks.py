@@ -1,41 +1,23 @@
 """PyG's GraphSAGE on PyG batches against graphtrainer's SAGE on DGL's blocks: the same task,
 2 CPU ranks, interleaved A B A B, median epoch time and the ratio B / A.
 
-    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py             # full run
-    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py --tiny      # seconds (smoke test)
+    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py [--trim-arm]   # full run
+    bash scripts/env.sh python benchmarks/pyg_vs_blocks.py --tiny         # seconds (smoke test)
 
-A (blocks): ``workload.BenchTask``, the example's node-classification task without validation:
-``graphtrainer.models.SAGE`` on DGL's blocks. B (pyg): the same task with
-``batch_format = "pyg"`` and ``torch_geometric.nn.GraphSAGE`` called as PyG's tutorial calls
-it, ``model(batch.x, batch.edge_index)[:batch.batch_size]``. B-T (pyg trimmed, ``--trim-arm``):
-B with PyG's per-layer trimming (``num_sampled_nodes_per_hop``/``num_sampled_edges_per_hop``).
-Same graph, seeds, fanouts, hidden size, dropout, batch size, learning rate and epochs; the
-sampling is DGL's in every arm, so the difference is the batch conversion and the model.
-
-Epoch time: rank 0's training loop (``overhead.EpochTimer``); each run's first epoch is warm-up
-and left out. Ratio = median of B's kept epochs / median of A's. Accuracy: each arm's
-test accuracy with every neighbour (rank 0's weights, ``handwritten.evaluate`` for A; PyG's
-model on a full-neighbour PyG batch for B), to show both learned.
-The GPU pair (seeds/s on a lent GPU, model steps on the same torch blocks) is
-``tests/helpers/pyg_gpu_script.py --bench``; its output is stored beside this one's.
+A: ``workload.BenchTask`` (SAGE on blocks). B: ``batch_format="pyg"`` and
+``torch_geometric.nn.GraphSAGE`` as PyG's tutorial calls it; B-T: with PyG's per-layer
+trimming. DGL samples in every arm. Test accuracy with every neighbour shows both learned.
+The GPU pair: ``tests/helpers/pyg_gpu_script.py --bench``.
 """
 from __future__ import annotations
 
-import os
 import statistics
-import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import handwritten  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
-import workload  # noqa: E402
-from overhead import EpochTimer, cap_train  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import workload
+from workload import cap_train
 
 NAME = "pyg_vs_blocks"
 TARGET = 1.10
@@ -63,7 +45,7 @@ class PygBenchTask(workload.BenchTask):
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("200kx10"),
                    help="synthetic graph NODESxDEGREE (default 200kx10)")
     p.add_argument("--feat-dim", type=int, default=64)
@@ -82,21 +64,12 @@ def parse_args(argv: Any = None) -> Any:
 
 
 def run_arm(graph: Any, args: Any, arm: str) -> Dict[str, Any]:
-    from graphtrainer import Trainer
-
-    timer = EpochTimer()
     common = dict(fanouts=[int(f) for f in args.fanouts.split(",")], hidden=args.hidden,
                   batch_size=args.batch_size, lr=3e-3, dropout=0.5)
     task = workload.BenchTask(graph, **common) if arm == "blocks" else PygBenchTask(graph, trim=arm == "pyg_trim",
                                                                                      **common)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(num_procs=2, max_epochs=args.epochs, progress_bar=False, logger=False,
-                          default_root_dir=tmp, callbacks=[timer], seed=0, enable_model_summary=False)
-        started = time.perf_counter()
-        trainer.fit(task)
-        wall = time.perf_counter() - started
-    return {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "run_wall_s": wall,
-            "test_acc": test_accuracy(task, graph, arm)}
+    res = workload.fit(graph, task, args.epochs, evaluate_test=False)
+    return dict(res, test_acc=test_accuracy(task, graph, arm))
 
 
 def test_accuracy(task: Any, graph: Any, arm: str) -> float:
@@ -105,7 +78,7 @@ def test_accuracy(task: Any, graph: Any, arm: str) -> float:
 
     ids = workload.split_ids(graph, "test")
     if arm == "blocks":
-        return float(handwritten.evaluate(task.module, graph, ids)["test_acc"])
+        return float(workload.evaluate(task.module, graph, ids)["test_acc"])
     import dgl
 
     from graphtrainer.nn.pyg import to_pyg
@@ -130,17 +103,14 @@ def summarise(runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     spec = {"dataset": "synthetic", **args.size, "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0}
     graph = workload.build_graph(spec)
     n_train = cap_train(graph, args.max_train_nodes)
     arms = ["blocks", "pyg"] + (["pyg_trim"] if args.trim_arm else [])
-    runs: Dict[str, List[Dict[str, Any]]] = {arm: [] for arm in arms}
-    for r in range(args.rounds):
-        for arm in arms:  # interleaved: A B (B-T) A B (B-T) ...
-            runs[arm].append(run_arm(graph, args, arm))
-            print(f"round {r} {arm}: epochs {[round(t, 2) for t in runs[arm][-1]['epoch_times_s']]} s, "
-                  f"test_acc {runs[arm][-1]['test_acc']:.4f}", flush=True)
+    runs, _ = harness.interleave({arm: (lambda rnd, arm=arm: run_arm(graph, args, arm)) for arm in arms}, args.rounds,
+                                 NAME, lambda r: f"epochs {[round(t, 2) for t in r['epoch_times_s']]} s, "
+                                                 f"test_acc {r['test_acc']:.4f}")
     result = summarise(runs)
     labels = {"blocks": "A: graphtrainer SAGE on DGL blocks", "pyg": "B: PyG GraphSAGE on PyG batches",
               "pyg_trim": "B-T: PyG GraphSAGE, trimmed per layer"}
@@ -148,23 +118,16 @@ def main(argv: Any = None) -> Dict[str, Any]:
             for a in arms]
     md = (f"# PyG batches vs DGL blocks ({workload.size_label(args.size)}, {n_train:,} training seeds, fanouts "
           f"{args.fanouts}, hidden {args.hidden}, batch {args.batch_size}, 2 CPU ranks, {args.rounds} rounds)\n\n"
-          + report.markdown_table(["arm", "median epoch (s)", "time vs A", "test acc"], rows)
+          + harness.markdown_table(["arm", "median epoch (s)", "time vs A", "test acc"], rows)
           + f"\n\nTarget for B: at most {TARGET:.2f}x A's epoch time.\n")
     import torch_geometric
 
-    versions = {**sysinfo.versions(), "torch_geometric": torch_geometric.__version__}
+    versions = {**harness.versions(), "torch_geometric": torch_geometric.__version__}
     payload = {"benchmark": NAME, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "machine": machine, "versions": versions, "runs": runs, **result, "target": TARGET}
 
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        for arm in arms:
-            ax.plot([t for r in runs[arm] for t in r["epoch_times_s"][1:]], "o-", label=labels[arm])
-        ax.set_xlabel("kept epoch (all rounds)")
-        ax.set_ylabel("epoch time (s)")
-        ax.legend()
-
-    paths = report.write_outputs(args.out, NAME, payload, md, plot, figsize=(8, 4))
+    paths = harness.write_outputs(args.out, NAME, payload, md, harness.bar_plot(
+        {labels[a]: result["median_epoch_s"][a] for a in arms}, "median epoch time (s)"), figsize=(8, 4))
     print(md, flush=True)
     print(f"written: {', '.join(str(p) for p in paths.values())}", flush=True)
     return payload

@@ -4,24 +4,9 @@
     bash scripts/env.sh python benchmarks/scaling.py --procs 1 2 4 8 # a machine with more cores
     bash scripts/env.sh python benchmarks/scaling.py --tiny          # seconds (smoke test)
 
-Each run is one ``Trainer(num_procs=N).fit`` (N = 1: in the main thread of a fresh worker
-process, as in a user's script; N > 1: launched from this process) of
-``steptimer.BreakdownTask``: GraphSAGE on a synthetic graph, chosen so that neighbour
-sampling dominates a step (large fanouts, small features, small model; the breakdown table
-shows whether it does on the machine at hand). Threads per process are whatever the
-trainer sets (cores // N for launched ranks; torch's default for N = 1, which is every
-core); both are recorded. The graph is built once here, ``create_formats_()`` is called
-once, and every launched run shares it; a 1-process worker builds the same graph (same
-seed) itself. One more configuration, 1 process x 1 thread (``Trainer(threads_per_proc=1)``;
-``--no-one-thread`` skips it), tells scaling per core apart from what the user gains over
-the trainer's 1-process default (every core as threads).
-
-Two kinds of run per N, interleaved over ``--repeats`` (1 2 ... 1 2 ...):
-  plain         no hooks, only the end time of every step: the throughput figure;
-  instrumented  every part of the step timed (``steptimer``): the breakdown.
-Steady state: ``--warmup`` steps are run and dropped, then ``--steps`` steps are timed;
-throughput = seed nodes of all ranks in that window / the longest rank's window.
-Target: the throughput with 2 processes >= 1.7x the 1-process throughput on 2 cores.
+Arms, interleaved: ``Trainer(num_procs=N)`` on ``steptimer.BreakdownTask`` for each N (and 1
+process x 1 thread), ``plain`` (step ends only: throughput) and ``instrumented`` (each part
+of a step timed). Target: 2 processes >= 1.7x one process on 2 cores.
 """
 from __future__ import annotations
 
@@ -33,13 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import memory  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
-import workload  # noqa: E402
-import steptimer  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import memory
+import workload
+import steptimer
 
 NAME = "scaling"
 TARGET = 1.7
@@ -48,7 +30,7 @@ MODES = ("plain", "instrumented")
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--procs", nargs="+", type=int, default=[1, 2], help="process counts (default: 1 2)")
     p.add_argument("--no-one-thread", action="store_true", help="skip the 1 process x 1 thread run")
     p.add_argument("--launcher", choices=LAUNCHERS, default="fork")
@@ -80,7 +62,7 @@ def parse_args(argv: Any = None) -> Any:
 def configs(args: Any) -> List[Tuple[int, Optional[int]]]:
     """``(processes, threads)``; threads None = what the trainer (or torch, for 1) chooses."""
     out: List[Tuple[int, Optional[int]]] = []
-    if not args.no_one_thread and sysinfo.available_cores() > 1:
+    if not args.no_one_thread and harness.available_cores() > 1:
         out.append((1, 1))
     return out + [(n, None) for n in args.procs]
 
@@ -102,12 +84,9 @@ def _fit(graph: Any, args: Any, world: int, mode: str, threads: Optional[int], o
 
 
 def _single_in_fresh_process(args: Any, mode: str, threads: Optional[int], out_dir: str) -> None:
-    """Run a 1-process fit in a fresh Python process, in its main thread, as a user's script
-    would: not in this process (on a machine with GPUs, a backward pass here would make
-    graphtrainer refuse the fork launches that follow), and not in a forked child (it
-    would have to train in a non-main thread to avoid the OpenMP fork hang, and training in
-    a non-main thread measured 20-50% slower per step with 2 threads). The worker rebuilds
-    the same graph (same seed)."""
+    """A 1-process fit in a fresh process's main thread, as a user's script runs: not here (a
+    backward pass here forbids later forks on a GPU machine), not in a forked child (it would
+    train in a non-main thread, 20-50% slower). The worker rebuilds the same graph."""
     import json
     import subprocess
 
@@ -164,29 +143,27 @@ def run_one(graph: Any, args: Any, world: int, mode: str, threads: Optional[int]
 def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     rows = []
     for mode in MODES:
-        keys = list(dict.fromkeys((r["world"], r["result"]["torch_threads"]) for r in runs
-                                  if r["mode"] == mode and "result" in r))
-        for n, t in keys:
-            rs = [r["result"] for r in runs if r["mode"] == mode and "result" in r
-                  and (r["world"], r["result"]["torch_threads"]) == (n, t)]
-            parts = {p: report.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
-            step = report.median([r["step_ms"] for r in rs])
+        groups: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
+        for r in runs:
+            if r["mode"] == mode and "result" in r:
+                groups.setdefault((r["world"], r["result"]["torch_threads"]), []).append(r)
+        for (n, t), group in groups.items():
+            rs = [r["result"] for r in group]
+            parts = {p: harness.median([r["ms_per_step"][p] for r in rs]) for p in steptimer.PARTS}
+            step = harness.median([r["step_ms"] for r in rs])
             rows.append({"mode": mode, "procs": n, "threads": t, "label": label(n, t), "runs": len(rs),
-                         "default_threads": any(r["default_threads"] for r in runs if r["mode"] == mode and
-                                                "result" in r and (r["world"], r["result"]["torch_threads"]) == (n, t)),
-                         "throughput": report.median([r["throughput_seeds_per_s"] for r in rs]),
+                         "default_threads": any(r["default_threads"] for r in group),
+                         "throughput": harness.median([r["throughput_seeds_per_s"] for r in rs]),
                          "all_throughputs": [r["throughput_seeds_per_s"] for r in rs],
-                         "best_throughput": max(r["throughput_seeds_per_s"] for r in rs),
                          "step_ms": step, "ms_per_step": parts,
                          "sample_share": parts["sample"] / step if step else None,
                          "data_share": (parts["sample"] + parts["gather"]) / step if step else None,
-                         "other_cores": report.median([r["other_cores"] for r in rs]),
+                         "other_cores": harness.median([r["other_cores"] for r in rs]),
                          "all_other_cores": [r["other_cores"] for r in rs]})
-    for mode in MODES:
-        rs = [r for r in rows if r["mode"] == mode]
-        base = next((r for r in rs if r["procs"] == 1 and r["default_threads"]), None)
-        one = next((r for r in rs if r["procs"] == 1 and r["threads"] == 1), None)
-        for r in rs:
+        mine = [r for r in rows if r["mode"] == mode]
+        base = next((r for r in mine if r["procs"] == 1 and r["default_threads"]), None)
+        one = next((r for r in mine if r["procs"] == 1 and r["threads"] == 1), None)
+        for r in mine:
             r["speedup"] = r["throughput"] / base["throughput"] if base else None
             r["speedup_vs_1x1"] = r["throughput"] / one["throughput"] if one else None
     tgt = []
@@ -199,58 +176,39 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
         tgt.append({"what": f"throughput, 2 processes x {two['threads']} thread(s) / 1 process x {one['threads']} "
                             "thread(s) (trainer defaults, plain runs)", "measured": ratio,
                     "target": f">= {TARGET}", "met": ratio >= TARGET, "other_cores": other,
-                    "valid": other <= sysinfo.NOISY_CORES})
+                    "valid": other <= harness.NOISY_CORES})
     return {"rows": rows, "targets": tgt}
 
 
 def render(summary: Dict[str, Any], args: Any, cores: int) -> str:
     rows = summary["rows"]
-    md = report.markdown_table(
+    md = harness.markdown_table(
         ["mode", "processes x threads", "runs", "seeds/s (median)", "each run (other load, cores)", "vs 1 process (default threads)",
          "vs 1 x 1 thread", "ms / step per rank (median)", "other load (cores, median)"],
         [[r["mode"], r["label"] + ("" if r["default_threads"] else " (threads_per_proc=1)"), r["runs"], r["throughput"],
           " / ".join(f"{x:,.0f} ({c:.2f})" for x, c in zip(r["all_throughputs"], r["all_other_cores"])),
-          report.fmt_ratio(r["speedup"]),
-          report.fmt_ratio(r["speedup_vs_1x1"]), r["step_ms"], f"{r['other_cores']:.2f}"]
+          harness.fmt_ratio(r["speedup"]),
+          harness.fmt_ratio(r["speedup_vs_1x1"]), r["step_ms"], f"{r['other_cores']:.2f}"]
          for r in rows])
     inst = [r for r in rows if r["mode"] == "instrumented"]
     if inst:
         md += ("\n\nWhere a step's time goes (instrumented runs; ms per step, mean over ranks, median over runs;"
                " `other` = the step's wall time not covered by the timed parts)\n\n")
-        md += report.markdown_table(
+        md += harness.markdown_table(
             ["processes x threads"] + list(steptimer.PARTS) + ["step", "sample share", "sample + gather share"],
             [[r["label"]] + [r["ms_per_step"][p] for p in steptimer.PARTS]
              + [r["step_ms"], f"{100 * r['sample_share']:.0f}%", f"{100 * r['data_share']:.0f}%"] for r in inst])
     if summary["targets"]:
-        md += "\n\nTarget (" + f"{cores} cores on this machine)\n\n" + report.markdown_table(
+        md += "\n\nTarget (" + f"{cores} cores on this machine)\n\n" + harness.markdown_table(
             ["ratio", "measured", "target", "met"],
-            [[t["what"], report.fmt_ratio(t["measured"]), t["target"],
-              ("yes" if t["met"] else "**no**") + sysinfo.noise_note(t["other_cores"])] for t in summary["targets"]])
+            [[t["what"], harness.fmt_ratio(t["measured"]), t["target"],
+              ("yes" if t["met"] else "**no**") + harness.noise_note(t["other_cores"])] for t in summary["targets"]])
     return md
 
 
 def plot(summary: Dict[str, Any]) -> Any:
-    def draw(fig: Any) -> None:
-        rows = summary["rows"]
-        ax = fig.add_subplot(1, 2, 1)
-        for i, mode in enumerate(MODES):
-            rs = [r for r in rows if r["mode"] == mode]
-            ax.bar([k + 0.4 * i for k in range(len(rs))], [r["throughput"] for r in rs], 0.4, label=mode)
-            ax.set_xticks([k + 0.2 for k in range(len(rs))], [r["label"] for r in rs], fontsize=8)
-        ax.set_ylabel("seed nodes / s")
-        ax.set_title("steady-state throughput (processes x threads per process)", fontsize=9)
-        ax.legend(fontsize=8)
-        ax = fig.add_subplot(1, 2, 2)
-        inst = [r for r in rows if r["mode"] == "instrumented"]
-        bottom = [0.0] * len(inst)
-        for p in steptimer.PARTS:
-            vals = [r["ms_per_step"][p] for r in inst]
-            ax.bar([r["label"] for r in inst], vals, bottom=bottom, label=p)
-            bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.set_ylabel("ms per step (per rank)")
-        ax.set_title("where a step's time goes", fontsize=9)
-        ax.legend(fontsize=7)
-    return draw
+    return harness.bar_plot({f"{r['label']}\n{r['mode']}": r["throughput"] for r in summary["rows"]},
+                            "seed nodes / s (steady state)")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -264,7 +222,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     memory.refuse_if_too_big([{"label": f"{workload.size_label(s)} {args.launcher} x{n}",
                                "estimate_mb": memory.estimate_mb(s["num_nodes"], num_edges, args.feat_dim, launcher, n)}
                               for n in args.procs])
-    machine = sysinfo.machine_info()
+    machine = harness.machine_info()
     if max(args.procs) > (machine["cpus"] or 1):
         print(f"[{NAME}] note: {max(args.procs)} processes on {machine['cpus']} cores", flush=True)
     t_start = time.time()
@@ -277,7 +235,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         run["loadavg_1min_before"] = round(os.getloadavg()[0], 2)
         what = f"{run['world']} proc(s)" + (f" x {run['threads']} thread(s)" if run["threads"] else "")
         print(f"[{NAME}] {i + 1}/{len(runs)} {what}, {run['mode']} (load {run['loadavg_1min_before']})", flush=True)
-        with sysinfo.LoadMeter() as meter:
+        with harness.LoadMeter() as meter:
             run["result"] = run_one(graph, args, run["world"], run["mode"], run["threads"])
         r = run["result"]
         r["other_cores"] = meter.other_cores
@@ -286,14 +244,13 @@ def main(argv: Any = None) -> Dict[str, Any]:
               flush=True)
     summary = summarize(runs)
     md = render(summary, args, machine["cpus"])
-    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "graph": {"nodes": graph.num_nodes(), "edges": graph.num_edges(), "build_s": round(build_s, 2)},
                "wall_s": round(time.time() - t_start, 1), "runs": runs, "summary": summary["rows"],
                "targets": summary["targets"]}
-    paths = report.write_outputs(args.out, NAME, payload, md, plot(summary))
+    harness.write_outputs(args.out, NAME, payload, md, plot(summary))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload
 
 

@@ -2,12 +2,9 @@
 
     python benchmarks/small_collectives.py [--world-sizes 2 4] [--calls 300] [--out DIR]
 
-An epoch of graphtrainer ends with a few agreements of a few numbers each (batch counts,
-metric checksums and sums, the stop flag), each one gloo collective; the DGL tutorial's
-script makes none. This times, for ranks pinned one per core as ``Trainer(pin_cpus=True)``
-places them, gloo's all-reduce of 4 numbers (sum and max), an all-gather of 4 numbers, a
-broadcast and a barrier, and a loopback TCP round trip for scale. Median of 5 blocks of
-``--calls`` calls each, rank 0's clock.
+Ranks pinned one per core (as ``pin_cpus=True``) time gloo's all-reduce of 4 numbers (sum,
+max), an all-gather, a broadcast and a barrier, and a loopback TCP round trip for scale;
+median of 5 blocks of ``--calls`` calls, rank 0's clock.
 """
 from __future__ import annotations
 
@@ -18,15 +15,15 @@ import sys
 import time
 from typing import Any, Callable, Dict, List
 
-import bench_env  # noqa: F401  (DGLBACKEND, this checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from graphtrainer.process.affinity import rank_cores
 from graphtrainer.launch.environment import free_port
-from report import base_parser, markdown_table, write_outputs
-from sysinfo import machine_info, versions
+from harness import base_parser, markdown_table, write_outputs
+from harness import machine_info, versions
 
 BLOCKS = 5
 

@@ -1,14 +1,11 @@
-"""Dense per-rank ``nn.Embedding`` against one shared :class:`SparseEmbedding` for a 5M-row
+"""Dense per-rank ``nn.Embedding`` against one shared ``SparseEmbedding`` for a 5M-row
 featureless node type: memory per rank and time per training step, 2 ranks (fork, gloo).
 
-    PYTHONPATH=. DGLBACKEND=pytorch python benchmarks/sparse_embedding.py --out benchmarks/results/sparse_embedding
+    python benchmarks/sparse_embedding.py --out benchmarks/results/sparse_embedding
 
-The graph is :func:`graphtrainer.hetero_data.synthetic_hetero` (papers with features and
-labels; ``word`` has no features: 5M rows). HeteroSAGE trains on paper seeds; ``word`` rows
-come either from a dense ``nn.Embedding`` in every rank (a DDP parameter: copied per rank and
-all-reduced whole every step, trained with SGD) or from one shared table updated by
-``SparseAdagrad``. Each rank records its USS/PSS (psutil) after its last step and the wall
-time of each step; the first ``--warmup`` steps are left out of the step time.
+HeteroSAGE on ``synthetic_hetero``'s paper seeds; ``word`` rows from a dense DDP embedding
+(SGD) or a shared table (``SparseAdagrad``). Each rank records USS/PSS after its last step and
+every step's wall time (the first ``--warmup`` left out).
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
-"""The newest tested set against the pinned one: the same GraphTask, the same graph and seeds,
-trained under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time side
-by side.
+"""The newest tested set against the pinned one: the same GraphTask, graph and seeds trained
+under each set's venv in turn (pinned, newest, newest, pinned, ...), epoch time side by side.
 
     python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
-    python benchmarks/stacks.py --dataset synthetic --rounds 2
     python benchmarks/stacks.py --tiny                # seconds (smoke test)
 
-Any Python runs the driver: each run is a fresh interpreter of ``.venv`` (pinned: torch 2.2.1)
-or ``.venv-newest`` (the newest torch, dgl 2.1.0 behind graphtrainer/_compat; DGL's tensor
-adapter is off there), made first with ``[GRAPHTRAINER_STACK=newest] bash scripts/env.sh true``.
-The task is ``workload.BenchTask`` (the example's GraphSAGE, training only) with every
-graphtrainer default: ``Trainer(num_procs=2)``, fork. Epoch time: rank 0's training loop,
-the first epoch of every run left out. Ratio = median newest epoch / median pinned epoch, for
-each ``--dropouts`` value: the task is run with dropout 0.5 (the example's) and without, because
-torch's CPU dropout is several times slower on the newest set (from torch 2.5 its ``bernoulli_``
-no longer takes MKL's vectorised path). Each worker also times, on one thread, the operations
-behind it (``F.dropout``, ``bernoulli_``, ``rand_like`` of a 3,000 x 128 float tensor) and
-``graphtrainer.nn.Dropout``, which the task's model uses: on torch 2.5 and later its CPU mask is
-uniform numbers compared with ``p``.
-Writes ``benchmarks/results/stacks/stacks.json`` and ``stacks.md``.
+Each run: a fresh interpreter of ``.venv`` or ``.venv-newest`` on ``workload.BenchTask``, one arm
+per ``--dropouts`` value; ratio = median newest epoch / median pinned. Each worker also times
+the operations behind dropout on one thread.
 """
 from __future__ import annotations
 
@@ -64,39 +52,20 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
 def worker(args: argparse.Namespace) -> None:
     """One training run in this interpreter; writes epoch times and versions to ``args.worker``."""
     sys.path.insert(0, str(HERE))
-    import bench_env  # noqa: F401  (first: graphtrainer from this checkout)
+    import harness  # noqa: F401  (first: graphtrainer from this checkout)
     import torch
-    import workload
-    from graphtrainer import Callback, Trainer
+    import workload  # before dgl: graphtrainer's compatibility layer lets dgl load on the newest set
 
-    class EpochTimes(Callback):
-        def __init__(self) -> None:
-            self.times: List[float] = []
-            self._t0 = 0.0
-
-        def state_dict(self) -> Dict[str, Any]:
-            return {"times": list(self.times)}
-
-        def load_state_dict(self, state: Dict[str, Any]) -> None:
-            self.times = list(state["times"])
-
-        def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-            self._t0 = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-            self.times.append(time.perf_counter() - self._t0)
+    import dgl
 
     spec = ({"dataset": "tolokers"} if args.dataset == "tolokers" else
             {"dataset": "synthetic", "num_nodes": args.num_nodes, "avg_degree": 10, "feat_dim": 64})
     graph = workload.build_graph(spec)
     task = workload.BenchTask(graph, fanouts=[10, 10], hidden=128, batch_size=256, lr=3e-3,
                               dropout=args.dropouts[0])
-    timer = EpochTimes()
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(num_procs=args.num_procs, max_epochs=args.epochs, progress_bar=False, logger=False,
-                default_root_dir=tmp, callbacks=[timer], seed=0).fit(task)
-    import dgl
-    args.worker.write_text(json.dumps({"epoch_times_s": timer.times, "torch": torch.__version__,
+    res = workload.fit(graph, task, args.epochs, evaluate_test=False, num_procs=args.num_procs,
+                       enable_model_summary=None)
+    args.worker.write_text(json.dumps({"epoch_times_s": res["epoch_times_s"], "torch": torch.__version__,
                                        "dgl": dgl.__version__, "dropout": args.dropouts[0],
                                        "ops_ms": time_random_ops()}))
 

@@ -1,30 +1,11 @@
-"""Where the time of a training step goes, measured inside each rank of a graphtrainer run.
+"""Where a training step's time goes, inside each rank of a graphtrainer run.
 
-:class:`BreakdownTask` is the example GraphSAGE training (same model, Adam, cross-entropy,
-one ``self.log`` per step) written so that each part of a step is a separate, timed piece
-of code. Every piece is timed with ``time.perf_counter`` as an interval (start, end) on the
-rank's own clock; afterwards :func:`summarize_rank` adds up the intervals that fall in the
-steady-state window, so the parts plus "other" are exactly the window's wall time.
-
-- ``sample``: ``next()`` on the loader (DGL ``NeighborSampler`` without prefetching, so it
-  is block sampling and the id bookkeeping of ``DataLoader`` only);
-- ``gather``: ``feat[input_nodes]`` and ``label[seeds]`` (what ``prefetch_node_feats`` does
-  inside the loader otherwise);
-- ``forward``: the DDP model's forward and the loss (under the trainer's ``Join`` DDP also
-  starts its small join all-reduces here, asynchronously);
-- ``log``: the step's ``self.log`` call;
-- ``allreduce``: DDP's gradient all-reduce, through a communication hook that runs the
-  same ``div_(world)`` + ``all_reduce`` as DDP's default hook but waits for it, and times
-  it. It includes waiting for the slower rank. The model is small (one DDP bucket), so
-  DDP's default could not overlap it with backward either: the hook changes when the wait
-  happens, not how long it is;
-- ``backward``: from the end of ``training_step`` to the optimizer's step pre-hook, minus
-  ``allreduce`` (the trainer calls ``loss.backward()`` in between, nothing else);
-- ``optimizer``: Adam's ``step`` (pre-hook to post-hook);
-- ``other``: the rest: the trainer's per-step work (device transfer no-op, batch-size
-  inference, ``zero_grad``, step counters, callbacks) and the loader's prefetch pattern.
-
-With ``instrument=False`` only the step ends are recorded (throughput, no hooks).
+:class:`BreakdownTask` is the example's GraphSAGE training with each part of a step timed as an
+interval on the rank's clock: ``sample`` (the loader's ``next()``, no prefetch), ``gather``
+(features and labels), ``forward`` (with the loss), ``log``, ``backward``, ``allreduce`` (DDP's
+gradient all-reduce through a hook that waits for it, slower rank included), ``optimizer`` and
+``other`` (the trainer's own per-step work). :func:`summarize_rank` adds up the intervals in the
+steady window, so the parts plus ``other`` are its wall time. ``instrument=False``: step ends only.
 """
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""The job of ``dgl_tutorial.py`` as a GraphTask, run with every graphtrainer default:
+"""The job of ``dgl_tutorial.py`` as a GraphTask with every graphtrainer default.
 
     python benchmarks/tutorial_task.py GRAPH.bin NPROCS EPOCHS OUT.json [OPTION=VALUE ...]
 
-``Trainer(num_procs=NPROCS, max_epochs=EPOCHS)`` (1: in-process; more: forked ranks),
-progress bar, logger and model summary on, the example ``NodeClassification`` task with
-the tutorial's network (``tutorial_model.Model``, hidden 128), ``NeighborSampler([4, 4])``
-(graphtrainer's default sampler for fanouts ``[4, 4]``: features and labels prefetched),
-batch 1024, Adam with its default learning rate, the training step logging loss and
-accuracy. No validation, as in the tutorial's timed part. Rank 0 writes the start time of
-every epoch and the end of ``fit`` to OUT.json. OPTION=VALUE (optional, e.g. ``allocator=lean``,
-``pin_cpus=false``) sets that Trainer option, for ablations.
+``Trainer(num_procs=NPROCS)``, progress bar, logger and summary on; the example task with the
+tutorial's network (``tutorial_model.Model``), ``NeighborSampler([4, 4])``, batch 1024, Adam.
+Rank 0 writes each epoch's start and the end of ``fit`` to OUT.json. OPTION=VALUE (e.g.
+``allocator=lean``, ``pin_cpus=false``) sets that Trainer option, for ablations.
 """
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ import tempfile
 import time
 from typing import Any, List, Tuple
 
-import bench_env  # noqa: F401  (graphtrainer from this checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer import Trainer
 from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification

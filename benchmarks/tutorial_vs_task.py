@@ -1,61 +1,37 @@
-"""DGL's multi-GPU tutorial script against the same job as a GraphTask with every
-graphtrainer default: epoch time and peak memory at 1, 2 and 4 ranks, interleaved.
+"""DGL's multi-GPU tutorial script against the same job as a GraphTask with every graphtrainer
+default: epoch time and peak memory at 1, 2 and 4 ranks, interleaved.
 
-    python benchmarks/tutorial_vs_task.py --out benchmarks/results/tutorial_vs_task   # full run
-    python benchmarks/tutorial_vs_task.py --tiny                                       # seconds (smoke test)
+    python benchmarks/tutorial_vs_task.py --datasets tolokers --world-sizes 2   # the issue's figure
+    python benchmarks/tutorial_vs_task.py --tiny                                 # seconds (smoke test)
 
-A (``dgl_tutorial.py``): the tutorial's script as written for its readers (graph loaded at
-the top of the script, so each spawned process holds its own copy; ``mp.spawn``; gloo;
-``DataLoader(use_ddp=True)``, ``NeighborSampler([4, 4])``, batch 1024, its 2-layer SAGE;
-threads per process ``cores // ranks``). B (``tutorial_task.py``): ``Trainer(num_procs=N)``
-with every default (1 rank: in-process; more: forked ranks) on the GraphTask port. Optional
-B+lean (``--lean-arm``): B with ``Trainer(allocator="lean")``, what that option costs;
-B+glibc (``--glibc-arm``): B with ``allocator="glibc"`` (no heap trim at all, not even the
-one at a rank's start that the default makes); B+unpinned (``--unpinned-arm``): B with
-``pin_cpus=False``, ranks left to float over the cores as the tutorial's do.
-
-Each run is a fresh process on the same graph file; runs are interleaved (for every round,
-every rank count, every arm in turn). Epoch time: rank 0's time from one training epoch's
-start to the next (the last: to the end of training), mean over epochs 2..E; a run's ratio
-is B / A of the runs next to each other. Peak total PSS: the largest sum of PSS over the
-run's process tree (sampled every 0.25 s from ``/proc/<pid>/smaps_rollup``).
+Arms: ``dgl_tutorial.py`` as its readers run it (each spawned process loads the graph), and
+``tutorial_task.py`` (``Trainer(num_procs=N)``, every default); each run a fresh process on the
+same graph file. Epoch time: rank 0's, mean over epochs 2..E. Peak PSS of the process tree.
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_env  # noqa: E402,F401
-import memory  # noqa: E402
-import report  # noqa: E402
-import sysinfo  # noqa: E402
-import workload  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import workload
 
 NAME = "tutorial_vs_task"
 HERE = Path(__file__).resolve().parent
 #: Epoch time B / A at most (by rank count), peak total PSS B / A at most.
 EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}
 PSS_TARGET = 0.85
-#: Ablation arms, each reported against the defaults (``--<name>-arm``).
-EXTRAS = ("lean", "glibc", "unpinned")
-ARMS = {"tutorial": ("DGL tutorial script", "dgl_tutorial.py", []),
-        "graphtrainer": ("graphtrainer defaults", "tutorial_task.py", []),
-        "graphtrainer_lean": ("graphtrainer, allocator='lean'", "tutorial_task.py", ["allocator=lean"]),
-        "graphtrainer_glibc": ("graphtrainer, allocator='glibc'", "tutorial_task.py", ["allocator=glibc"]),
-        "graphtrainer_unpinned": ("graphtrainer, pin_cpus=False", "tutorial_task.py", ["pin_cpus=false"])}
+ARMS = {"tutorial": "dgl_tutorial.py", "graphtrainer": "tutorial_task.py"}
 
 
 def parse_args(argv: Any = None) -> Any:
-    p = report.base_parser(NAME, __doc__.split("\n\n")[0])
+    p = harness.base_parser(NAME, __doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"),
                    help="synthetic graph NODESxDEGREE (default 1Mx10: 1M nodes, 10M edges)")
@@ -66,11 +42,6 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved passes (default %(default)s)")
-    p.add_argument("--lean-arm", action="store_true", help="add graphtrainer with allocator='lean'")
-    p.add_argument("--unpinned-arm", action="store_true",
-                   help="add graphtrainer with pin_cpus=False (ranks float over the cores)")
-    p.add_argument("--glibc-arm", action="store_true",
-                   help="add graphtrainer with allocator='glibc' (no heap trim at all)")
     args = p.parse_args(argv)
     if args.tiny:
         args.size = workload.parse_size("20kx5")
@@ -87,67 +58,26 @@ def parse_args(argv: Any = None) -> Any:
 def prepare_graph(spec: Dict[str, Any], cap: int, path: str) -> int:
     """Build the graph, keep a seeded ``cap`` of its training nodes, save it to ``path``."""
     import dgl
-    import torch
 
     graph = workload.build_graph(spec)
-    ids = workload.split_ids(graph, "train")
-    if ids.numel() > cap:
-        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))[:cap]]
-        graph.ndata["train_mask"] = torch.zeros(graph.num_nodes(), dtype=torch.bool).index_fill_(0, keep, True)
+    n_train = workload.cap_train(graph, cap)
     for split in ("val", "test"):
         graph.ndata[f"{split}_mask"] = graph.ndata[f"{split}_mask"].bool()
     dgl.save_graphs(path, [graph])
-    return int(graph.ndata["train_mask"].sum())
+    return n_train
 
 
 def run_arm(arm: str, graph_file: str, world: int, epochs: int, tmp: str) -> Dict[str, Any]:
     """One run in a fresh process: epoch starts from its JSON, peak total PSS of its tree."""
-    _, script, extra = ARMS[arm]
     out = os.path.join(tmp, f"{arm}-{world}.json")
-    log = open(os.path.join(tmp, f"{arm}-{world}.log"), "w+")  # noqa: SIM115 - read back on failure
-    cmd = [sys.executable, str(HERE / script), graph_file, str(world), str(epochs), out, *extra]
-    peak = {"total_pss_mb": 0.0}
-    with sysinfo.LoadMeter() as meter:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.wait(0.25):
-                total = memory.tree_memory(proc.pid)["total_pss_mb"]
-                peak["total_pss_mb"] = max(peak["total_pss_mb"], total)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            code = proc.wait(timeout=900)
-        finally:
-            stop.set()
-            sampler.join()
-            if proc.poll() is None:  # failed or timed out: the tutorial's ranks do not die with it
-                _kill_tree(proc.pid)
-        wall = time.perf_counter() - t0
-    log.seek(0)
-    if code != 0 or not os.path.exists(out):
-        raise RuntimeError(f"{arm} with {world} rank(s) failed (exit {code}):\n{log.read()[-4000:]}")
+    run = harness.run_process([sys.executable, str(HERE / ARMS[arm]), graph_file, str(world), str(epochs), out],
+                              f"{arm} with {world} rank(s)", peak_pss=True)
     data = json.loads(Path(out).read_text())
     os.remove(out)
     ends = data["epoch_starts"][1:] + [data["end"]]
     epoch_s = [b - a for a, b in zip(data["epoch_starts"], ends)]
     return {"epoch_s": epoch_s, "mean_epoch_s": statistics.fmean(epoch_s[1:]), "steps_per_epoch": data["steps_per_epoch"],
-            "peak_total_pss_mb": round(peak["total_pss_mb"], 1), "run_wall_s": round(wall, 1),
-            "other_cores": meter.other_cores}
-
-
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    root = psutil.Process(pid)
-    for proc in root.children(recursive=True) + [root]:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
+            "peak_total_pss_mb": run["peak_total_pss_mb"], "run_wall_s": run["wall_s"], "other_cores": run["other_cores"]}
 
 
 def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, Any]]]]) -> List[Dict[str, Any]]:
@@ -162,10 +92,6 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
                "pss_ratio": pss["graphtrainer"] / pss["tutorial"],
                "steps_per_epoch_rank0": b[0]["steps_per_epoch"],
                "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world])}
-        for extra in EXTRAS:
-            if f"graphtrainer_{extra}" in runs:
-                row[f"{extra}_epoch_ratio"] = mean[f"graphtrainer_{extra}"] / mean["graphtrainer"]
-                row[f"{extra}_pss_ratio"] = pss[f"graphtrainer_{extra}"] / pss["graphtrainer"]
         target = EPOCH_TARGETS.get(world, 0.95)
         row["epoch_target"], row["met_epoch"] = target, row["epoch_ratio"] <= target
         row["met_pss"] = row["pss_ratio"] <= PSS_TARGET
@@ -174,48 +100,34 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
 
 
 def render(rows: List[Dict[str, Any]], args: Any) -> str:
-    extras = [e for e in EXTRAS if any(f"{e}_epoch_ratio" in r for r in rows)]
     headers = ["graph", "ranks", "steps/epoch (rank 0)", "tutorial s/epoch", "graphtrainer s/epoch", "epoch ratio",
                "per-round ratios", "target", "tutorial peak PSS MB", "graphtrainer peak PSS MB", "PSS ratio",
-               f"PSS <= {PSS_TARGET}x"] + [f"{e} / default: epoch, PSS" for e in extras] + ["other load (cores)"]
+               f"PSS <= {PSS_TARGET}x", "other load (cores)"]
     table = []
     for r in rows:
         met = "yes" if r["met_epoch"] else "**no**"
         table.append([r["graph"], r["world"], r["steps_per_epoch_rank0"], round(r["mean_epoch_s"]["tutorial"], 3),
                       round(r["mean_epoch_s"]["graphtrainer"], 3), f"{r['epoch_ratio']:.2f}x",
                       " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
-                      f"<= {r['epoch_target']:.2f}x: {met}{sysinfo.noise_note(r['other_cores'])}",
+                      f"<= {r['epoch_target']:.2f}x: {met}{harness.noise_note(r['other_cores'])}",
                       r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"],
-                      f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**"]
-                     + [f"{r[e + '_epoch_ratio']:.2f}x, {r[e + '_pss_ratio']:.2f}x" for e in extras]
-                     + [f"{r['other_cores']:.2f}"])
-    md = report.markdown_table(headers, table)
+                      f"{r['pss_ratio']:.2f}x", "yes" if r["met_pss"] else "**no**", f"{r['other_cores']:.2f}"])
+    md = harness.markdown_table(headers, table)
     md += (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
            f"interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
     return md
 
 
 def draw_for(rows: List[Dict[str, Any]]) -> Any:
-    def draw(fig: Any) -> None:
-        graphs = sorted({r["graph"] for r in rows})
-        for i, g in enumerate(graphs):
-            sub = [r for r in rows if r["graph"] == g]
-            for j, (key, what) in enumerate((("epoch_ratio", "epoch time"), ("pss_ratio", "peak total PSS"))):
-                ax = fig.add_subplot(len(graphs), 2, 2 * i + j + 1)
-                ax.bar([str(r["world"]) for r in sub], [r[key] for r in sub])
-                ax.axhline(1.0, color="grey", lw=0.8)
-                ax.set_title(f"{g}: graphtrainer / tutorial, {what}", fontsize=9)
-                ax.set_xlabel("ranks")
-    return draw
+    return harness.bar_plot({f"{r['graph']} x{r['world']}\n{k}": r[f"{k}_ratio"] for r in rows for k in ("epoch", "pss")},
+                            "graphtrainer / tutorial")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
-    specs = [s for s in _specs(args)]
-    machine, t_start = sysinfo.machine_info(), time.time()
-    arms = ["tutorial", "graphtrainer"] + (["graphtrainer_lean"] if args.lean_arm else []) \
-        + (["graphtrainer_glibc"] if args.glibc_arm else []) \
-        + (["graphtrainer_unpinned"] if args.unpinned_arm else [])
+    specs = workload.graph_specs(args.datasets, [args.size], args.feat_dim)
+    machine, t_start = harness.machine_info(), time.time()
+    arms = list(ARMS)
     rows: List[Dict[str, Any]] = []
     raw: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:
@@ -236,25 +148,12 @@ def main(argv: Any = None) -> Dict[str, Any]:
             raw[spec["label"]] = runs
             os.remove(path)
     md = render(rows, args)
-    payload = {"benchmark": NAME, "machine": machine, "versions": sysinfo.versions(),
+    payload = {"benchmark": NAME, "machine": machine, "versions": harness.versions(),
                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                "wall_s": round(time.time() - t_start, 1), "results": rows, "runs": raw}
-    paths = report.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 3.2 * len(specs)))
+    harness.write_outputs(args.out, NAME, payload, md, draw_for(rows), figsize=(10, 4))
     print(md)
-    print(f"[{NAME}] wrote {', '.join(str(p) for p in paths.values())}")
     return payload
-
-
-def _specs(args: Any) -> List[Dict[str, Any]]:
-    specs = []
-    for ds in args.datasets:
-        if ds == "synthetic":
-            s = args.size
-            specs.append({"dataset": "synthetic", "label": workload.size_label(s), "num_nodes": s["num_nodes"],
-                          "avg_degree": s["avg_degree"], "feat_dim": args.feat_dim, "num_classes": 8, "seed": 0})
-        else:
-            specs.append({"dataset": "tolokers", "label": "tolokers"})
-    return specs
 
 
 if __name__ == "__main__":

@@ -3,28 +3,18 @@
     python benchmarks/workers.py --out benchmarks/results/full          # 1M nodes, 2 ranks
     python benchmarks/workers.py --nodes 20000 --batches 5 --out /tmp/w  # seconds
 
-Builds the synthetic graph once (``datasets.synthetic``, or ``synthetic_hetero`` with
-``--hetero``: papers and words, paper seeds), then for each worker count trains GraphSAGE
-(fanouts 10,10, hidden 64, batches of 1024 seeds) on 2 forked ranks for 3 epochs of
-``--batches`` batches per rank, and times each epoch inside the ranks (rank mean).
-Epoch 0 includes starting the workers; with ``persistent_workers`` epochs 1-2 reuse them.
-Seeds/s = seeds of all ranks in an epoch / epoch seconds. Writes ``workers.json`` and
-``workers.md`` to ``--out``.
+GraphSAGE on 2 forked ranks (``--hetero``: papers and words), 3 epochs of ``--batches``
+batches per rank per worker count, each epoch timed in the ranks; epoch 0 starts the workers.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from graphtrainer import Trainer  # noqa: E402
+import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+from graphtrainer import Trainer
 from graphtrainer.examples.hetero_classification import HeteroClassification  # noqa: E402
 from graphtrainer.examples.node_classification import NodeClassification  # noqa: E402
 
@@ -74,8 +64,8 @@ def run(graph: Any, hetero: bool, workers: int, args: argparse.Namespace) -> Dic
             "loadavg_before": load0, "loadavg_after": os.getloadavg()[0]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Any = None) -> Dict[str, Any]:
+    parser = harness.base_parser("workers", __doc__)
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--hetero", action="store_true", help="synthetic_hetero: papers and words")
     parser.add_argument("--workers", default="0,1,2")
@@ -84,36 +74,26 @@ def main() -> None:
     parser.add_argument("--num-procs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="threads_per_proc (default: cores // ranks)")
     parser.add_argument("--root-dir", default="/tmp/graphtrainer-bench-workers")
-    parser.add_argument("--out", default="bench_out/workers")
-    args = parser.parse_args()
-
+    args = parser.parse_args(argv)
     from graphtrainer import datasets
 
-    t0 = time.time()
     if args.hetero:
         graph = datasets.synthetic_hetero(args.nodes, max(args.nodes // 10, 8), avg_degree=10, feat_dim=64)
     else:
         graph = datasets.synthetic(args.nodes, 10, 64, 8)
-    print(f"graph built in {time.time() - t0:.1f} s: {graph}", flush=True)
     rows: List[Dict[str, Any]] = []
     for workers in [int(w) for w in args.workers.split(",")]:
-        row = run(graph, args.hetero, workers, args)
-        rows.append(row)
-        print(f"workers {workers}: seeds/s per epoch " + ", ".join(f"{v:,.0f}" for v in row["seeds_per_s"]), flush=True)
+        rows.append(run(graph, args.hetero, workers, args))
+        print(f"workers {workers}: seeds/s per epoch " + ", ".join(f"{v:,.0f}" for v in rows[-1]["seeds_per_s"]))
     base = sum(rows[0]["seeds_per_s"][1:]) / 2
-    lines = ["| workers per rank | epoch 0 seeds/s (starts workers) | epochs 1-2 seeds/s | vs 0 workers |",
-             "|---|---|---|---|"]
-    for row in rows:
-        steady = sum(row["seeds_per_s"][1:]) / 2
-        lines.append(f"| {row['workers']} | {row['seeds_per_s'][0]:,.0f} | {steady:,.0f} | {steady / base:.2f}x |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"nodes": args.nodes, "hetero": args.hetero, "num_procs": args.num_procs, "batch_size": args.batch_size,
-            "batches": args.batches, "threads_per_proc": args.threads, "cpus": os.cpu_count(),
-            "python": platform.python_version()}
-    (out / "workers.json").write_text(json.dumps({"config": meta, "runs": rows}, indent=2))
-    (out / "workers.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    table = harness.markdown_table(
+        ["workers per rank", "epoch 0 seeds/s (starts workers)", "epochs 1-2 seeds/s", "vs 0 workers"],
+        [[r["workers"], f"{r['seeds_per_s'][0]:,.0f}", f"{sum(r['seeds_per_s'][1:]) / 2:,.0f}",
+          f"{sum(r['seeds_per_s'][1:]) / 2 / base:.2f}x"] for r in rows])
+    payload = {"config": {k: str(v) for k, v in vars(args).items()}, "runs": rows}
+    harness.write_outputs(args.out, "workers", payload, table)
+    print(table)
+    return payload
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the graphs themselves, and the
-GraphTask (the example's, train only)."""
+"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the graphs, the example's task
+(train only), the training-seed cap and rank 0's epoch timer."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict
+import time
+from typing import Any, Dict, List
 
-import bench_env  # noqa: F401  (graphtrainer importable from the checkout)
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
+from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification
 
 DATASETS = ("synthetic", "tolokers")
@@ -30,21 +32,38 @@ def parse_size(text: str) -> Dict[str, int]:
 
 def size_label(size: Dict[str, int]) -> str:
     n = size["num_nodes"]
-    text = f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
-    return f"{text}x{size['avg_degree']}"
+    return (f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k") + f"x{size['avg_degree']}"
+
+
+def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int, batch_size: int = 1024
+                ) -> List[Dict[str, Any]]:
+    """One spec per synthetic size and for Tolokers (batch at most 256), for :func:`build_graph`."""
+    specs: List[Dict[str, Any]] = []
+    if "synthetic" in datasets:
+        specs += [{"dataset": "synthetic", "label": size_label(s), "num_nodes": s["num_nodes"], "seed": 0,
+                   "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
+                   "feat_dim": feat_dim, "num_classes": 8, "batch_size": batch_size} for s in sizes]
+    if "tolokers" in datasets:
+        specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
+                      "feat_dim": 10, "batch_size": min(batch_size, 256)})
+    return specs
 
 
 def build_graph(spec: Dict[str, Any]) -> Any:
-    """``spec``: ``{"dataset": "tolokers"}`` or ``{"dataset": "synthetic", num_nodes, avg_degree,
-    feat_dim, num_classes, seed}``. Tolokers' features are standardized as the example does."""
+    """``{"dataset": "tolokers"}`` (features standardized as the example does, split 0 of 10) or
+    ``{"dataset": "synthetic", num_nodes, avg_degree, feat_dim, num_classes, seed}``."""
     from graphtrainer import datasets
 
     if spec["dataset"] == "tolokers":
-        graph = datasets.load("tolokers")
         from graphtrainer.examples.node_classification import standardize_features
 
+        graph = datasets.load("tolokers")
         standardize_features(graph)
-        return single_split(graph)
+        for s in ("train", "val", "test"):
+            m = graph.ndata[f"{s}_mask"]
+            if m.dim() > 1:
+                graph.ndata[f"{s}_mask"] = m[:, 0].contiguous()
+        return graph
     if spec["dataset"] == "synthetic":
         return datasets.synthetic(spec["num_nodes"], spec["avg_degree"], spec["feat_dim"],
                                   spec.get("num_classes", 8), spec.get("seed", 0))
@@ -53,26 +72,25 @@ def build_graph(spec: Dict[str, Any]) -> Any:
 
 def split_ids(graph: Any, split: str) -> Any:
     mask = graph.ndata[f"{split}_mask"]
-    if mask.dim() > 1:
-        mask = mask[:, 0]
-    return mask.nonzero(as_tuple=True)[0]
+    return (mask[:, 0] if mask.dim() > 1 else mask).nonzero(as_tuple=True)[0]
 
 
-def single_split(graph: Any) -> Any:
-    """Make ``*_mask`` 1-D (split 0 of Tolokers' 10) so the example task can use the graph."""
-    for s in ("train", "val", "test"):
-        m = graph.ndata[f"{s}_mask"]
-        if m.dim() > 1:
-            graph.ndata[f"{s}_mask"] = m[:, 0].contiguous()
-    return graph
+def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
+    """Keep a seeded random ``cap`` of the training nodes (the train mask is rewritten)."""
+    import torch
+
+    ids = split_ids(graph, "train")
+    if ids.numel() > cap:
+        keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
+        mask = torch.zeros(graph.num_nodes(), dtype=torch.bool)
+        mask[keep] = True
+        graph.ndata["train_mask"] = mask
+    return int(split_ids(graph, "train").numel())
 
 
 class BenchTask(NodeClassification):
-    """The example's GraphSAGE task (``graphtrainer.examples.node_classification``) without
-    validation (the benchmarks time training only), and with a training step that does
-    exactly what the hand-written loop's step does: forward, cross-entropy, and the loss
-    recorded once (``self.log`` here, ``loss.item()`` there); the example also logs a
-    training accuracy, which the hand-written loop does not compute."""
+    """The example's GraphSAGE task without validation (benchmarks time training only), its
+    step reduced to what a hand-written loop's does: forward, cross-entropy, the loss logged once."""
 
     def val_dataloader(self) -> Any:
         return None
@@ -84,3 +102,86 @@ class BenchTask(NodeClassification):
         loss = F.cross_entropy(logits, labels)
         self.log("train_loss", loss)
         return loss
+
+
+def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[str, float]:
+    """Test metrics over ``ids`` with every neighbour, in this process: ``test_acc``, and
+    ``test_auc`` (ROC-AUC of class 1) for binary labels."""
+    import dgl
+    import torch
+
+    model.eval()
+    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers), prefetch_node_feats=["feat"],
+                                                            prefetch_labels=["label"])
+    logits, labels = [], []
+    with torch.no_grad():
+        for _, _, blocks in dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=False):
+            logits.append(model(blocks, blocks[0].srcdata["feat"]))
+            labels.append(blocks[-1].dstdata["label"])
+    model.train()
+    out, y = torch.cat(logits), torch.cat(labels)
+    metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
+    if out.shape[1] == 2:
+        from graphtrainer.evaluation.ranking import roc_auc
+
+        metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
+    return metrics
+
+
+def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bool = True,
+        **trainer_kwargs: Any) -> Dict[str, Any]:
+    """One ``Trainer(num_procs=2, seed=0, ...)`` fit of ``task`` (keyword arguments override;
+    ``None`` drops one): rank 0's epoch times and step ends, the run's wall time and rank 0's
+    test metrics (:func:`evaluate`)."""
+    import tempfile
+
+    from graphtrainer import Trainer
+
+    timer = timer or EpochTimer()
+    kwargs = {k: v for k, v in dict(dict(num_procs=2, seed=0, enable_model_summary=False), **trainer_kwargs).items()
+              if v is not None}
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(max_epochs=epochs, progress_bar=False, logger=False, default_root_dir=tmp,
+                          callbacks=[timer], **kwargs)
+        started = time.perf_counter()
+        trainer.fit(task)
+        wall = time.perf_counter() - started
+    out = {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
+           "run_wall_s": wall, "threads": trainer.threads_per_proc}
+    if evaluate_test:
+        task.module.to("cpu")
+        out.update(evaluate(task.module, graph, split_ids(graph, "test")))
+    return out
+
+
+def steady(times: List[float]) -> List[float]:
+    """Epoch times without the first (warm-up) one, when there are more."""
+    return times[1:] if len(times) > 1 else times
+
+
+class EpochTimer(Callback):
+    """Rank 0's training-loop time per epoch and each step's end (seconds from the epoch's
+    start); travels back to the caller as callback state."""
+
+    def __init__(self) -> None:
+        self.times: List[float] = []
+        self.steps: List[int] = []
+        self.step_ends: List[List[float]] = []
+        self._t0 = 0.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"times": list(self.times), "steps": list(self.steps), "step_ends": list(self.step_ends)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.times, self.steps, self.step_ends = list(state["times"]), list(state["steps"]), list(state["step_ends"])
+
+    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+        self._t0 = time.perf_counter()
+        self.step_ends.append([])
+
+    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.step_ends[-1].append(time.perf_counter() - self._t0)
+
+    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
+        self.times.append(time.perf_counter() - self._t0)
+        self.steps.append(len(self.step_ends[-1]))

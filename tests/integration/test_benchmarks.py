@@ -53,8 +53,7 @@ def test_fork_vs_spawn_tiny(tmp_path):
     proc = run_bench("fork_vs_spawn.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "fork_vs_spawn", proc)
     seen = {(r["launcher"], r["world"]) for r in data["runs"]}
-    assert seen == {("single", 1), ("gt-fork", 2), ("gt-forkserver", 2), ("gt-spawn", 2), ("naive-spawn", 2),
-                    ("fork-noformats", 2)}
+    assert seen == {("single", 1), ("gt-fork", 2), ("gt-forkserver", 2), ("gt-spawn", 2), ("naive-spawn", 2)}
     for run in data["runs"]:
         res = run["result"]
         world = run["world"]
@@ -184,8 +183,7 @@ def test_scaling_tiny(tmp_path):
 
 # ---- bad input: refused before anything is built ------------------------------------
 @pytest.mark.parametrize("script,args,choices", [
-    ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn",
-                                                              "fork-noformats"]),
+    ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn"]),
     ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
     ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
     ("scaling.py", ["--launcher", "forkserver"], ["fork", "spawn"]),
