@@ -163,6 +163,8 @@ class EpochTimer(Callback):
     """Rank 0's training-loop time per epoch and each step's end (seconds from the epoch's
     start); travels back to the caller as callback state."""
 
+    logs_metrics = False  # its on_train_epoch_end only reads the clock: no second reduction
+
     def __init__(self) -> None:
         self.times: List[float] = []
         self.steps: List[int] = []
