@@ -7,8 +7,8 @@ DGL's meaning: a destination with in-degree ``d`` and fanout ``k`` takes every i
 Without replacement, ``k`` of ``d`` is drawn with Robert Floyd's algorithm for every
 destination at once: round ``j`` of ``k`` draws ``t`` uniform in ``[0, d - k + j]`` and keeps
 ``d - k + j`` instead when ``t`` was drawn already. ``O(k^2)`` per destination whatever its
-degree, no sort (random keys with a segmented sort cost ``O(d log d)``;
-``benchmarks/device_sampling.py`` measures both).
+degree, no sort (random keys with a segmented sort cost ``O(d log d)``; both were timed on
+an H100: ``benchmarks/results/gpu/h100-device-sampling``).
 
 Excluded edges (link prediction) are taken out first: a destination draws among its ``d'``
 other edges, the ``r``-th found by two binary searches over the sorted excluded positions.
@@ -76,7 +76,7 @@ def floyd(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
 
 def sort_keys(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
     """:func:`floyd`'s draw by random keys, the ``k`` smallest of a row kept (one sort over the
-    batch's in-edges); for the benchmark comparing the two."""
+    batch's in-edges); ``DeviceSampler(method="sort")``."""
     n = deg.numel()
     dev = deg.device
     total = int(deg.sum())

@@ -53,7 +53,7 @@ class DeviceSampler:
     labels: Optional[Keys] = None
     edge_feats: Optional[Keys] = None
     #: How ``k`` of ``d`` in-edges are drawn without replacement: "floyd" or "sort" (see
-    #: :mod:`.neighbors`; the benchmark compares them).
+    #: :mod:`.neighbors`).
     method: str = "floyd"
 
     @classmethod
