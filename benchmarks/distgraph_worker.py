@@ -26,8 +26,6 @@ def mem_watch(pid: int, out_path: str, stop_path: str, interval: float) -> None:
     each with its role, until ``stop_path`` exists or ``pid`` is gone."""
     import psutil
 
-    from memory import smaps_rollup
-
     root, me = psutil.Process(pid), os.getpid()
     with open(out_path, "w", encoding="utf-8") as out:
         while not os.path.exists(stop_path) and root.is_running():
@@ -43,7 +41,8 @@ def mem_watch(pid: int, out_path: str, stop_path: str, interval: float) -> None:
                     cmd = " ".join(p.cmdline())
                     role = ("driver" if p.pid == pid else "server" if "graphtrainer.distdgl.servers" in cmd
                             else "rank" if p.ppid() == pid else "other")
-                    procs.append({"role": role, **smaps_rollup(p.pid)})
+                    m = p.memory_full_info()
+                    procs.append({"role": role, "pss_mb": m.pss / MB, "uss_mb": m.uss / MB, "rss_mb": m.rss / MB})
                 except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, PermissionError):
                     continue
             out.write(json.dumps({"t": t, "procs": procs}) + "\n")

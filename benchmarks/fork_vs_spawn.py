@@ -8,7 +8,7 @@ Launchers: ``gt-fork``, ``gt-forkserver``, ``gt-spawn`` (``Trainer(num_procs=N, 
 ``naive-spawn`` (the hand-written loop: every child unpickles its own copy of the graph).
 World size 1 is one in-process run, the baseline of every ratio. Each run is a fresh worker
 process unless ``--no-isolate``. Start-up = the slowest rank's first-step delay after ``fit``;
-at step ``--pause-at`` every rank waits while ``probes.MemoryWatcher`` reads the process
+at step ``--pause-at`` every rank waits while ``probe.MemoryWatcher`` reads the process
 tree's PSS/USS; throughput = seeds of the next ``--measure-steps`` steps over their wall time.
 """
 from __future__ import annotations
@@ -26,8 +26,7 @@ from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import handwritten
-import memory
-import probes
+import probe
 import workload
 
 NAME = "fork_vs_spawn"
@@ -82,7 +81,7 @@ def plan(args: Any) -> List[Dict[str, Any]]:
             for world in sorted(set(args.world_sizes)):
                 launchers = ["single"] if world == 1 else list(args.launchers)
                 for launcher in launchers:
-                    est = memory.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
+                    est = probe.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
                     runs.append({"graph": spec, "launcher": launcher, "world": world, "repeat": rep,
                                  "estimate_mb": round(est), "label": f"{spec['label']} {launcher} x{world}",
                                  "fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
@@ -104,9 +103,9 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     graph = workload.build_graph(spec)
     build_s = time.perf_counter() - t_build
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
-    probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
-    before = memory.tree_memory()
-    watcher = probes.MemoryWatcher(probe_dir, world).start()
+    pr = probe.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
+    before = probe.tree_memory()
+    watcher = probe.MemoryWatcher(probe_dir, world).start()
     threads = max(1, harness.available_cores() // world)
     try:
         t_fit = time.time()
@@ -114,23 +113,23 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
             hcfg = {"fanouts": cfg["fanouts"], "hidden": cfg["hidden"], "batch_size": spec["batch_size"],
                     "lr": 3e-3, "dropout": 0.5, "epochs": 10_000, "threads": threads, "seed": 0,
                     "probe_dir": probe_dir, "pause_at": cfg["pause_at"], "measure_steps": cfg["measure_steps"],
-                    "max_steps": probe.total_steps}
+                    "max_steps": pr.total_steps}
             handwritten.naive_spawn(graph, world, hcfg)
         else:
             task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
                                     batch_size=spec["batch_size"], dropout=0.5)
             method = {"single": "auto", "gt-fork": "fork", "gt-spawn": "spawn",
                       "gt-forkserver": "forkserver"}[launcher]
-            trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
+            trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=pr.total_steps,
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
-                              callbacks=[probes.ProbeCallback(probe)])
+                              callbacks=[probe.ProbeCallback(pr)])
             trainer.fit(task)
     finally:
         watcher.stop()
     try:
         if watcher.steady is None:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
-        res = probes.collect_probe(probe_dir, world, t_fit)
+        res = probe.collect_probe(probe_dir, world, t_fit)
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
     steady = watcher.steady
@@ -282,7 +281,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     runs = plan(args)
     limit_mb = args.memory_limit_gb * 1024 if args.memory_limit_gb else None
     planned = len(runs)
-    runs = memory.refuse_if_too_big(runs, limit_mb=limit_mb, skip=args.skip_too_big)
+    runs = probe.refuse_if_too_big(runs, limit_mb=limit_mb, skip=args.skip_too_big)
     skipped = planned - len(runs)
     machine = harness.machine_info()
     t_start = time.time()
@@ -317,7 +316,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     md = render(rows, tgts)
     if skipped:
         md += (f"\n\n{skipped} planned run(s) left out by the memory estimate guard (over "
-               f"{(limit_mb or 0.9 * memory.machine_memory_mb()) / 1024:.1f} GiB estimated).")
+               f"{(limit_mb or 0.9 * probe.machine_memory_mb()) / 1024:.1f} GiB estimated).")
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
     harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))

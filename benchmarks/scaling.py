@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import memory
+import probe
 import workload
 import steptimer
 
@@ -219,8 +219,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     s = args.size
     num_edges = s["num_nodes"] * s["avg_degree"]
     launcher = {"fork": "gt-fork", "spawn": "gt-spawn"}[args.launcher]
-    memory.refuse_if_too_big([{"label": f"{workload.size_label(s)} {args.launcher} x{n}",
-                               "estimate_mb": memory.estimate_mb(s["num_nodes"], num_edges, args.feat_dim, launcher, n)}
+    probe.refuse_if_too_big([{"label": f"{workload.size_label(s)} {args.launcher} x{n}",
+                               "estimate_mb": probe.estimate_mb(s["num_nodes"], num_edges, args.feat_dim, launcher, n)}
                               for n in args.procs])
     machine = harness.machine_info()
     if max(args.procs) > (machine["cpus"] or 1):
