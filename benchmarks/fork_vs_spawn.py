@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -99,12 +98,9 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     from graphtrainer import Trainer
 
     spec, launcher, world = cfg["graph"], cfg["launcher"], cfg["world"]
-    t_build = time.perf_counter()
     graph = workload.build_graph(spec)
-    build_s = time.perf_counter() - t_build
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
     pr = probe.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
-    before = probe.tree_memory()
     watcher = probe.MemoryWatcher(probe_dir, world).start()
     threads = max(1, harness.available_cores() // world)
     try:
@@ -139,43 +135,18 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
         if p["role"] == "child":
             p["role"] = f"rank {rank_pids.index(p['pid'])}" if p["pid"] in rank_pids else "helper"
     ranks = [by_pid[pid] for pid in rank_pids if pid in by_pid and by_pid[pid]["role"] != "parent"]
-    res.update({
-        "total_pss_mb": steady["total_pss_mb"],
-        "parent_pss_mb": steady["parent_pss_mb"],
-        "rank_uss_mb": [p["uss_mb"] for p in ranks],
-        "rank_pss_mb": [p["pss_mb"] for p in ranks],
-        "processes": steady["processes"],
-        "peak_total_pss_mb": round(max(watcher.peak_pss_mb, steady["total_pss_mb"]), 1),
-        "parent_pss_before_fit_mb": before["total_pss_mb"],
-        "graph_build_s": round(build_s, 2),
-        "helper_pss_mb": round(sum(p["pss_mb"] for p in steady["processes"] if p["role"] == "helper"), 1),
-        "parent_graph_formats": graph.formats()["created"],
-        "threads_per_rank": threads if world > 1 else torch_threads(),
-    })
+    res.update({k: steady[k] for k in ("total_pss_mb", "parent_pss_mb", "processes")})
+    res.update({"rank_uss_mb": [p["uss_mb"] for p in ranks], "rank_pss_mb": [p["pss_mb"] for p in ranks],
+                "peak_total_pss_mb": round(max(watcher.peak_pss_mb, steady["total_pss_mb"]), 1)})
     return res
 
 
-def torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
-def run_isolated(cfg: Dict[str, Any], timeout_s: float = 900.0) -> Dict[str, Any]:
+def run_isolated(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """:func:`run_one` in a fresh worker process (``--worker``)."""
     with tempfile.TemporaryDirectory(prefix="gt-bench-worker-") as tmp:
-        out = Path(tmp) / "result.json"
-        cfg = dict(cfg, result_file=str(out))
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
-                              capture_output=True, text=True, timeout=timeout_s)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"{cfg['label']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-        return json.loads(out.read_text())
-
-
-def worker_main(text: str) -> None:
-    cfg = json.loads(text)
-    res = run_one(cfg)
-    Path(cfg["result_file"]).write_text(json.dumps(res))
+        cfg = dict(cfg, result_file=str(Path(tmp) / "result.json"))
+        harness.run_process([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)], cfg["label"])
+        return json.loads(Path(cfg["result_file"]).read_text())
 
 
 # ---------------------------------------------------------------------------------------
@@ -192,11 +163,8 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
         uss = [u for x in results for u in x["rank_uss_mb"]]
         rows.append({"graph": g, "launcher": launcher, "world": world, "n": len(results),
-                     "ready_s": sum(max(x["ready_s"]) for x in results) / len(results),
                      "startup_s": mean("startup_s"), "total_pss_mb": mean("total_pss_mb"),
-                     "peak_total_pss_mb": mean("peak_total_pss_mb"), "parent_pss_mb": mean("parent_pss_mb"),
-                     "rank_uss_mean_mb": sum(uss) / len(uss) if uss else None,
-                     "rank_uss_max_mb": max(uss) if uss else None,
+                     "peak_total_pss_mb": mean("peak_total_pss_mb"), "rank_uss_mean_mb": sum(uss) / len(uss) if uss else None,
                      "throughput": mean("throughput_seeds_per_s"), "other_cores": mean("other_cores")})
     for row in rows:
         base = _row(rows, row["graph"], "single", 1)
@@ -248,18 +216,13 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
-    headers = ["graph", "launcher", "ranks", "ranks ready s", "first step s", "total PSS MB", "PSS / 1 proc",
-               "peak PSS MB", "parent PSS MB", "rank USS MB mean / max", "seeds/s", "start-up / gt-spawn",
-               "start-up / gt-fork", "other load (cores)"]
-    body = []
-    for r in rows:
-        uss = f"{r['rank_uss_mean_mb']:,.0f} / {r['rank_uss_max_mb']:,.0f}" if r["world"] > 1 and r["rank_uss_mean_mb"] else ""
-        body.append([r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"],
-                     r["ready_s"], r["startup_s"], r["total_pss_mb"], harness.fmt_ratio(r["pss_ratio"]),
-                     r["peak_total_pss_mb"], r["parent_pss_mb"], uss, r["throughput"],
-                     harness.fmt_ratio(r["startup_vs_gt_spawn"]), harness.fmt_ratio(r.get("startup_vs_gt_fork")),
-                     f"{r['other_cores']:.2f}"])
-    md = harness.markdown_table(headers, body)
+    md = harness.markdown_table(
+        ["graph", "launcher", "ranks", "first step s", "total PSS MB", "PSS / 1 proc", "peak PSS MB",
+         "rank USS MB (mean)", "seeds/s", "start-up / gt-spawn", "start-up / gt-fork", "other load (cores)"],
+        [[r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"], r["startup_s"],
+          r["total_pss_mb"], harness.fmt_ratio(r["pss_ratio"]), r["peak_total_pss_mb"],
+          r["rank_uss_mean_mb"] if r["world"] > 1 else "", r["throughput"], harness.fmt_ratio(r["startup_vs_gt_spawn"]),
+          harness.fmt_ratio(r.get("startup_vs_gt_fork")), f"{r['other_cores']:.2f}"] for r in rows])
     if tgts:
         md += "\n\nTargets\n\n" + harness.markdown_table(
             ["graph", "ratio", "measured", "target", "met"],
@@ -268,15 +231,11 @@ def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
     return md
 
 
-def plot(rows: List[Dict[str, Any]]) -> Any:
-    return harness.bar_plot({f"{r['graph']}\n{r['launcher']} x{r['world']}": r["pss_ratio"] or 0.0 for r in rows},
-                            "total PSS / 1-process run")
-
-
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
     if args.worker:
-        worker_main(args.worker)
+        cfg = json.loads(args.worker)
+        Path(cfg["result_file"]).write_text(json.dumps(run_one(cfg)))
         return {}
     runs = plan(args)
     limit_mb = args.memory_limit_gb * 1024 if args.memory_limit_gb else None
@@ -293,7 +252,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         try:
             with harness.LoadMeter() as meter:
                 run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
-        except (RuntimeError, subprocess.TimeoutExpired) as err:
+        except RuntimeError as err:
             if args.no_isolate:
                 raise
             # One failed configuration must not cost the others: record it, go on.
@@ -319,7 +278,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
                f"{(limit_mb or 0.9 * probe.machine_memory_mb()) / 1024:.1f} GiB estimated).")
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
-    harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    harness.write_outputs(args.out, NAME, payload, md, harness.bar_plot(
+        {f"{r['graph']}\n{r['launcher']} x{r['world']}": r["pss_ratio"] or 0.0 for r in rows},
+        "total PSS / 1-process run"), figsize=(12, 8))
     print(md)
     if failed:
         raise SystemExit(f"[{NAME}] {len(failed)} run(s) failed: {', '.join(r['label'] for r in failed)}")

@@ -264,3 +264,37 @@ def collect_probe(directory: str, world: int, t_fit: float) -> Dict[str, Any]:
         "steady_steps_per_rank": ranks[0]["steps"],
         "rank_pids": [x["pid"] for x in ranks],
     }
+
+
+class StepClock(Callback):
+    """Each rank's step ends (its own clock) and seeds per step, written to
+    ``<directory>/rank_<rank>.json`` at the fit's end with the rank's thread counts."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = str(directory)
+        self.ends: List[float] = []
+        self.seeds: List[int] = []
+
+    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.ends.append(time.perf_counter())
+        self.seeds.append(_num_seeds(batch))
+
+    def on_fit_end(self, trainer: Any, task: Any) -> None:
+        import torch
+
+        Probe(self.directory)._write(f"rank_{trainer.rank}.json", {
+            "ends": self.ends, "seeds": self.seeds, "torch_threads": torch.get_num_threads()})
+
+
+def step_throughput(directory: str, world: int, warmup: int) -> Dict[str, Any]:
+    """Seeds/s of all ranks after ``warmup`` steps (the slowest rank's window) and ms per step."""
+    ranks = []
+    for r in range(world):
+        with open(os.path.join(directory, f"rank_{r}.json"), encoding="utf-8") as fh:
+            ranks.append(json.load(fh))
+    if any(len(x["ends"]) <= warmup for x in ranks):
+        raise RuntimeError(f"a rank ran no more than the {warmup} warm-up steps")
+    window = max(x["ends"][-1] - x["ends"][warmup - 1] for x in ranks)
+    steps = len(ranks[0]["ends"]) - warmup
+    return {"throughput_seeds_per_s": round(sum(sum(x["seeds"][warmup:]) for x in ranks) / window, 1),
+            "step_ms": 1000 * window / steps, "torch_threads": ranks[0]["torch_threads"]}
