@@ -144,7 +144,7 @@ def remote_part(part_config: str, cfg: Dict[str, Any], timeout: float) -> Dict[s
         if bad is not None:
             tails = "\n".join(Path(work, f"machine{m}.log").read_text(errors="replace")[-3000:] for m in range(2))
             print(f"[{NAME}] simulated machines failed ({bad}):\n{tails}", file=sys.stderr, flush=True)
-            return {"failed": f"{bad}\n{tails}", "namespaces_left": machines.existing()}
+            return {"failed": f"{bad}\n{tails}"}
         return {"ranks": [json.loads(Path(work, f"rank{r}.json").read_text()) for r in range(2)]}
 
 
