@@ -1,7 +1,8 @@
 """Memory and time of exact ROC-AUC/AP (scikit-learn) against the streaming binned one
 (``graphtrainer.evaluation.binned_auroc``) at 10M scored edges (1M positives x 9 negatives).
 
-    python benchmarks/binned_auroc.py --out benchmarks/results/binned_auroc
+    python benchmarks/binned_auroc.py          # full run
+    python benchmarks/binned_auroc.py --tiny   # seconds
 
 Each method in a fresh interpreter; a thread samples RSS every 2 ms while the metric runs:
 "peak extra" is the highest RSS above the level before it.
@@ -14,8 +15,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Dict
+
+import harness  # noqa: F401  (graphtrainer from this checkout)
 
 
 def child(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
@@ -55,37 +57,35 @@ def child(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
             "scores_mb": (pos.numel() + neg.numel()) * 4 / 2**20, **result}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--child")
+def main(argv: Any = None) -> None:
+    parser = harness.base_parser("binned_auroc", __doc__)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--edges", type=int, default=1_000_000)
     parser.add_argument("--negatives", type=int, default=9)
     parser.add_argument("--bins", type=int, default=100_000)
-    parser.add_argument("--out", default="bench_out/binned_auroc")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.edges, args.negatives, args.bins)))
         return
+    if args.tiny:
+        args.edges, args.bins = 10_000, 1_000
     rows = []
     for method in ("exact", "binned"):
         proc = subprocess.run([sys.executable, __file__, "--child", method, "--edges", str(args.edges),
                                "--negatives", str(args.negatives), "--bins", str(args.bins)],
                               capture_output=True, text=True, timeout=900, check=True)
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "binned_auroc.json").write_text(json.dumps({"config": vars(args), "rows": rows}, indent=2))
-    lines = [f"| method | scored edges | peak extra RSS (MB) | scores held (MB) | seconds | auc | ap |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['scored_edges']:,} | {r['peak_extra_mb']:.0f} | {r['scores_mb']:.0f} | "
-                     f"{r['seconds']:.2f} | {r['auc']:.6f} | {r['ap']:.6f} |")
-    binned = rows[1]
-    lines.append(f"\nbinned: {args.bins:,} bins ({2 * args.bins * 8 / 2**20:.1f} MB of counts per rank), "
-                 f"reported AUC error bound {binned['auc_error_bound']:.2e}, "
-                 f"|binned - exact| AUC {abs(binned['auc'] - rows[0]['auc']):.2e}, AP {abs(binned['ap'] - rows[0]['ap']):.2e}")
-    (out / "binned_auroc.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    exact, binned = rows
+    md = harness.markdown_table(
+        ["method", "scored edges", "peak extra RSS (MB)", "scores held (MB)", "seconds", "auc", "ap"],
+        [[r["method"], f"{r['scored_edges']:,}", f"{r['peak_extra_mb']:.0f}", f"{r['scores_mb']:.0f}",
+          f"{r['seconds']:.2f}", f"{r['auc']:.6f}", f"{r['ap']:.6f}"] for r in rows])
+    md += (f"\n\nbinned: {args.bins:,} bins ({2 * args.bins * 8 / 2**20:.1f} MB of counts per rank), reported AUC "
+           f"error bound {binned['auc_error_bound']:.2e}, |binned - exact| AUC {abs(binned['auc'] - exact['auc']):.2e}, "
+           f"AP {abs(binned['ap'] - exact['ap']):.2e}")
+    harness.write_outputs(args.out, "binned_auroc", {"config": {k: str(v) for k, v in vars(args).items()},
+                                                     "rows": rows}, md)
+    print(md)
 
 
 if __name__ == "__main__":

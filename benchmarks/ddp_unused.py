@@ -1,7 +1,7 @@
 """DDP's "did not find any unused parameters" warning with HeteroSAGE: when it appears, what
 the alternatives do, and what each costs per step. 2 ranks (fork, gloo).
 
-    python benchmarks/ddp_unused.py --out benchmarks/results/ddp_unused
+    python benchmarks/ddp_unused.py
 
 Each configuration runs in a fresh interpreter (DDP warns on stderr): finished or not, the
 error's first line, ranks that warned, median step time after 2 warm-up steps.
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict
+
+import harness  # noqa: F401  (graphtrainer from this checkout)
 
 WARNING = "did not find any unused parameters"
 
@@ -100,26 +101,22 @@ def run(name: str, out: Path, steps: int) -> Dict[str, Any]:
             "median_step_s": statistics.median(times[2:]) if len(times) > 2 else None}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--child")
-    parser.add_argument("--times")
+def main(argv: Any = None) -> None:
+    parser = harness.base_parser("ddp_unused", __doc__)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--times", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--out", default="bench_out/ddp_unused")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.times, args.steps)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = [run(name, out, args.steps) for name in CONFIGS]
-    (out / "ddp_unused.json").write_text(json.dumps({"steps": args.steps, "rows": rows, "cpus": os.cpu_count()},
-                                                    indent=2))
-    lines = ["| configuration | finished | ranks printing the warning | median step (s) | error |", "|---|---|---|---|---|"]
-    for r in rows:
-        step = f"{r['median_step_s']:.4f}" if r["median_step_s"] else "-"
-        lines.append(f"| {r['config']} | {r['finished']} | {r['ranks_warning']} | {step} | {r['error']} |")
-    (out / "ddp_unused.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [run(name, args.out, args.steps) for name in CONFIGS]
+    md = harness.markdown_table(
+        ["configuration", "finished", "ranks printing the warning", "median step (s)", "error"],
+        [[r["config"], r["finished"], r["ranks_warning"], f"{r['median_step_s']:.4f}" if r["median_step_s"] else "-",
+          r["error"]] for r in rows])
+    harness.write_outputs(args.out, "ddp_unused", {"steps": args.steps, "rows": rows}, md)
+    print(md)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Launchers: ``gt-fork``, ``gt-forkserver``, ``gt-spawn`` (``Trainer(num_procs=N, 
 ``naive-spawn`` (the hand-written loop: every child unpickles its own copy of the graph).
 World size 1 is one in-process run, the baseline of every ratio. Each run is a fresh worker
 process unless ``--no-isolate``. Start-up = the slowest rank's first-step delay after ``fit``;
-at step ``--pause-at`` every rank waits while ``probes.MemoryWatcher`` reads the process
+at step ``--pause-at`` every rank waits while ``probe.MemoryWatcher`` reads the process
 tree's PSS/USS; throughput = seeds of the next ``--measure-steps`` steps over their wall time.
 """
 from __future__ import annotations
@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,8 +25,7 @@ from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import handwritten
-import memory
-import probes
+import probe
 import workload
 
 NAME = "fork_vs_spawn"
@@ -82,7 +80,7 @@ def plan(args: Any) -> List[Dict[str, Any]]:
             for world in sorted(set(args.world_sizes)):
                 launchers = ["single"] if world == 1 else list(args.launchers)
                 for launcher in launchers:
-                    est = memory.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
+                    est = probe.estimate_mb(spec["num_nodes"], spec["num_edges"], spec["feat_dim"], launcher, world)
                     runs.append({"graph": spec, "launcher": launcher, "world": world, "repeat": rep,
                                  "estimate_mb": round(est), "label": f"{spec['label']} {launcher} x{world}",
                                  "fanouts": [int(f) for f in args.fanouts.split(",")], "hidden": args.hidden,
@@ -100,13 +98,10 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     from graphtrainer import Trainer
 
     spec, launcher, world = cfg["graph"], cfg["launcher"], cfg["world"]
-    t_build = time.perf_counter()
     graph = workload.build_graph(spec)
-    build_s = time.perf_counter() - t_build
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
-    probe = probes.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
-    before = memory.tree_memory()
-    watcher = probes.MemoryWatcher(probe_dir, world).start()
+    pr = probe.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
+    watcher = probe.MemoryWatcher(probe_dir, world).start()
     threads = max(1, harness.available_cores() // world)
     try:
         t_fit = time.time()
@@ -114,23 +109,23 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
             hcfg = {"fanouts": cfg["fanouts"], "hidden": cfg["hidden"], "batch_size": spec["batch_size"],
                     "lr": 3e-3, "dropout": 0.5, "epochs": 10_000, "threads": threads, "seed": 0,
                     "probe_dir": probe_dir, "pause_at": cfg["pause_at"], "measure_steps": cfg["measure_steps"],
-                    "max_steps": probe.total_steps}
+                    "max_steps": pr.total_steps}
             handwritten.naive_spawn(graph, world, hcfg)
         else:
             task = workload.BenchTask(graph, fanouts=cfg["fanouts"], hidden=cfg["hidden"],
                                     batch_size=spec["batch_size"], dropout=0.5)
             method = {"single": "auto", "gt-fork": "fork", "gt-spawn": "spawn",
                       "gt-forkserver": "forkserver"}[launcher]
-            trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=probe.total_steps,
+            trainer = Trainer(num_procs=world, launcher=method, max_epochs=10_000, max_steps=pr.total_steps,
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
-                              callbacks=[probes.ProbeCallback(probe)])
+                              callbacks=[probe.ProbeCallback(pr)])
             trainer.fit(task)
     finally:
         watcher.stop()
     try:
         if watcher.steady is None:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
-        res = probes.collect_probe(probe_dir, world, t_fit)
+        res = probe.collect_probe(probe_dir, world, t_fit)
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
     steady = watcher.steady
@@ -140,43 +135,18 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
         if p["role"] == "child":
             p["role"] = f"rank {rank_pids.index(p['pid'])}" if p["pid"] in rank_pids else "helper"
     ranks = [by_pid[pid] for pid in rank_pids if pid in by_pid and by_pid[pid]["role"] != "parent"]
-    res.update({
-        "total_pss_mb": steady["total_pss_mb"],
-        "parent_pss_mb": steady["parent_pss_mb"],
-        "rank_uss_mb": [p["uss_mb"] for p in ranks],
-        "rank_pss_mb": [p["pss_mb"] for p in ranks],
-        "processes": steady["processes"],
-        "peak_total_pss_mb": round(max(watcher.peak_pss_mb, steady["total_pss_mb"]), 1),
-        "parent_pss_before_fit_mb": before["total_pss_mb"],
-        "graph_build_s": round(build_s, 2),
-        "helper_pss_mb": round(sum(p["pss_mb"] for p in steady["processes"] if p["role"] == "helper"), 1),
-        "parent_graph_formats": graph.formats()["created"],
-        "threads_per_rank": threads if world > 1 else torch_threads(),
-    })
+    res.update({k: steady[k] for k in ("total_pss_mb", "parent_pss_mb", "processes")})
+    res.update({"rank_uss_mb": [p["uss_mb"] for p in ranks], "rank_pss_mb": [p["pss_mb"] for p in ranks],
+                "peak_total_pss_mb": round(max(watcher.peak_pss_mb, steady["total_pss_mb"]), 1)})
     return res
 
 
-def torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
-def run_isolated(cfg: Dict[str, Any], timeout_s: float = 900.0) -> Dict[str, Any]:
+def run_isolated(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """:func:`run_one` in a fresh worker process (``--worker``)."""
     with tempfile.TemporaryDirectory(prefix="gt-bench-worker-") as tmp:
-        out = Path(tmp) / "result.json"
-        cfg = dict(cfg, result_file=str(out))
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
-                              capture_output=True, text=True, timeout=timeout_s)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"{cfg['label']} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-        return json.loads(out.read_text())
-
-
-def worker_main(text: str) -> None:
-    cfg = json.loads(text)
-    res = run_one(cfg)
-    Path(cfg["result_file"]).write_text(json.dumps(res))
+        cfg = dict(cfg, result_file=str(Path(tmp) / "result.json"))
+        harness.run_process([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)], cfg["label"])
+        return json.loads(Path(cfg["result_file"]).read_text())
 
 
 # ---------------------------------------------------------------------------------------
@@ -193,11 +163,8 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
         uss = [u for x in results for u in x["rank_uss_mb"]]
         rows.append({"graph": g, "launcher": launcher, "world": world, "n": len(results),
-                     "ready_s": sum(max(x["ready_s"]) for x in results) / len(results),
                      "startup_s": mean("startup_s"), "total_pss_mb": mean("total_pss_mb"),
-                     "peak_total_pss_mb": mean("peak_total_pss_mb"), "parent_pss_mb": mean("parent_pss_mb"),
-                     "rank_uss_mean_mb": sum(uss) / len(uss) if uss else None,
-                     "rank_uss_max_mb": max(uss) if uss else None,
+                     "peak_total_pss_mb": mean("peak_total_pss_mb"), "rank_uss_mean_mb": sum(uss) / len(uss) if uss else None,
                      "throughput": mean("throughput_seeds_per_s"), "other_cores": mean("other_cores")})
     for row in rows:
         base = _row(rows, row["graph"], "single", 1)
@@ -249,18 +216,13 @@ def targets(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
-    headers = ["graph", "launcher", "ranks", "ranks ready s", "first step s", "total PSS MB", "PSS / 1 proc",
-               "peak PSS MB", "parent PSS MB", "rank USS MB mean / max", "seeds/s", "start-up / gt-spawn",
-               "start-up / gt-fork", "other load (cores)"]
-    body = []
-    for r in rows:
-        uss = f"{r['rank_uss_mean_mb']:,.0f} / {r['rank_uss_max_mb']:,.0f}" if r["world"] > 1 and r["rank_uss_mean_mb"] else ""
-        body.append([r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"],
-                     r["ready_s"], r["startup_s"], r["total_pss_mb"], harness.fmt_ratio(r["pss_ratio"]),
-                     r["peak_total_pss_mb"], r["parent_pss_mb"], uss, r["throughput"],
-                     harness.fmt_ratio(r["startup_vs_gt_spawn"]), harness.fmt_ratio(r.get("startup_vs_gt_fork")),
-                     f"{r['other_cores']:.2f}"])
-    md = harness.markdown_table(headers, body)
+    md = harness.markdown_table(
+        ["graph", "launcher", "ranks", "first step s", "total PSS MB", "PSS / 1 proc", "peak PSS MB",
+         "rank USS MB (mean)", "seeds/s", "start-up / gt-spawn", "start-up / gt-fork", "other load (cores)"],
+        [[r["graph"], "1 process" if r["launcher"] == "single" else r["launcher"], r["world"], r["startup_s"],
+          r["total_pss_mb"], harness.fmt_ratio(r["pss_ratio"]), r["peak_total_pss_mb"],
+          r["rank_uss_mean_mb"] if r["world"] > 1 else "", r["throughput"], harness.fmt_ratio(r["startup_vs_gt_spawn"]),
+          harness.fmt_ratio(r.get("startup_vs_gt_fork")), f"{r['other_cores']:.2f}"] for r in rows])
     if tgts:
         md += "\n\nTargets\n\n" + harness.markdown_table(
             ["graph", "ratio", "measured", "target", "met"],
@@ -269,20 +231,16 @@ def render(rows: List[Dict[str, Any]], tgts: List[Dict[str, Any]]) -> str:
     return md
 
 
-def plot(rows: List[Dict[str, Any]]) -> Any:
-    return harness.bar_plot({f"{r['graph']}\n{r['launcher']} x{r['world']}": r["pss_ratio"] or 0.0 for r in rows},
-                            "total PSS / 1-process run")
-
-
 def main(argv: Any = None) -> Dict[str, Any]:
     args = parse_args(argv)
     if args.worker:
-        worker_main(args.worker)
+        cfg = json.loads(args.worker)
+        Path(cfg["result_file"]).write_text(json.dumps(run_one(cfg)))
         return {}
     runs = plan(args)
     limit_mb = args.memory_limit_gb * 1024 if args.memory_limit_gb else None
     planned = len(runs)
-    runs = memory.refuse_if_too_big(runs, limit_mb=limit_mb, skip=args.skip_too_big)
+    runs = probe.refuse_if_too_big(runs, limit_mb=limit_mb, skip=args.skip_too_big)
     skipped = planned - len(runs)
     machine = harness.machine_info()
     t_start = time.time()
@@ -294,7 +252,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         try:
             with harness.LoadMeter() as meter:
                 run["result"] = run_one(run) if args.no_isolate else run_isolated(run)
-        except (RuntimeError, subprocess.TimeoutExpired) as err:
+        except RuntimeError as err:
             if args.no_isolate:
                 raise
             # One failed configuration must not cost the others: record it, go on.
@@ -317,10 +275,12 @@ def main(argv: Any = None) -> Dict[str, Any]:
     md = render(rows, tgts)
     if skipped:
         md += (f"\n\n{skipped} planned run(s) left out by the memory estimate guard (over "
-               f"{(limit_mb or 0.9 * memory.machine_memory_mb()) / 1024:.1f} GiB estimated).")
+               f"{(limit_mb or 0.9 * probe.machine_memory_mb()) / 1024:.1f} GiB estimated).")
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(r["label"] for r in failed)
-    harness.write_outputs(args.out, NAME, payload, md, plot(rows), figsize=(12, 8))
+    harness.write_outputs(args.out, NAME, payload, md, harness.bar_plot(
+        {f"{r['graph']}\n{r['launcher']} x{r['world']}": r["pss_ratio"] or 0.0 for r in rows},
+        "total PSS / 1-process run"), figsize=(12, 8))
     print(md)
     if failed:
         raise SystemExit(f"[{NAME}] {len(failed)} run(s) failed: {', '.join(r['label'] for r in failed)}")

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Dict, List
 
-from probes import Probe
+from probe import Probe
 from workload import evaluate, split_ids
 
 

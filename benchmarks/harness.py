@@ -215,7 +215,7 @@ def run_process(argv: Sequence[str], label: str, timeout: float = 900.0, env: Op
     import tempfile
     import threading
 
-    import memory
+    import probe
 
     env = dict(env or os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
@@ -226,7 +226,7 @@ def run_process(argv: Sequence[str], label: str, timeout: float = 900.0, env: Op
 
         def sample() -> None:
             while peak_pss and not stop.wait(0.25):
-                peak[0] = max(peak[0], memory.tree_memory(proc.pid)["total_pss_mb"])
+                peak[0] = max(peak[0], probe.tree_memory(proc.pid)["total_pss_mb"])
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

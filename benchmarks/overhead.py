@@ -25,7 +25,7 @@ from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import handwritten
-import memory
+import probe
 import workload
 
 NAME = "overhead"
@@ -232,7 +232,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     if args.from_json:
         return rerender(args)
     specs = workload.graph_specs(args.datasets, [args.size], args.feat_dim, args.batch_size)
-    memory.refuse_if_too_big([{"label": s["label"], "estimate_mb": memory.estimate_mb(
+    probe.refuse_if_too_big([{"label": s["label"], "estimate_mb": probe.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)} for s in specs])
     machine = harness.machine_info()
     t_start = time.time()

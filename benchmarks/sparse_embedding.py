@@ -1,7 +1,8 @@
 """Dense per-rank ``nn.Embedding`` against one shared ``SparseEmbedding`` for a 5M-row
 featureless node type: memory per rank and time per training step, 2 ranks (fork, gloo).
 
-    python benchmarks/sparse_embedding.py --out benchmarks/results/sparse_embedding
+    python benchmarks/sparse_embedding.py          # full run
+    python benchmarks/sparse_embedding.py --tiny   # seconds (smoke test)
 
 HeteroSAGE on ``synthetic_hetero``'s paper seeds; ``word`` rows from a dense DDP embedding
 (SGD) or a shared table (``SparseAdagrad``). Each rank records USS/PSS after its last step and
@@ -12,16 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import psutil
 import torch
 import torch.nn.functional as F
 
+import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer import Callback, GraphTask, Trainer
 from graphtrainer.datasets import synthetic_hetero
 from graphtrainer.models import HeteroSAGE
@@ -97,45 +99,37 @@ def run(graph: Any, mode: str, args: argparse.Namespace, out: Path) -> Dict[str,
             "parent_rss_mb": psutil.Process().memory_info().rss / 2**20}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Any = None) -> Dict[str, Any]:
+    parser = harness.base_parser("sparse_embedding", __doc__)
     parser.add_argument("--papers", type=int, default=1_000_000)
     parser.add_argument("--words", type=int, default=5_000_000)
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--out", default="bench_out/sparse_embedding")
-    args = parser.parse_args()
-    out = Path(args.out)
-    t = time.perf_counter()
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.papers, args.words, args.batch_size, args.steps, args.warmup = 2_000, 10_000, 128, 4, 1
     graph = synthetic_hetero(args.papers, args.words, avg_degree=5, words_per_paper=5, feat_dim=32, seed=0)
-    build_s = time.perf_counter() - t
-    results: List[Dict[str, Any]] = [run(graph, mode, args, out / mode) for mode in ("dense", "sparse")]
-    dense, sparse = results
-    summary = {
-        "config": vars(args), "graph_build_s": build_s, "results": results,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
-        "ratios_sparse_over_dense": {
-            "median_step_s": sparse["median_step_s"] / dense["median_step_s"],
-            "uss_mb_rank0": sparse["uss_mb"][0] / dense["uss_mb"][0],
-            "pss_mb_total": sum(sparse["pss_mb"]) / sum(dense["pss_mb"]),
-        },
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sparse_embedding.json").write_text(json.dumps(summary, indent=2))
-    lines = [f"# Sparse shared vs dense per-rank embedding: {args.words:,} featureless rows x {args.dim}, "
-             f"{args.papers:,} papers, 2 ranks (fork, gloo), batch {args.batch_size}, {args.steps} steps", "",
-             "| embedding | median step (s) | USS rank 0 / 1 (MB) | PSS rank 0 / 1 (MB) | fit wall (s) |",
-             "|---|---|---|---|---|"]
-    for r in results:
-        lines.append(f"| {r['mode']} | {r['median_step_s']:.3f} | {r['uss_mb'][0]:.0f} / {r['uss_mb'][1]:.0f} | "
-                     f"{r['pss_mb'][0]:.0f} / {r['pss_mb'][1]:.0f} | {r['fit_wall_s']:.1f} |")
-    ratio = summary["ratios_sparse_over_dense"]
-    lines += ["", f"sparse / dense: step time {ratio['median_step_s']:.3f}x, rank-0 USS {ratio['uss_mb_rank0']:.3f}x, "
-              f"total PSS {ratio['pss_mb_total']:.3f}x"]
-    (out / "sparse_embedding.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    with tempfile.TemporaryDirectory(prefix="sparse-embedding-") as tmp:
+        dense, sparse = results = [run(graph, mode, args, Path(tmp) / mode) for mode in ("dense", "sparse")]
+    ratio = {"median_step_s": sparse["median_step_s"] / dense["median_step_s"],
+             "uss_mb_rank0": sparse["uss_mb"][0] / dense["uss_mb"][0],
+             "pss_mb_total": sum(sparse["pss_mb"]) / sum(dense["pss_mb"])}
+    md = (f"# Sparse shared vs dense per-rank embedding: {args.words:,} featureless rows x {args.dim}, "
+          f"{args.papers:,} papers, 2 ranks (fork, gloo), batch {args.batch_size}, {args.steps} steps\n\n"
+          + harness.markdown_table(["embedding", "median step (s)", "USS rank 0 / 1 (MB)", "PSS rank 0 / 1 (MB)",
+                                    "fit wall (s)"],
+                                   [[r["mode"], f"{r['median_step_s']:.3f}", f"{r['uss_mb'][0]:.0f} / {r['uss_mb'][1]:.0f}",
+                                     f"{r['pss_mb'][0]:.0f} / {r['pss_mb'][1]:.0f}", f"{r['fit_wall_s']:.1f}"]
+                                    for r in results])
+          + f"\n\nsparse / dense: step time {ratio['median_step_s']:.3f}x, rank-0 USS {ratio['uss_mb_rank0']:.3f}x, "
+          f"total PSS {ratio['pss_mb_total']:.3f}x")
+    payload = {"config": {k: str(v) for k, v in vars(args).items()}, "results": results,
+               "ratios_sparse_over_dense": ratio}
+    harness.write_outputs(args.out, "sparse_embedding", payload, md)
+    print(md)
+    return payload
 
 
 if __name__ == "__main__":

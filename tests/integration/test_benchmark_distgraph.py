@@ -71,7 +71,6 @@ def test_quick_run_measures_both_arms(tmp_path):
         run_ = data["runs"][name][0]
         assert len(run_["rank_uss_mb"]) == len(run_["rank_pss_mb"]) == 2  # both trainer ranks report
         assert len(run_["epoch_s"]) == 1 and positive(run_["seeds_per_epoch"])
-        assert {"sample_ms", "feat_ms", "label_ms", "input_nodes"} <= set(arm["probe"])
     assert positive(arms["distdgl"]["server_rss_mb"]) and positive(arms["distdgl"]["server_pss_mb"])
     assert arms["fork"]["server_rss_mb"] is None  # no graph server without DistDGL
     ratios = data["throughput"]["ratios"]
