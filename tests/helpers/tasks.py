@@ -24,6 +24,7 @@ from torch import nn
 from graphtrainer import GraphTask
 from graphtrainer import comm as gdist
 from graphtrainer.callbacks import Callback
+from graphtrainer.data.sharded_loader import ShardedLoader
 from graphtrainer.data.sharding import shard_ids
 
 # torch.optim and DDP import torch._dynamo lazily, at first use. Imported once here, in the
@@ -61,6 +62,16 @@ class IndexBatches:
     def __iter__(self):
         share = self._share()
         return iter([share[i:i + self.batch_size] for i in range(0, share.numel(), self.batch_size)])
+
+
+class ExactBatches(ShardedLoader):
+    """Index batches of an exact length: every rank has as many, so epochs run without Join."""
+
+    def __iter__(self):
+        return iter(self.local_batches())
+
+    def __len__(self):
+        return len(self.local_batches())
 
 
 def regression_data(n: int, d: int, seed: int = 0, scale: float = 1.0):

@@ -16,12 +16,11 @@ import torch
 
 from graphtrainer import PREEMPTED_EXIT_CODE, ModelCheckpoint, Preempted, Trainer
 from graphtrainer.checkpoint.content import read_checkpoint
-from graphtrainer.data.sharded_loader import ShardedLoader
 from graphtrainer.loop import preemption
 
 from conftest import rank_children
 from launch_env import env_without_launch
-from tasks import RegressionTask
+from tasks import ExactBatches, RegressionTask
 
 STOP_AT_STEP = 5
 
@@ -34,16 +33,6 @@ def _agree_at_every_step(monkeypatch):
 
 
 TESTS = Path(__file__).resolve().parents[1] / "helpers"  # the shared task modules and drivers
-
-
-class _Batches(ShardedLoader):
-    """Index batches of an exact length: every rank has as many, so epochs run without Join."""
-
-    def __iter__(self):
-        return iter(self.local_batches())
-
-    def __len__(self):
-        return len(self.local_batches())
 
 
 class _SignalledTask(RegressionTask):
@@ -59,7 +48,7 @@ class _SignalledTask(RegressionTask):
     def train_dataloader(self):
         if not self.exact:
             return super().train_dataloader()
-        return _Batches(torch.arange(self.n), self.batch_size, seed=self.trainer.seed)
+        return ExactBatches(torch.arange(self.n), self.batch_size, seed=self.trainer.seed)
 
     def training_step(self, idx, batch_idx):
         if self.sig is not None and self.rank == self.signal_rank and self.global_step == self.at_step:
