@@ -159,20 +159,29 @@ def versions() -> Dict[str, Any]:
 
 # ---- command line ------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    """Fills the default ``--out`` once ``--tiny`` is known."""
+    """Applies the ``--tiny`` overrides to options not given, fills the default ``--out`` and
+    starts the run's clock (``started``, for :func:`report`)."""
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        ns = super().parse_args(args, namespace)
+        argv = list(sys.argv[1:] if args is None else args)
+        ns = super().parse_args(argv, namespace)
+        given = {self._option_string_actions[a.split("=")[0]].dest for a in argv
+                 if a.split("=")[0] in self._option_string_actions}
+        for key, value in (ns.tiny_overrides.items() if ns.tiny else ()):
+            if hasattr(ns, key) and key not in given:
+                setattr(ns, key, value)
         if getattr(ns, "out", "unset") is None:
             stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-%H%M")
             ns.out = Path("bench_out") / ns.bench_name if ns.tiny else RESULTS / ns.bench_name / stamp
+        ns.started = time.perf_counter()
         return ns
 
 
-def base_parser(name: str, description: str, rounds: Optional[int] = None) -> argparse.ArgumentParser:
+def base_parser(name: str, description: str, rounds: Optional[int] = None,
+                tiny: Optional[Dict[str, Any]] = None) -> argparse.ArgumentParser:
     """``--out`` (default ``benchmarks/results/<name>/<date>``; with ``--tiny``: ``bench_out/<name>``),
-    ``--tiny`` (alias ``--quick``: a seconds-long smoke configuration) and, given a default,
-    ``--rounds`` (interleaved A B A B rounds)."""
+    ``--tiny`` (alias ``--quick``: a seconds-long smoke configuration: the ``tiny`` values replace
+    those of options not given) and, given a default, ``--rounds`` (interleaved A B A B rounds)."""
     parser = _Parser(description=description.strip().splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default: benchmarks/results/{name}/<date>; --tiny: bench_out/{name})")
@@ -180,8 +189,15 @@ def base_parser(name: str, description: str, rounds: Optional[int] = None) -> ar
                         help="a seconds-long configuration (smoke test)")
     if rounds is not None:
         parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds (default %(default)s)")
-    parser.set_defaults(bench_name=name)
+    parser.set_defaults(bench_name=name, tiny_overrides=dict(tiny or {}))
     return parser
+
+
+def config(args: Any) -> Dict[str, Any]:
+    """The parsed options as JSON values (what :func:`report` records)."""
+    skip = {"tiny_overrides", "started", "bench_name"}
+    return {k: v if isinstance(v, (int, float, bool, str, type(None), list, dict)) else str(v)
+            for k, v in vars(args).items() if k not in skip}
 
 
 # ---- interleaved rounds ------------------------------------------------------------
@@ -262,6 +278,16 @@ def _kill_tree(pid: int) -> None:
 
 
 # ---- results files -----------------------------------------------------------------
+def report(args: Any, payload: Dict[str, Any], markdown: str, plot: Optional[Callable[[Any], None]] = None,
+           figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Any]:
+    """Print ``markdown`` and write the results files of the run ``args`` describes (its options
+    as ``config`` and its ``wall_s`` added to ``payload``); returns the payload."""
+    payload = dict(payload, config=config(args), wall_s=round(time.perf_counter() - args.started, 1))
+    print(markdown, flush=True)
+    write_outputs(args.out, args.bench_name, payload, markdown, plot, figsize)
+    return payload
+
+
 def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: str,
                   plot: Optional[Callable[[Any], None]] = None, figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Path]:
     """``<name>.json`` (payload + date, machine and versions), ``<name>.md`` and, with ``plot``, ``<name>.png``."""

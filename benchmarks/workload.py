@@ -35,6 +35,79 @@ def size_label(size: Dict[str, int]) -> str:
     return (f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k") + f"x{size['avg_degree']}"
 
 
+#: The ``--tiny`` values of :func:`training_options`: a seconds-long run.
+TINY = {"size": parse_size("20kx5"), "datasets": ["synthetic"], "feat_dim": 16, "hidden": 32, "batch_size": 256,
+        "max_train_nodes": 2048, "epochs": 2, "rounds": 1}
+
+
+def training_options(p: argparse.ArgumentParser, size: str = "1Mx10", feat_dim: int = 64, fanouts: str = "10,10",
+                     hidden: int = 128, batch_size: int = 512, max_train_nodes: int = 60_000, epochs: int = 4,
+                     datasets: Any = None) -> argparse.ArgumentParser:
+    """The options of a training benchmark, with its defaults (``datasets``: offer ``--datasets``)."""
+    if datasets is not None:
+        p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(datasets))
+    p.add_argument("--size", type=parse_size, default=parse_size(size), help=f"NODESxDEGREE (default {size})")
+    p.add_argument("--feat-dim", type=int, default=feat_dim)
+    p.add_argument("--fanouts", default=fanouts)
+    p.add_argument("--hidden", type=int, default=hidden)
+    p.add_argument("--batch-size", type=int, default=batch_size, help="synthetic graphs (Tolokers: at most 256)")
+    p.add_argument("--max-train-nodes", type=int, default=max_train_nodes,
+                   help="cap the training seeds (same ids in every arm; default %(default)s)")
+    p.add_argument("--epochs", type=int, default=epochs, help="per run; the first is warm-up (default %(default)s)")
+    return p
+
+
+def task_kwargs(args: Any, batch_size: Any = None) -> Dict[str, Any]:
+    """``BenchTask`` keyword arguments from :func:`training_options`' values."""
+    return {"fanouts": [int(f) for f in str(args.fanouts).split(",")], "hidden": args.hidden, "lr": 3e-3,
+            "batch_size": batch_size or args.batch_size, "dropout": 0.5}
+
+
+def prepared_graphs(args: Any) -> Any:
+    """``(spec, graph, train seeds)`` per dataset of ``args``, one graph alive at a time, its
+    training seeds capped and its sparse formats built (every arm samples the same structure)."""
+    for spec in graph_specs(getattr(args, "datasets", ["synthetic"]), [args.size], args.feat_dim, args.batch_size):
+        graph = build_graph(spec)
+        n_train = cap_train(graph, args.max_train_nodes)
+        graph.create_formats_()
+        yield spec, graph, n_train
+        del graph
+
+
+def summarise(runs: Dict[str, List[Dict[str, Any]]], baseline: str, metric: Any = None) -> Dict[str, Any]:
+    """Arms' median epoch (warm-up dropped), ratio to ``baseline``, per-round ratios (neighbours in
+    the interleaving), mean test ``metric`` (default ``test_auc`` where present, else ``test_acc``)."""
+    import statistics
+
+    import harness
+
+    first = runs[baseline][0]
+    metric = metric or ("test_auc" if "test_auc" in first else "test_acc" if "test_acc" in first else None)
+    med = {k: harness.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
+    per_run = {k: [harness.median(steady(r["epoch_times_s"])) for r in v] for k, v in runs.items()}
+    out = {"median_epoch_s": med, "ratios": {k: v / med[baseline] for k, v in med.items()},
+           "pair_ratios": {k: [a / b for a, b in zip(v, per_run[baseline])] for k, v in per_run.items()},
+           "other_cores": statistics.fmean(r.get("other_cores", 0.0) for v in runs.values() for r in v)}
+    if metric:
+        out["metric"], out["scores"] = metric, {k: [r[metric] for r in v if metric in r] for k, v in runs.items()}
+        out["mean_score"] = {k: statistics.fmean(v) if v else float("nan") for k, v in out["scores"].items()}
+    return out
+
+
+def arms_table(summary: Dict[str, Any], labels: Any = None, baseline_label: str = "") -> str:
+    """One row per arm of :func:`summarise`: median epoch, ratio, per-round ratios, test metric."""
+    import harness
+
+    labels = labels or {}
+    metric = summary.get("metric", "")
+    return harness.markdown_table(
+        ["arm", "median epoch (s)", f"vs {baseline_label or 'first arm'}", "each round", metric.replace("_", " ")],
+        [[labels.get(k, k), f"{v:.3f}", f"{summary['ratios'][k]:.3f}x",
+          " / ".join(f"{x:.3f}" for x in summary["pair_ratios"][k]),
+          " / ".join(f"{x:.4f}" for x in summary.get("scores", {}).get(k, []))]
+         for k, v in summary["median_epoch_s"].items()])
+
+
 def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int, batch_size: int = 1024
                 ) -> List[Dict[str, Any]]:
     """One spec per synthetic size and for Tolokers (batch at most 256), for :func:`build_graph`."""
