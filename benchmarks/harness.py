@@ -72,8 +72,7 @@ def _own_cpu_s() -> float:
     total = t.user + t.system + t.children_user + t.children_system
     for child in me.children(recursive=True):
         try:
-            c = child.cpu_times()
-            total += c.user + c.system
+            total += sum(child.cpu_times()[:2])
         except psutil.NoSuchProcess:
             pass
     return total
@@ -96,9 +95,16 @@ class LoadMeter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        wall = max(time.monotonic() - self._wall, 1e-6)
         other = (_busy_cpu_s() - self._busy) - (_own_cpu_s() - self._own)
-        self.other_cores = round(max(0.0, other) / wall, 2)
+        self.other_cores = round(max(0.0, other) / max(time.monotonic() - self._wall, 1e-6), 2)
+
+
+def _run_text(argv: Sequence[str]) -> str:
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def machine_info() -> Dict[str, Any]:
@@ -109,36 +115,15 @@ def machine_info() -> Dict[str, Any]:
     if load > 0.25 * cpus:
         print(f"[bench] WARNING: 1-minute load average {load:.2f} on {cpus} cores before starting: timings "
               "will be noisy; memory figures are unaffected", file=sys.stderr, flush=True)
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
-    except OSError:
-        pass
+    cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
+    # the GPU from nvidia-smi, not torch: initialising CUDA here would forbid forking ranks later
+    gpu = _run_text(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
     return {"cpus": os.cpu_count(), "cores_available": cpus, "cpu_model": model,
-            "ram_gib": round(psutil.virtual_memory().total / 2**30, 1), "gpu": _gpu_name(),
+            "ram_gib": round(psutil.virtual_memory().total / 2**30, 1), "gpu": gpu[0] if gpu else None,
             "platform": platform.platform(), "python": platform.python_version(),
             "loadavg_start": [round(x, 2) for x in os.getloadavg()],
             "available_gib_start": round(psutil.virtual_memory().available / 2**30, 1)}
-
-
-def _gpu_name() -> Optional[str]:
-    """From nvidia-smi, not torch: initialising CUDA here would forbid forking ranks later."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_commit() -> Optional[str]:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def versions() -> Dict[str, Any]:
@@ -150,11 +135,10 @@ def versions() -> Dict[str, Any]:
         import dgl
 
         out["dgl"] = dgl.__version__
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the GPU machine has no DGL
         pass
-    out["stack"] = os.environ.get("GRAPHTRAINER_STACK")
-    out["commit"] = git_commit()
-    return out
+    return dict(out, stack=os.environ.get("GRAPHTRAINER_STACK"),
+                commit=_run_text(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or None)
 
 
 # ---- command line ------------------------------------------------------------------
@@ -291,25 +275,22 @@ def report(args: Any, payload: Dict[str, Any], markdown: str, plot: Optional[Cal
 def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: str,
                   plot: Optional[Callable[[Any], None]] = None, figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Path]:
     """``<name>.json`` (payload + date, machine and versions), ``<name>.md`` and, with ``plot``, ``<name>.png``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               **payload}
-    payload.setdefault("versions", versions())
-    payload.setdefault("machine", machine_info())["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    paths = {"json": out_dir / f"{name}.json", "md": out_dir / f"{name}.md"}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    payload = {"benchmark": name, "date": now, "versions": versions(), **payload}
+    m = payload.setdefault("machine", machine_info())
+    m["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    paths = {ext: Path(out_dir) / f"{name}.{ext}" for ext in ("json", "md") + (("png",) if plot else ())}
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-    m = payload["machine"]
-    header = (f"<!-- {name}: {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('ram_gib')} GiB RAM, load average "
-              f"{m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end -->\n")
-    paths["md"].write_text(header + markdown.rstrip() + "\n", encoding="utf-8")
+    paths["md"].write_text(f"<!-- {name}: {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('ram_gib')} GiB RAM, "
+                           f"load average {m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end -->\n"
+                           + markdown.rstrip() + "\n", encoding="utf-8")
     if plot is not None:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        paths["png"] = out_dir / f"{name}.png"
         fig = plt.figure(figsize=tuple(figsize))
         try:
             plot(fig)

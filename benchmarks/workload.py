@@ -111,11 +111,8 @@ def arms_table(summary: Dict[str, Any], labels: Any = None, baseline_label: str 
 def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int, batch_size: int = 1024
                 ) -> List[Dict[str, Any]]:
     """One spec per synthetic size and for Tolokers (batch at most 256), for :func:`build_graph`."""
-    specs: List[Dict[str, Any]] = []
-    if "synthetic" in datasets:
-        specs += [{"dataset": "synthetic", "label": size_label(s), "num_nodes": s["num_nodes"], "seed": 0,
-                   "avg_degree": s["avg_degree"], "num_edges": s["num_nodes"] * s["avg_degree"],
-                   "feat_dim": feat_dim, "num_classes": 8, "batch_size": batch_size} for s in sizes]
+    specs = [{"dataset": "synthetic", "label": size_label(s), **s, "seed": 0, "num_edges": s["num_nodes"] * s["avg_degree"],
+              "feat_dim": feat_dim, "num_classes": 8, "batch_size": batch_size} for s in sizes if "synthetic" in datasets]
     if "tolokers" in datasets:
         specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
                       "feat_dim": 10, "batch_size": min(batch_size, 256)})
@@ -127,25 +124,27 @@ def build_graph(spec: Dict[str, Any]) -> Any:
     ``{"dataset": "synthetic", num_nodes, avg_degree, feat_dim, num_classes, seed}``."""
     from graphtrainer import datasets
 
-    if spec["dataset"] == "tolokers":
-        from graphtrainer.examples.node_classification import standardize_features
-
-        graph = datasets.load("tolokers")
-        standardize_features(graph)
-        for s in ("train", "val", "test"):
-            m = graph.ndata[f"{s}_mask"]
-            if m.dim() > 1:
-                graph.ndata[f"{s}_mask"] = m[:, 0].contiguous()
-        return graph
     if spec["dataset"] == "synthetic":
         return datasets.synthetic(spec["num_nodes"], spec["avg_degree"], spec["feat_dim"],
                                   spec.get("num_classes", 8), spec.get("seed", 0))
-    raise ValueError(f"unknown dataset {spec['dataset']!r}: choose one of {DATASETS}")
+    if spec["dataset"] != "tolokers":
+        raise ValueError(f"unknown dataset {spec['dataset']!r}: choose one of {DATASETS}")
+    from graphtrainer.examples.node_classification import standardize_features
+
+    graph = datasets.load("tolokers")
+    standardize_features(graph)
+    for s in ("train", "val", "test"):
+        graph.ndata[f"{s}_mask"] = split_mask(graph, s).contiguous()
+    return graph
+
+
+def split_mask(graph: Any, split: str) -> Any:
+    mask = graph.ndata[f"{split}_mask"]
+    return mask[:, 0] if mask.dim() > 1 else mask
 
 
 def split_ids(graph: Any, split: str) -> Any:
-    mask = graph.ndata[f"{split}_mask"]
-    return (mask[:, 0] if mask.dim() > 1 else mask).nonzero(as_tuple=True)[0]
+    return split_mask(graph, split).nonzero(as_tuple=True)[0]
 
 
 def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
@@ -155,9 +154,7 @@ def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
     ids = split_ids(graph, "train")
     if ids.numel() > cap:
         keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
-        mask = torch.zeros(graph.num_nodes(), dtype=torch.bool)
-        mask[keep] = True
-        graph.ndata["train_mask"] = mask
+        graph.ndata["train_mask"] = torch.zeros(graph.num_nodes(), dtype=torch.bool).index_fill_(0, keep, True)
     return int(split_ids(graph, "train").numel())
 
 
@@ -183,20 +180,18 @@ def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[s
     import dgl
     import torch
 
-    model.eval()
+    from graphtrainer.evaluation.ranking import roc_auc
+
     sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers), prefetch_node_feats=["feat"],
                                                             prefetch_labels=["label"])
-    logits, labels = [], []
+    model.eval()
     with torch.no_grad():
-        for _, _, blocks in dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=False):
-            logits.append(model(blocks, blocks[0].srcdata["feat"]))
-            labels.append(blocks[-1].dstdata["label"])
+        pairs = [(model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"]) for _, _, blocks in
+                 dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=batch_size, shuffle=False)]
     model.train()
-    out, y = torch.cat(logits), torch.cat(labels)
+    out, y = torch.cat([o for o, _ in pairs]), torch.cat([t for _, t in pairs])
     metrics = {"test_acc": float((out.argmax(1) == y).float().mean())}
     if out.shape[1] == 2:
-        from graphtrainer.evaluation.ranking import roc_auc
-
         metrics["test_auc"] = roc_auc(torch.softmax(out, 1)[:, 1], y)
     return metrics
 
@@ -211,19 +206,17 @@ def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bo
     from graphtrainer import Trainer
 
     timer = timer or EpochTimer()
-    kwargs = {k: v for k, v in dict(dict(num_procs=2, seed=0, enable_model_summary=False), **trainer_kwargs).items()
-              if v is not None}
+    kwargs = dict(dict(num_procs=2, seed=0, enable_model_summary=False), **trainer_kwargs)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(max_epochs=epochs, progress_bar=False, logger=False, default_root_dir=tmp,
-                          callbacks=[timer], **kwargs)
+                          callbacks=[timer], **{k: v for k, v in kwargs.items() if v is not None})
         started = time.perf_counter()
         trainer.fit(task)
         wall = time.perf_counter() - started
     out = {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
            "run_wall_s": wall, "threads": trainer.threads_per_proc}
     if evaluate_test:
-        task.module.to("cpu")
-        out.update(evaluate(task.module, graph, split_ids(graph, "test")))
+        out.update(evaluate(task.module.to("cpu"), graph, split_ids(graph, "test")))
     return out
 
 
@@ -237,6 +230,7 @@ class EpochTimer(Callback):
     start); travels back to the caller as callback state."""
 
     logs_metrics = False  # its on_train_epoch_end only reads the clock: no second reduction
+    FIELDS = ("times", "steps", "step_ends")
 
     def __init__(self) -> None:
         self.times: List[float] = []
@@ -245,10 +239,11 @@ class EpochTimer(Callback):
         self._t0 = 0.0
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"times": list(self.times), "steps": list(self.steps), "step_ends": list(self.step_ends)}
+        return {k: list(getattr(self, k)) for k in self.FIELDS}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.times, self.steps, self.step_ends = list(state["times"]), list(state["steps"]), list(state["step_ends"])
+        for k in self.FIELDS:
+            setattr(self, k, list(state[k]))
 
     def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
         self._t0 = time.perf_counter()
