@@ -16,30 +16,6 @@ ARMS = {"dgl.nn": "dgl", "graphtrainer.nn": "dgl", "torch blocks": "torch"}  # a
 TIMES = ("epoch_s", "epoch_min_s", "epoch_cpu_s")  # rank 0's epoch: wall (median, fastest), CPU (median)
 
 
-class CostTimer(workload.EpochTimer):
-    """EpochTimer plus rank 0's CPU seconds per epoch (all its threads): on a machine other
-    jobs load, wall time measures the scheduler as much as the code; CPU time does not."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cpu: List[float] = []
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {**super().state_dict(), "cpu": list(self.cpu)}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.cpu = list(state["cpu"])
-
-    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-        super().on_train_epoch_start(trainer, task)
-        self._c0 = time.process_time()
-
-    def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
-        super().on_train_epoch_end(trainer, task)
-        self.cpu.append(time.process_time() - self._c0)
-
-
 def parse_args(argv: Any = None) -> Any:
     p = harness.base_parser("gpu", __doc__, tiny={"size": workload.parse_size("3kx5"), "max_train_nodes": 600,
                                                   "epochs": 2, "seeds": [0], "batch_size": 128, "hidden": 16})
@@ -72,13 +48,12 @@ class ArmTask(workload.BenchTask):
 
 def run_arm(graph: Any, arm: str, seed: int, args: Any, **trainer_kwargs: Any) -> Dict[str, Any]:
     task = ArmTask(graph, **workload.task_kwargs(args))
-    task.arm, task.model_seed, timer = arm, seed, CostTimer()
+    task.arm, task.model_seed = arm, seed
     # One thread per rank: 2 ranks fill the 2 cores, and DGL's sampling is repeatable with one thread.
-    res = workload.fit(graph, task, args.epochs, timer=timer,
+    res = workload.fit(graph, task, args.epochs,
                        **{"block_type": ARMS[arm], "threads_per_proc": 1, "seed": seed, **trainer_kwargs})
-    wall, cpu = workload.steady(timer.times), workload.steady(timer.cpu)
-    return dict(res, epoch_s=harness.median(wall), epoch_min_s=min(wall), epoch_cpu_s=harness.median(cpu),
-                epoch_cpu_times_s=timer.cpu)
+    wall, cpu = workload.steady(res["epoch_times_s"]), workload.steady(res["epoch_cpu_times_s"])
+    return dict(res, epoch_s=harness.median(wall), epoch_min_s=min(wall), epoch_cpu_s=harness.median(cpu))
 
 
 def cpu_part(graph: Any, args: Any) -> Dict[str, Any]:

@@ -213,7 +213,7 @@ def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bo
         started = time.perf_counter()
         trainer.fit(task)
         wall = time.perf_counter() - started
-    out = {"epoch_times_s": timer.times, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
+    out = {"epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
            "run_wall_s": wall, "threads": trainer.threads_per_proc}
     if evaluate_test:
         out.update(evaluate(task.module.to("cpu"), graph, split_ids(graph, "test")))
@@ -226,17 +226,19 @@ def steady(times: List[float]) -> List[float]:
 
 
 class EpochTimer(Callback):
-    """Rank 0's training-loop time per epoch and each step's end (seconds from the epoch's
-    start); travels back to the caller as callback state."""
+    """Rank 0's training-loop time per epoch, its CPU seconds (all threads: on a loaded machine
+    wall time measures the scheduler too) and each step's end (seconds from the epoch's start);
+    travels back to the caller as callback state."""
 
     logs_metrics = False  # its on_train_epoch_end only reads the clock: no second reduction
-    FIELDS = ("times", "steps", "step_ends")
+    FIELDS = ("times", "cpu", "steps", "step_ends")
 
     def __init__(self) -> None:
         self.times: List[float] = []
+        self.cpu: List[float] = []
         self.steps: List[int] = []
         self.step_ends: List[List[float]] = []
-        self._t0 = 0.0
+        self._t0 = self._c0 = 0.0
 
     def state_dict(self) -> Dict[str, Any]:
         return {k: list(getattr(self, k)) for k in self.FIELDS}
@@ -246,7 +248,7 @@ class EpochTimer(Callback):
             setattr(self, k, list(state[k]))
 
     def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-        self._t0 = time.perf_counter()
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
         self.step_ends.append([])
 
     def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -254,4 +256,5 @@ class EpochTimer(Callback):
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         self.times.append(time.perf_counter() - self._t0)
+        self.cpu.append(time.process_time() - self._c0)
         self.steps.append(len(self.step_ends[-1]))
