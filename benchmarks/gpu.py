@@ -6,8 +6,7 @@ seed) and, where CUDA exists, the seeds/s of 1 GPU rank against 2 CPU ranks.
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import workload
