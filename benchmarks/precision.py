@@ -27,12 +27,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
     results: List[Dict[str, Any]] = []
     for spec, graph, n_train in workload.prepared_graphs(args):
         arms = {p: (lambda rnd, p=p, g=graph, s=spec: run(g, s, args, p)) for p in PRECISIONS}
-        runs, _ = harness.interleave(arms, args.rounds, spec["label"],
-                                     lambda r: f"epochs {[round(t, 2) for t in r['epoch_times_s']]} s, "
-                                               f"test_acc {r['test_acc']:.4f}", alternate=True)
+        runs, _ = harness.interleave(arms, args.rounds, spec["label"], alternate=True)
         summary = workload.summarise(runs, "32")
-        row: Dict[str, Any] = {"graph": spec["label"] if spec["dataset"] == "tolokers" else f"synthetic {spec['label']}",
-                               "train_nodes": n_train, "time_ratio": summary["ratios"]["bf16-mixed"],
+        label = spec["label"] if spec["dataset"] == "tolokers" else f"synthetic {spec['label']}"
+        row: Dict[str, Any] = {"graph": label, "train_nodes": n_train, "time_ratio": summary["ratios"]["bf16-mixed"],
                                "pair_ratios": summary["pair_ratios"]["bf16-mixed"]}
         for precision in PRECISIONS:  # test_acc always; test_auc on binary labels (Tolokers)
             row[precision] = {"epoch_s": summary["median_epoch_s"][precision], "runs": runs[precision],

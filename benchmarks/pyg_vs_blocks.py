@@ -1,13 +1,10 @@
-"""PyG's GraphSAGE on PyG batches against graphtrainer's SAGE on DGL's blocks: the same task,
-2 CPU ranks, interleaved A B A B, median epoch time and the ratio B / A.
+"""PyG's GraphSAGE on PyG batches (B; B-T: with PyG's per-layer trimming, ``--trim-arm``) against
+graphtrainer's SAGE on DGL's blocks (A): the same task, DGL sampling, 2 CPU ranks, interleaved
+A B A B; median epoch time, B / A and test accuracy with every neighbour. The GPU pair:
+``tests/helpers/pyg_gpu_script.py --bench``.
 
     bash scripts/env.sh python benchmarks/pyg_vs_blocks.py [--trim-arm]   # full run
     bash scripts/env.sh python benchmarks/pyg_vs_blocks.py --tiny         # seconds (smoke test)
-
-A: ``workload.BenchTask`` (SAGE on blocks). B: ``batch_format="pyg"`` and
-``torch_geometric.nn.GraphSAGE`` as PyG's tutorial calls it; B-T: with PyG's per-layer
-trimming. DGL samples in every arm. Test accuracy with every neighbour shows both learned.
-The GPU pair: ``tests/helpers/pyg_gpu_script.py --bench``.
 """
 from __future__ import annotations
 
@@ -24,11 +21,7 @@ LABELS = {"blocks": "A: graphtrainer SAGE on DGL blocks", "pyg": "B: PyG GraphSA
 class PygBenchTask(workload.BenchTask):
     """BenchTask with PyG's GraphSAGE on PyG batches (``trim``: PyG's per-layer trimming)."""
 
-    batch_format = "pyg"
-
-    def __init__(self, graph: Any, trim: bool = False, **kwargs: Any):
-        super().__init__(graph, **kwargs)
-        self.trim = trim
+    batch_format, trim = "pyg", False
 
     def configure_model(self) -> Any:
         from torch_geometric.nn import GraphSAGE
@@ -49,20 +42,19 @@ def pyg_test_accuracy(task: Any, graph: Any) -> float:
 
     from graphtrainer.nn.pyg import to_pyg
 
-    ids = workload.split_ids(graph, "test")
+    ids, model, correct = workload.split_ids(graph, "test"), task.module.eval(), 0
     sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(task.fanouts), prefetch_node_feats=["feat"],
                                                             prefetch_labels=["label"])
-    model, correct = task.module.eval(), 0
     with torch.no_grad():
-        for batch in dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=4096, shuffle=False):
-            data = to_pyg(batch)
-            correct += int((model(data.x, data.edge_index)[:data.batch_size].argmax(1) == data.y).sum())
+        for batch in map(to_pyg, dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=4096, shuffle=False)):
+            correct += int((model(batch.x, batch.edge_index)[:batch.batch_size].argmax(1) == batch.y).sum())
     return correct / ids.numel()
 
 
 def run_arm(graph: Any, args: Any, arm: str) -> Dict[str, Any]:
     kwargs = workload.task_kwargs(args)
-    task = workload.BenchTask(graph, **kwargs) if arm == "blocks" else PygBenchTask(graph, arm == "pyg_trim", **kwargs)
+    task = workload.BenchTask(graph, **kwargs) if arm == "blocks" else PygBenchTask(graph, **kwargs)
+    task.trim = arm == "pyg_trim"
     res = workload.fit(graph, task, args.epochs, evaluate_test=arm == "blocks")
     return res if arm == "blocks" else dict(res, test_acc=pyg_test_accuracy(task, graph))
 
@@ -74,8 +66,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     ((spec, graph, n_train),) = workload.prepared_graphs(args)
     arms = ["blocks", "pyg"] + (["pyg_trim"] if args.trim_arm else [])
     runs, order = harness.interleave({a: (lambda rnd, a=a: run_arm(graph, args, a)) for a in arms}, args.rounds,
-                                     "pyg_vs_blocks", lambda r: f"epochs {[round(t, 2) for t in r['epoch_times_s']]}"
-                                                                f" s, test_acc {r['test_acc']:.4f}")
+                                     "pyg_vs_blocks")
     summary = workload.summarise(runs, "blocks", metric="test_acc")
     md = (f"# PyG batches vs DGL blocks ({spec['label']}, {n_train:,} training seeds, fanouts {args.fanouts}, "
           f"hidden {args.hidden}, batch {args.batch_size}, 2 CPU ranks, {args.rounds} rounds)\n\n"

@@ -1,19 +1,15 @@
-"""The newest tested set against the pinned one: the same task, graph and seeds trained under
-each set's venv in turn (interleaved, the order reversed every other round), epoch time side by side.
+"""The newest tested set against the pinned one: the same task, graph and seeds trained under each
+set's interpreter in turn (interleaved), median epoch time newest / pinned, one arm per ``--dropouts``
+value; each run also times the operations behind dropout on one thread.
 
-    python benchmarks/stacks.py                       # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
-    python benchmarks/stacks.py --tiny                # seconds (smoke test)
-
-Each run: a fresh interpreter of ``.venv`` or ``.venv-newest`` on ``workload.BenchTask``, one arm
-per ``--dropouts`` value; ratio = median newest epoch / median pinned. Each worker also times
-the operations behind dropout on one thread.
+    python benchmarks/stacks.py            # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
+    python benchmarks/stacks.py --tiny     # seconds (smoke test)
 """
 from __future__ import annotations
 
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -55,27 +51,18 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def time_ops(calls: int = 50) -> Dict[str, float]:
-    """Milliseconds per call, on one thread, of the operations behind a dropout layer on a
-    3,000 x 128 tensor (about a Tolokers batch's hidden layer)."""
+    """Milliseconds per call on one thread of the operations behind dropout, on a 3,000 x 128
+    tensor (about a Tolokers batch's hidden layer)."""
     import torch
     import torch.nn.functional as F
+    from torch.utils.benchmark import Timer
 
     from graphtrainer.nn.dropout import dropout
 
-    threads, x = torch.get_num_threads(), torch.randn(3000, 128)
-    torch.set_num_threads(1)
+    x = torch.randn(3000, 128)
     ops = {"F.dropout": lambda: F.dropout(x, 0.5, True), "bernoulli_": lambda: torch.empty_like(x).bernoulli_(0.5),
            "rand_like": lambda: torch.rand_like(x), "graphtrainer.nn.Dropout": lambda: dropout(x, 0.5)}
-    out = {}
-    for name, op in ops.items():
-        for _ in range(5):  # warm-up
-            op()
-        started = time.perf_counter()
-        for _ in range(calls):
-            op()
-        out[name] = (time.perf_counter() - started) / calls * 1e3
-    torch.set_num_threads(threads)
-    return out
+    return {k: Timer("op()", globals={"op": op}, num_threads=1).timeit(calls).mean * 1e3 for k, op in ops.items()}
 
 
 def run_once(stack: str, args: argparse.Namespace, dropout: float) -> Dict[str, Any]:
@@ -100,27 +87,27 @@ def main(argv: Any = None) -> Dict[str, Any]:
     runs, order = harness.interleave(arms, args.rounds, "stacks", alternate=True)
     by_stack = {s: [r for d in args.dropouts for r in runs[f"{s} {d}"]] for s in VENVS}
     by_dropout = {}
-    for d in args.dropouts:  # the first dropout's figures are the headline (the example's own task by default)
+    for d in args.dropouts:
         arm = workload.summarise({s: runs[f"{s} {d}"] for s in VENVS}, "pinned")
-        by_dropout[str(d)] = {"median_epoch_s": arm["median_epoch_s"], "ratio_newest_over_pinned": arm["ratios"]["newest"],
-                              "pair_ratios": arm["pair_ratios"]["newest"]}
+        by_dropout[str(d)] = {"median_epoch_s": arm["median_epoch_s"], "pair_ratios": arm["pair_ratios"]["newest"],
+                              "ratio_newest_over_pinned": arm["ratios"]["newest"]}
     ops = {s: {k: harness.median([r["ops_ms"][k] for r in rs]) for k in rs[0]["ops_ms"]} for s, rs in by_stack.items()}
-    v = {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in by_stack.items()}
+    versions = {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in by_stack.items()}
+    # The headline is the first dropout's (the example's own task by default).
     summary = {**by_dropout[str(args.dropouts[0])], "dropout": args.dropouts[0], "by_dropout": by_dropout,
-               "ops_ms": ops, "versions": v}
+               "ops_ms": ops, "versions": versions}
+    rows = [[d, *(f"{r['median_epoch_s'][s]:.3f}" for s in VENVS), f"**{r['ratio_newest_over_pinned']:.3f}x**",
+             " / ".join(f"{x:.3f}" for x in r["pair_ratios"])] for d, r in by_dropout.items()]
     md = "\n\n".join([
-        f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds, {args.epochs} epochs "
-        f"each, first left out)\n\npinned: torch {v['pinned']['torch']}, dgl {v['pinned']['dgl']}; "
-        f"newest: torch {v['newest']['torch']}, dgl {v['newest']['dgl']}",
+        f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds of "
+        f"{args.epochs} epochs, the first left out)",
+        "; ".join(f"{s}: torch {x['torch']}, dgl {x['dgl']}" for s, x in versions.items()),
         harness.markdown_table(["task dropout", "pinned median epoch (s)", "newest median epoch (s)", "newest / pinned",
-                                "each round"], [[d, f"{r['median_epoch_s']['pinned']:.3f}",
-                                                 f"{r['median_epoch_s']['newest']:.3f}",
-                                                 f"**{r['ratio_newest_over_pinned']:.3f}x**",
-                                                 " / ".join(f"{x:.3f}" for x in r["pair_ratios"])]
-                                                for d, r in by_dropout.items()]),
+                                "each round"], rows),
         f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x** (dropout {summary['dropout']})",
         "One thread, a 3,000 x 128 float tensor, ms per call (median over runs):",
-        harness.markdown_table(["stack", *ops["pinned"]], [[s, *(f"{x:.2f}" for x in ops[s].values())] for s in VENVS])])
+        harness.markdown_table(["stack", *ops["pinned"]], [[s, *(f"{ms:.2f}" for ms in ops[s].values())]
+                                                          for s in VENVS])])
     return harness.report(args, {"summary": summary, "order": order, "runs": by_stack}, md)
 
 
