@@ -38,6 +38,7 @@ def parse_args(argv: Any = None) -> Any:
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--warmup", type=int, default=5, help="steps dropped before timing (default %(default)s)")
     p.add_argument("--steps", type=int, default=100, help="steps timed per run (default %(default)s)")
+    p.add_argument("--repeats", dest="rounds", type=int, help=argparse.SUPPRESS)  # the old name of --rounds
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one fit: its ranks, threads and output folder
     args = p.parse_args(argv)
     if min(args.procs + [args.warmup, args.steps, args.rounds]) < 1:

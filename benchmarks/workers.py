@@ -44,7 +44,7 @@ def run(graph: Any, workers: int, args: Any) -> Dict[str, Any]:
     task.loader_kwargs = {"num_workers": workers, "persistent_workers": True} if workers else {}
     timer = workload.EpochTimer()
     Trainer(num_procs=args.num_procs, max_epochs=3, limit_train_batches=args.batches, progress_bar=False, logger=False,
-            default_root_dir=args.root_dir, find_unused_parameters=args.hetero,
+            default_root_dir=args.root_dir, find_unused_parameters=args.hetero, threads_per_proc=args.threads,
             enable_model_summary=False, callbacks=[timer]).fit(task)
     seeds = args.batches * args.batch_size * args.num_procs
     return {"workers": workers, "epoch_s": timer.times, "seeds_per_s": [seeds / s for s in timer.times]}
@@ -58,6 +58,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     parser.add_argument("--batches", type=int, default=40, help="training batches per rank and epoch")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--num-procs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="threads_per_proc (default: cores // ranks)")
     parser.add_argument("--root-dir", default="/tmp/graphtrainer-bench-workers")
     args = parser.parse_args(argv)
     graph = (datasets.synthetic_hetero(args.nodes, max(args.nodes // 10, 8), avg_degree=10, feat_dim=64)
