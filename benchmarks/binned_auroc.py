@@ -3,14 +3,11 @@
 
     python benchmarks/binned_auroc.py [--tiny]
 
-Each method runs in a fresh interpreter; "peak extra" is its peak RSS above the RSS before it.
+Each method runs in a fresh interpreter (spawned); "peak extra" is its peak RSS above the RSS before it.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
+import multiprocessing
 import time
 from typing import Any, Dict
 
@@ -27,7 +24,7 @@ def peak_rss_mb(reset: bool = False) -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM")) / 1024
 
 
-def child(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
+def measure(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
     import torch
     from graphtrainer.evaluation.binned_auroc import BinnedAUROC
     from graphtrainer.evaluation.ranking import roc_auc_ap
@@ -46,26 +43,23 @@ def child(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
             "peak_extra_mb": peak_rss_mb() - start_mb, "scores_mb": (pos.numel() + neg.numel()) * 4 / 2**20, **result}
 
 
-def main(argv: Any = None) -> Any:
+def main(argv: Any = None) -> Dict[str, Any]:
     parser = harness.base_parser("binned_auroc", __doc__, tiny={"edges": 10_000, "bins": 1_000})
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     for flag, default in (("--edges", 1_000_000), ("--negatives", 9), ("--bins", 100_000)):
         parser.add_argument(flag, type=int, default=default)
     args = parser.parse_args(argv)
-    if args.child:
-        return print(json.dumps(child(args.child, args.edges, args.negatives, args.bins)))
-    sizes = [f"--edges={args.edges}", f"--negatives={args.negatives}", f"--bins={args.bins}"]
-    rows = [json.loads(subprocess.run([sys.executable, __file__, "--child", method, *sizes], capture_output=True,
-                                      text=True, timeout=900, check=True).stdout.splitlines()[-1])
-            for method in ("exact", "binned")]
+    rows = []
+    for method in ("exact", "binned"):
+        with multiprocessing.get_context("spawn").Pool(1) as fresh:  # a fresh interpreter per method
+            rows.append(fresh.apply_async(measure, (method, args.edges, args.negatives, args.bins)).get(timeout=900))
     exact, binned = rows
     md = harness.markdown_table(
         ["method", "scored edges", "peak extra RSS (MB)", "scores held (MB)", "seconds", "auc", "ap"],
         [[r["method"], f"{r['scored_edges']:,}", f"{r['peak_extra_mb']:.0f}", f"{r['scores_mb']:.0f}",
           f"{r['seconds']:.2f}", f"{r['auc']:.6f}", f"{r['ap']:.6f}"] for r in rows])
-    md += (f"\n\nbinned: {args.bins:,} bins ({2 * args.bins * 8 / 2**20:.1f} MB of counts per rank), reported AUC "
-           f"error bound {binned['auc_error_bound']:.2e}, |binned - exact| AUC {abs(binned['auc'] - exact['auc']):.2e}, "
-           f"AP {abs(binned['ap'] - exact['ap']):.2e}")
+    md += (f"\n\nbinned: {args.bins:,} bins ({2 * args.bins * 8 / 2**20:.1f} MB of counts per rank), reported "
+           f"AUC error bound {binned['auc_error_bound']:.2e}, |binned - exact| AUC "
+           f"{abs(binned['auc'] - exact['auc']):.2e}, AP {abs(binned['ap'] - exact['ap']):.2e}")
     return harness.report(args, {"rows": rows}, md)
 
 

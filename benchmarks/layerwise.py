@@ -18,6 +18,8 @@ from graphtrainer import GraphTask, Trainer, datasets
 from graphtrainer.data.inference import layerwise
 from graphtrainer.models import SAGE
 
+MEMORY = ("rss_growth_mb", "uss_mb", "pss_mb")  # per rank, after each batch size's run
+
 
 class LayerwiseBench(GraphTask):
     """Runs the inference at the end of a trivial validation (on every rank); each rank logs its
@@ -60,15 +62,13 @@ def main(argv: Any = None) -> Dict[str, Any]:
                       hang_timeout=None)
     m, ranks = trainer.validate(LayerwiseBench(graph, args.hidden, sizes)), range(args.num_procs)
     rows = [{"batch_size": bs, "seconds": m[f"b{i}_seconds"] / args.num_procs,
-             **{k: [m[f"b{i}_{k}_r{r}"] for r in ranks] for k in ("rss_growth_mb", "uss_mb", "pss_mb")}}
-            for i, bs in enumerate(sizes)]
+             **{k: [m[f"b{i}_{k}_r{r}"] for r in ranks] for k in MEMORY}} for i, bs in enumerate(sizes)]
     per_rank = lambda values: " / ".join(f"{x:,.0f}" for x in values)  # noqa: E731
     shared_mb = 4 * args.nodes * (args.hidden + 8) / 2**20
     md = (f"{args.nodes:,} nodes, {graph.num_edges():,} edges, SAGE 64 -> {args.hidden} -> 8, {args.num_procs} "
           f"ranks; shared layer outputs {shared_mb:.0f} MB in all\n\n" + harness.markdown_table(
               ["batch size", "seconds (rank mean)", "per rank: peak RSS growth MB", "USS MB after", "PSS MB after"],
-              [[r["batch_size"], f"{r['seconds']:.1f}"] + [per_rank(r[k]) for k in ("rss_growth_mb", "uss_mb", "pss_mb")]
-               for r in rows]))
+              [[r["batch_size"], f"{r['seconds']:.1f}"] + [per_rank(r[k]) for k in MEMORY] for r in rows]))
     return harness.report(args, {"shared_mb": shared_mb, "runs": rows}, md)
 
 
