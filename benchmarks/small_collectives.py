@@ -1,134 +1,109 @@
-"""What one small collective costs on this machine: the fixed per-epoch price of exact metrics.
+"""What one small gloo collective costs here: the fixed per-epoch price of exact metrics.
 
-    python benchmarks/small_collectives.py [--world-sizes 2 4] [--calls 300] [--out DIR]
+    python benchmarks/small_collectives.py [--world-sizes 2 4] [--calls 300] [--tiny] [--out DIR]
 
-Ranks pinned one per core (as ``pin_cpus=True``) time gloo's all-reduce of 4 numbers (sum,
-max), an all-gather, a broadcast and a barrier, and a loopback TCP round trip for scale;
-median of 5 blocks of ``--calls`` calls, rank 0's clock.
+Ranks pinned one per core (as ``pin_cpus=True``) time all-reduces of 4 numbers (sum, max), an all-gather,
+a broadcast and a barrier (median of 5 blocks of ``--calls`` calls, rank 0's clock); a loopback TCP round
+trip gives the scale.
 """
 from __future__ import annotations
 
 import os
 import socket
-import statistics
-import sys
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
-import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
+import harness  # first: graphtrainer from this checkout
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-from graphtrainer.process.affinity import rank_cores
 from graphtrainer.launch.environment import free_port
-from harness import base_parser, markdown_table, write_outputs
-from harness import machine_info, versions
+from graphtrainer.process.affinity import rank_cores
 
 BLOCKS = 5
 
 
-def _ops(world: int) -> Dict[str, Callable[[], Any]]:
-    four = torch.zeros(4, dtype=torch.float64)
-    parts = [torch.empty_like(four) for _ in range(world)]
-    return {
-        "all_reduce sum (4 numbers)": lambda: dist.all_reduce(four.clone()),
-        "all_reduce max (4 numbers)": lambda: dist.all_reduce(four.clone(), op=dist.ReduceOp.MAX),
-        "all_gather (4 numbers)": lambda: dist.all_gather(parts, four),
-        "broadcast (4 numbers)": lambda: dist.broadcast(four.clone(), 0),
-        "barrier": dist.barrier,
-    }
+def us_per_call(op: Callable[[], Any], calls: int) -> float:
+    """After a warm-up, the median of BLOCKS blocks of ``calls`` calls."""
+    def block(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            op()
+        return (time.perf_counter() - start) / n * 1e6
+
+    block(max(10, calls // 10))
+    return harness.median([block(calls) for _ in range(BLOCKS)])
 
 
-def _rank(rank: int, world: int, port: int, calls: int, out: Any) -> None:
+def _rank(rank: int, world: int, port: int, calls: int, queue: Any) -> None:
     os.sched_setaffinity(0, rank_cores(rank, 1, os.sched_getaffinity(0)))  # as pin_cpus places ranks
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        for name, op in _ops(world).items():
-            for _ in range(max(10, calls // 10)):  # warm-up
-                op()
-            blocks = []
-            for _ in range(BLOCKS):
-                start = time.perf_counter()
-                for _ in range(calls):
-                    op()
-                blocks.append((time.perf_counter() - start) / calls * 1e6)
-            if rank == 0:
-                out[name] = statistics.median(blocks)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    four = torch.zeros(4, dtype=torch.float64)
+    parts = [torch.empty_like(four) for _ in range(world)]
+    ops = {"all_reduce sum (4 numbers)": lambda: dist.all_reduce(four.clone()),
+           "all_reduce max (4 numbers)": lambda: dist.all_reduce(four.clone(), op=dist.ReduceOp.MAX),
+           "all_gather (4 numbers)": lambda: dist.all_gather(parts, four),
+           "broadcast (4 numbers)": lambda: dist.broadcast(four.clone(), 0), "barrier": dist.barrier}
+    timed = {name: us_per_call(op, calls) for name, op in ops.items()}
+    if rank == 0:
+        queue.put(timed)
+    dist.barrier()  # no rank leaves while another still waits on it
+    dist.destroy_process_group()
 
 
 def tcp_round_trip_us(calls: int) -> float:
     """One byte there and back over loopback TCP between two processes."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
+    server = socket.create_server(("127.0.0.1", 0))
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # the echoing peer
         peer = socket.create_connection(server.getsockname())
         peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         while peer.recv(1) == b"x":
             peer.send(b"x")
         os._exit(0)
-    conn, _ = server.accept()
+    conn = server.accept()[0]
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    blocks = []
-    for _ in range(BLOCKS):
-        start = time.perf_counter()
-        for _ in range(calls):
-            conn.send(b"x")
-            conn.recv(1)
-        blocks.append((time.perf_counter() - start) / calls * 1e6)
-    conn.send(b"q")
-    conn.close()
-    server.close()
+
+    def ping() -> None:
+        conn.send(b"x")
+        conn.recv(1)
+
+    us = us_per_call(ping, calls)
+    conn.send(b"q")  # the peer leaves
     os.waitpid(pid, 0)
-    return statistics.median(blocks)
+    return us
 
 
-def main(argv: List[str]) -> None:
-    parser = base_parser("small_collectives", __doc__.splitlines()[0])
+def main(argv: Any = None) -> Dict[str, Any]:
+    parser = harness.base_parser("small_collectives", __doc__, tiny={"world_sizes": [2], "calls": 20})
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--calls", type=int, default=300, help="calls per timed block (default: %(default)s)")
     args = parser.parse_args(argv)
-    if args.tiny:
-        args.world_sizes, args.calls = [2], 20
     if any(w < 2 for w in args.world_sizes) or args.calls < 1:
         parser.error("--world-sizes: 2 or more ranks each; --calls: 1 or more")
     results: Dict[str, Dict[str, float]] = {}
     for world in args.world_sizes:
-        with mp.Manager() as manager:
-            out = manager.dict()
-            mp.spawn(_rank, args=(world, free_port(), args.calls, out), nprocs=world)
-            results[str(world)] = dict(out)
+        queue = mp.get_context("spawn").SimpleQueue()
+        mp.spawn(_rank, args=(world, free_port(), args.calls, queue), nprocs=world)
+        results[str(world)] = queue.get()
     rtt = tcp_round_trip_us(args.calls)
-    names = list(next(iter(results.values())))
+    names = list(results[str(args.world_sizes[0])])
     rows = [[name] + [round(results[str(w)][name]) for w in args.world_sizes] for name in names]
-    rows.append(["loopback TCP round trip (2 processes)"] + [round(rtt)] + [None] * (len(args.world_sizes) - 1))
-    table = markdown_table(["operation (gloo, ranks pinned one per core)"]
-                           + [f"{w} ranks, us/call" for w in args.world_sizes], rows)
-    payload = {"machine": machine_info(), "calls": args.calls, "blocks": BLOCKS, "us_per_call": results,
-               "tcp_round_trip_us": rtt, "versions": versions()}
-    md = (f"# Small collectives, torch {torch.__version__}\n\n{table}\n\n"
-          f"Median of {BLOCKS} blocks of {args.calls} calls, rank 0's clock.\n")
+    rows.append(["loopback TCP round trip (2 processes)", round(rtt)] + [None] * (len(args.world_sizes) - 1))
+    md = (f"# Small collectives, torch {torch.__version__}\n\n" + harness.markdown_table(
+        ["operation (gloo, ranks pinned one per core)"] + [f"{w} ranks, us/call" for w in args.world_sizes], rows)
+        + f"\n\nMedian of {BLOCKS} blocks of {args.calls} calls, rank 0's clock.\n")
 
     def plot(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)
-        for i, w in enumerate(args.world_sizes):
-            ax.barh([j + i * 0.4 for j in range(len(names))], [results[str(w)][n] for n in names], height=0.4,
-                    label=f"{w} ranks")
-        ax.set_yticks(range(len(names)), names)
-        ax.axvline(rtt, color="k", linestyle="--", label="TCP round trip")
+        bars = {f"{name}, {w} ranks": us for w, timed in results.items() for name, us in timed.items()}
+        ax.barh(list(bars) + ["loopback TCP round trip"], list(bars.values()) + [rtt])
         ax.set_xlabel("us per call")
-        ax.legend()
 
-    paths = write_outputs(args.out, "small_collectives", payload, md, plot, figsize=(9, 4))
-    print(md)
-    print(f"wrote {paths['md']}")
+    payload = {"calls": args.calls, "blocks": BLOCKS, "us_per_call": results, "tcp_round_trip_us": rtt}
+    return harness.report(args, payload, md, plot, figsize=(9, 4))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
