@@ -15,9 +15,9 @@ from probe import Probe
 from workload import evaluate, split_ids
 
 
-def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: Dict[str, Any]) -> None:
-    """One rank: its process group, DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` every step.
-    ``graph_or_box``: the graph, or a one-item list of its pickled bytes (dropped once unpickled).
+def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
+    """One rank: its process group, DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` every step;
+    the graph's pickled bytes come from ``conn`` (unpickled into this rank's own copy, then dropped).
     ``cfg``: fanouts, hidden, batch_size, lr, dropout, epochs, threads, seed; optional probe_dir,
     pause_at, measure_steps (a :class:`Probe`), max_steps, out_file (rank 0's epoch times, step
     ends and test metrics), join (each epoch in ``Join``)."""
@@ -32,8 +32,8 @@ def handwritten_rank(rank: int, world: int, port: int, graph_or_box: Any, cfg: D
 
     torch.set_num_threads(cfg["threads"])
     dgl.utils.set_num_threads(cfg["threads"])
-    g = pickle.loads(graph_or_box.pop()) if isinstance(graph_or_box, list) else graph_or_box
-    del graph_or_box
+    g = pickle.loads(conn.recv_bytes())
+    conn.close()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank)
     torch.manual_seed(cfg["seed"])
     model = DistributedDataParallel(SAGE(g.ndata["feat"].shape[1], cfg["hidden"], int(g.ndata["label"].max()) + 1,
@@ -90,31 +90,17 @@ def _naive_child(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any
     from graphtrainer.process.parent import die_with_parent
 
     die_with_parent()  # not what tutorials do: it keeps a killed benchmark from leaving ranks behind
-    box = [conn.recv_bytes()]  # this rank's own copy of the pickled graph
-    conn.close()
-    if not cfg.get("fresh_thread"):
-        handwritten_rank(rank, world, port, box, cfg)
-        return
-    # overhead.py --thread-arm: train in a new thread, as graphtrainer's launched ranks do.
-    failed: List[BaseException] = []
-
-    def target() -> None:
-        try:
-            handwritten_rank(rank, world, port, box, cfg)
-        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
-            failed.append(err)
-
-    worker = threading.Thread(target=target, name=f"naive-rank{rank}-train")
-    worker.start()
-    worker.join()
-    if failed:
-        raise failed[0]
+    if cfg.get("fresh_thread"):  # overhead.py --thread-arm: train in a new thread, as graphtrainer's ranks do
+        worker = threading.Thread(target=handwritten_rank, args=(rank, world, port, conn, cfg), name="train")
+        worker.start()
+        worker.join()
+        sys.exit(1)  # handwritten_rank ends the process when done: its thread returned on an error (printed)
+    handwritten_rank(rank, world, port, conn, cfg)
 
 
 def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s: float = 60.0) -> None:
-    """Run ``handwritten_rank`` on ``world`` ranks as the classic tutorials launch it: spawn, the
-    graph pickled (as ``mp.spawn`` pickles its arguments) and sent to every child through a pipe
-    (so this process does not keep the bytes alive), each child unpickling its private copy.
+    """Run ``handwritten_rank`` on ``world`` ranks as the classic tutorials do: spawn, the graph pickled
+    (as ``mp.spawn`` does) and piped to every child (this process keeps no bytes), each unpickling its copy.
     ``cfg["fresh_thread"]``: each rank trains in a new thread."""
     import multiprocessing as mp
 
@@ -128,7 +114,7 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
     try:
         for rank in range(world):
             recv, send = ctx.Pipe(duplex=False)
-            procs.append(ctx.Process(target=_naive_child, args=(rank, world, port, recv, cfg), name=f"naive-rank{rank}"))
+            procs.append(ctx.Process(target=_naive_child, args=(rank, world, port, recv, cfg), name=f"rank{rank}"))
             procs[-1].start()
             recv.close()
             pipes.append(send)
@@ -144,8 +130,8 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
                 first_done = time.monotonic()
             if first_done is not None and time.monotonic() - first_done > teardown_timeout_s:
                 torn_down = {r for r, p in enumerate(procs) if p.exitcode is None}
-                print(f"[bench] naive spawn: rank(s) {sorted(torn_down)} still tearing down {teardown_timeout_s:.0f} s "
-                      "after another finished; ending them", file=sys.stderr, flush=True)
+                print(f"[bench] naive spawn: ending rank(s) {sorted(torn_down)}, still tearing down "
+                      f"{teardown_timeout_s:.0f} s after another finished", file=sys.stderr, flush=True)
                 break
             next(p for p in procs if p.exitcode is None).join(0.2)
     finally:
@@ -154,9 +140,8 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
                 ended.add(rank)
                 proc.kill()
                 proc.join(5)
-    bad = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode != 0 and r not in torn_down]
-    if bad:
-        first = ", ".join(f"rank {r} exit code {code}" for r, code in bad if r not in ended)
-        raise RuntimeError(f"naive spawn ranks failed: {first or bad}"
-                           + (f"; rank(s) {sorted(ended - torn_down)} were then ended by the benchmark"
-                              if ended - torn_down else ""))
+    failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0 and r not in ended}
+    if failed:
+        others = sorted(ended - torn_down)
+        raise RuntimeError(f"naive spawn ranks failed (rank: exit code) {failed}"
+                           + (f"; rank(s) {others} were then ended by the benchmark" if others else ""))
