@@ -15,8 +15,8 @@ import time
 os.environ.setdefault("DGLBACKEND", "pytorch")
 import torch  # noqa: E402
 
-_dgl_dir = os.path.dirname(importlib.util.find_spec("dgl").origin)
-if not os.path.exists(os.path.join(_dgl_dir, "graphbolt", f"libgraphbolt_pytorch_{torch.__version__.split('+')[0]}.so")):
+_graphbolt = f"graphbolt/libgraphbolt_pytorch_{torch.__version__.split('+')[0]}.so"
+if not os.path.exists(os.path.join(os.path.dirname(importlib.util.find_spec("dgl").origin), _graphbolt)):
     # Newest set only: dgl 2.1 has no GraphBolt for this torch and loads only behind graphtrainer's shim.
     import graphtrainer  # noqa: F401
 import dgl  # noqa: E402

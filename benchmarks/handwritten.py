@@ -16,11 +16,10 @@ from workload import evaluate, split_ids
 
 
 def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
-    """One rank: its process group, DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` every step;
-    the graph's pickled bytes come from ``conn`` (unpickled into this rank's own copy, then dropped).
-    ``cfg``: fanouts, hidden, batch_size, lr, dropout, epochs, threads, seed; optional probe_dir,
-    pause_at, measure_steps (a :class:`Probe`), max_steps, out_file (rank 0's epoch times, step
-    ends and test metrics), join (each epoch in ``Join``)."""
+    """One rank: its process group, DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` every step, on its
+    own copy of the graph unpickled from ``conn``. ``cfg``: fanouts, hidden, batch_size, lr, dropout, epochs,
+    threads, seed; optional probe_dir, pause_at, measure_steps (a :class:`Probe`), max_steps, out_file
+    (rank 0's epoch times, step ends, test metrics), join (each epoch in ``Join``)."""
     import dgl
     import torch
     import torch.distributed as dist
@@ -114,8 +113,9 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
     try:
         for rank in range(world):
             recv, send = ctx.Pipe(duplex=False)
-            procs.append(ctx.Process(target=_naive_child, args=(rank, world, port, recv, cfg), name=f"rank{rank}"))
-            procs[-1].start()
+            proc = ctx.Process(target=_naive_child, args=(rank, world, port, recv, cfg), name=f"naive-rank{rank}")
+            proc.start()
+            procs.append(proc)
             recv.close()
             pipes.append(send)
         for send in pipes:

@@ -130,9 +130,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
             spec["label"], lambda res: f"epochs {[round(t, 2) for t in res['epoch_times_s']]} test acc "
                                        f"{res['test_acc']:.4f}, run {res['run_wall_s']:.1f} s")
         results.append(analyse(spec, n_train, runs, order, args.world))
-        del graph  # freed before the next graph is built
+        graph = None  # freed before the next graph is built
     targets = [{"graph": r["graph"], "what": f"graphtrainer / hand-written epoch <= {TARGET}, equal test metric",
-                "measured": r["ratio"], "met": r["met"], "valid": r["other_cores"] <= harness.NOISY_CORES} for r in results]
+                "measured": r["ratio"], "met": r["met"], "valid": r["other_cores"] <= harness.NOISY_CORES}
+               for r in results]
     epochs = {f"{r['graph']}\n{ARMS[k][0]}": v for r in results for k, v in r["median_epoch_s"].items()}
     plot = harness.bar_plot(epochs, f"median epoch time (s), {args.world} ranks")
     return harness.report(args, {"results": results, "targets": targets}, render(results, args), plot)

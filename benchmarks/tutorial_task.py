@@ -35,7 +35,8 @@ class TutorialTask(NodeClassification):
 
 class EpochStarts(Callback):
     def __init__(self, out: str):
-        self.out, self.starts = out, []  # type: str, List[float]
+        self.out = out
+        self.starts: List[float] = []
 
     def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
         self.starts.append(time.perf_counter())

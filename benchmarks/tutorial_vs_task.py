@@ -21,6 +21,7 @@ import workload
 EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}  # epoch time B / A at most, by rank count
 PSS_TARGET = 0.85  # peak total PSS B / A at most
 ARMS = {"tutorial": "dgl_tutorial.py", "graphtrainer": "tutorial_task.py"}
+YES_NO = {True: "yes", False: "**no**"}
 
 
 def parse_args(argv: Any = None) -> Any:
@@ -87,9 +88,9 @@ def render(rows: List[Dict[str, Any]], args: Any) -> str:
         [[r["graph"], r["world"], r["steps_per_epoch_rank0"], round(r["mean_epoch_s"]["tutorial"], 3),
           round(r["mean_epoch_s"]["graphtrainer"], 3), f"{r['epoch_ratio']:.2f}x",
           " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
-          f"<= {r['epoch_target']:.2f}x: " + ("yes" if r["met_epoch"] else "**no**") + harness.noise_note(r["other_cores"]),
+          f"<= {r['epoch_target']:.2f}x: {YES_NO[r['met_epoch']]}{harness.noise_note(r['other_cores'])}",
           r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"], f"{r['pss_ratio']:.2f}x",
-          "yes" if r["met_pss"] else "**no**"] for r in rows])
+          YES_NO[r["met_pss"]]] for r in rows])
     return table + (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
                     "interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
 
