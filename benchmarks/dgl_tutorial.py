@@ -1,34 +1,26 @@
-"""DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo: the
-graph loaded at the top of the script (each spawned process loads its own copy), ``mp.spawn``,
-``DataLoader(use_ddp=True)``, ``NeighborSampler([4, 4])``, batch 1024, its 2-layer SAGE, Adam,
-the loss and an sklearn accuracy per step.
+"""DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo: the graph
+loaded at the top (each spawned process loads its own copy), ``mp.spawn``, ``DataLoader(use_ddp=True)``,
+``NeighborSampler([4, 4])``, batch 1024, its SAGE, Adam, the loss and an sklearn accuracy per step.
 
     python benchmarks/dgl_tutorial.py GRAPH.bin NPROCS EPOCHS OUT.json
 
-Changed from the tutorial: the graph comes from a DGL binary file, no validation and no tqdm
-bar, ``cores // NPROCS`` threads per process, rank 0 writes every epoch's start time to
-OUT.json, and each process leaves with ``os._exit(0)`` (torch 2.15 can abort at exit with a
-live gloo group: pytorch/pytorch#190489).
-"""
+Changed: the graph from a DGL file, no validation or tqdm bar, ``cores // NPROCS`` threads, rank 0
+writes each epoch's start to OUT.json, ``os._exit(0)`` at the end (pytorch/pytorch#190489)."""
+import importlib.util
 import json
 import os
 import sys
 import time
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
+import torch  # noqa: E402
 
-import importlib.util  # noqa: E402
-
-import torch
-
-_dgl_dir = os.path.dirname(importlib.util.find_spec("dgl").origin)
-if not os.path.exists(os.path.join(_dgl_dir, "graphbolt", f"libgraphbolt_pytorch_{torch.__version__.split('+')[0]}.so")):
-    # The newest tested set: dgl 2.1 has no GraphBolt library for this torch, and imports only behind
-    # graphtrainer's compatibility layer. Not reached on the pinned set, where the script is as written.
-    import graphtrainer  # noqa: E402,F401
-import dgl
+_graphbolt = f"graphbolt/libgraphbolt_pytorch_{torch.__version__.split('+')[0]}.so"
+if not os.path.exists(os.path.join(os.path.dirname(importlib.util.find_spec("dgl").origin), _graphbolt)):
+    # Newest set only: dgl 2.1 has no GraphBolt for this torch and loads only behind graphtrainer's shim.
+    import graphtrainer  # noqa: F401
+import dgl  # noqa: E402
 import sklearn.metrics  # noqa: E402
-import torch
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 

@@ -1,19 +1,17 @@
-"""The job of ``dgl_tutorial.py`` as a GraphTask with every graphtrainer default.
+"""The job of ``dgl_tutorial.py`` as a GraphTask with every graphtrainer default: ``Trainer(num_procs=NPROCS)``,
+progress bar, logger and summary on; the tutorial's network, ``NeighborSampler([4, 4])``, batch 1024, Adam.
 
     python benchmarks/tutorial_task.py GRAPH.bin NPROCS EPOCHS OUT.json [OPTION=VALUE ...]
 
-``Trainer(num_procs=NPROCS)``, progress bar, logger and summary on; the example task with the
-tutorial's network (``tutorial_model.Model``), ``NeighborSampler([4, 4])``, batch 1024, Adam.
-Rank 0 writes each epoch's start and the end of ``fit`` to OUT.json. OPTION=VALUE (e.g.
-``allocator=lean``, ``pin_cpus=false``) sets that Trainer option, for ablations.
-"""
+Rank 0 writes each epoch's start and the end of ``fit`` to OUT.json; OPTION=VALUE (``profiler=simple``,
+``pin_cpus=false``) sets that Trainer option."""
 from __future__ import annotations
 
 import json
 import sys
 import tempfile
 import time
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 from graphtrainer import Trainer
@@ -36,41 +34,25 @@ class TutorialTask(NodeClassification):
 
 
 class EpochStarts(Callback):
-    """Rank 0 writes when each training epoch started and when ``fit`` ended."""
-
     def __init__(self, out: str):
-        self.out, self.starts, self.steps = out, [], 0  # type: str, List[float], int
+        self.out = out
+        self.starts: List[float] = []
 
     def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
         self.starts.append(time.perf_counter())
-        self.steps = 0
-
-    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.steps += 1
 
     def on_fit_end(self, trainer: Any, task: Any) -> None:
         if trainer.rank == 0:
             with open(self.out, "w", encoding="utf-8") as fh:
-                json.dump({"epoch_starts": self.starts, "end": time.perf_counter(), "steps_per_epoch": self.steps}, fh)
-
-
-def _option(text: str) -> Tuple[str, Any]:
-    """``allocator=lean`` or ``pin_cpus=false``: one Trainer option of an ablation arm."""
-    name, value = text.split("=", 1)
-    return name, {"true": True, "false": False}.get(value, value)
-
-
-def main(argv: List[str]) -> None:
-    import dgl
-
-    graph_file, nprocs, epochs, out = argv[0], int(argv[1]), int(argv[2]), argv[3]
-    extra = dict(_option(text) for text in argv[4:])
-    (graph,), _ = dgl.load_graphs(graph_file)
-    with tempfile.TemporaryDirectory() as root:
-        trainer = Trainer(num_procs=nprocs, max_epochs=epochs, default_root_dir=root, callbacks=[EpochStarts(out)],
-                          **extra)
-        trainer.fit(TutorialTask(graph))
+                json.dump({"epoch_starts": self.starts, "end": time.perf_counter(),
+                           "steps_per_epoch": trainer.num_training_batches}, fh)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    import dgl
+
+    (graph,), _ = dgl.load_graphs(sys.argv[1])
+    options = {k: {"true": True, "false": False}.get(v, v) for k, v in (a.split("=", 1) for a in sys.argv[5:])}
+    with tempfile.TemporaryDirectory() as root:
+        Trainer(num_procs=int(sys.argv[2]), max_epochs=int(sys.argv[3]), default_root_dir=root,
+                callbacks=[EpochStarts(sys.argv[4])], **options).fit(TutorialTask(graph))

@@ -92,11 +92,12 @@ def test_precision_tiny(tmp_path):
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_overhead_tiny(tmp_path):
-    proc = run_bench("overhead.py", "--tiny", "--out", str(tmp_path))
+    proc = run_bench("overhead.py", "--tiny", "--thread-arm", "--stop-arm", "--out", str(tmp_path))
     data = outputs(tmp_path, "overhead", proc)
     (res,) = data["results"]
-    assert res["order"] == ["handwritten", "graphtrainer"]
-    for arm in ("handwritten", "graphtrainer"):
+    arms = ["handwritten", "handwritten_thread", "graphtrainer", "graphtrainer_no_stop"]
+    assert res["order"] == arms
+    for arm in arms:
         (run,) = res["runs"][arm]
         assert len(run["epoch_times_s"]) == 2 and all(positive(t) for t in run["epoch_times_s"])
         assert 0.0 <= run["test_acc"] <= 1.0
@@ -104,10 +105,10 @@ def test_overhead_tiny(tmp_path):
     assert positive(res["ratio"]) and res["steps_per_epoch_per_rank"] >= 1
     assert res["metric"] == "test_acc" and len(res["scores"]["graphtrainer"]) == 1
     assert {"step_ms", "epoch_fixed_ms"} <= set(res["costs"]["graphtrainer"])
-    # The stored runs can be analysed again without measuring anything.
-    again = run_bench("overhead.py", "--from-json", str(tmp_path / "overhead.json"), "--out", str(tmp_path / "re"))
-    redone = outputs(tmp_path / "re", "overhead", again)
-    assert redone["results"][0]["ratio"] == pytest.approx(res["ratio"])
+    assert all(math.isfinite(v) for v in res["costs"]["handwritten"].values())
+    assert res["stop_ratio"] == pytest.approx(res["ratio"] / res["ratios"]["graphtrainer_no_stop"])
+    assert res["ratio"] == pytest.approx(res["median_epoch_s"]["graphtrainer"] / res["median_epoch_s"]["handwritten"])
+    assert data["targets"][0]["graph"] == res["graph"] and data["targets"][0]["measured"] == res["ratio"]
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
