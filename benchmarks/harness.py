@@ -157,7 +157,7 @@ class _Parser(argparse.ArgumentParser):
         if getattr(ns, "out", "unset") is None:
             stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-%H%M")
             ns.out = Path("bench_out") / ns.bench_name if ns.tiny else RESULTS / ns.bench_name / stamp
-        ns.started = time.perf_counter()
+        ns.started, ns.loadavg_start = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
         return ns
 
 
@@ -179,7 +179,7 @@ def base_parser(name: str, description: str, rounds: Optional[int] = None,
 
 def config(args: Any) -> Dict[str, Any]:
     """The parsed options as JSON values (what :func:`report` records)."""
-    skip = {"tiny_overrides", "started", "bench_name"}
+    skip = {"tiny_overrides", "started", "loadavg_start", "bench_name"}
     return {k: v if isinstance(v, (int, float, bool, str, type(None), list, dict)) else str(v)
             for k, v in vars(args).items() if k not in skip}
 
@@ -267,6 +267,7 @@ def report(args: Any, payload: Dict[str, Any], markdown: str, plot: Optional[Cal
     """Print ``markdown`` and write the results files of the run ``args`` describes (its options
     as ``config`` and its ``wall_s`` added to ``payload``); returns the payload."""
     payload = dict(payload, config=config(args), wall_s=round(time.perf_counter() - args.started, 1))
+    payload.setdefault("machine", dict(machine_info(), loadavg_start=args.loadavg_start))
     print(markdown, flush=True)
     write_outputs(args.out, args.bench_name, payload, markdown, plot, figsize)
     return payload

@@ -11,9 +11,9 @@ A forked rank held 188 MB privately (USS, ``/proc/<pid>/smaps``; 1M nodes / 10M 
 - **The heap the parent left**, trimmed once at a launched rank's start (``malloc_trim``).
 
 Not by default: a trim after every training epoch. It gave back nothing at the peak (run
-PSS 1,300 vs 1,295 MB at 2 fork ranks, 1,441 vs 1,447 MB at 4; 1M nodes,
-``benchmarks/tutorial_vs_task.py --glibc-arm``) and makes every epoch refill the heap by
-page faults (epoch time without it 0.96x at 2 ranks, 0.90x at 4, within run-to-run spread
+PSS 1,300 vs 1,295 MB at 2 fork ranks, 1,441 vs 1,447 MB at 4; 1M nodes, the retired
+``tutorial_vs_task.py --glibc-arm``: benchmarks/results/HISTORY.md) and makes every epoch refill
+the heap by page faults (epoch time without it 0.96x at 2 ranks, 0.90x at 4, within run-to-run spread
 on a second run).
 
 ``Trainer(allocator="lean")`` (:data:`ALLOCATORS`) trades throughput for memory: glibc's
