@@ -82,7 +82,8 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
     graph = workload.build_graph(spec)
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
     clock = probe.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
-    watcher = probe.MemoryWatcher(probe_dir, world).start()
+    watcher = probe.MemoryWatcher(probe_dir, world)
+    watcher.start()
     try:
         t_fit = time.time()
         if launcher == "naive-spawn":

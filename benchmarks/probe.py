@@ -23,12 +23,8 @@ def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
     import psutil
 
     root = psutil.Process(root_pid or os.getpid())
-    try:
-        procs = [root] + root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        procs = [root]
     rows = []
-    for proc in procs:
+    for proc in [root] + root.children(recursive=True):
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
@@ -170,10 +166,6 @@ class MemoryWatcher(threading.Thread):
         self.steady: Optional[Dict[str, Any]] = None
         self.peak_pss_mb = 0.0
         self.stopped = threading.Event()
-
-    def start(self) -> "MemoryWatcher":  # type: ignore[override]
-        super().start()
-        return self
 
     def stop(self) -> None:
         self.stopped.set()
