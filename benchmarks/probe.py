@@ -1,6 +1,6 @@
 """Process-tree memory (PSS/USS from ``/proc/<pid>/smaps_rollup``), the peak-memory estimate that
-refuses sizes the machine cannot hold, and per-rank step clocks that report to the launching process
-through files in a shared directory (so they work under any launcher)."""
+refuses sizes the machine cannot hold, and a per-rank step clock that reports to the launching process
+through files in a shared directory (so it works under any launcher)."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,14 @@ MB = 1024 * 1024
 PROCESS_BASE_MB = 450.0  # python + torch + dgl + gloo of one rank, measured ~350-450 MB RSS
 
 
+def smaps_rollup(pid: int) -> Dict[str, float]:
+    """PSS, USS (private clean + dirty) and RSS of one process, in MB."""
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
+        kb = {p[0].rstrip(":"): int(p[1]) for p in map(str.split, fh) if len(p) >= 3 and p[-1] == "kB"}
+    return {"pss_mb": round(kb.get("Pss", 0) / 1024, 1), "rss_mb": round(kb.get("Rss", 0) / 1024, 1),
+            "uss_mb": round((kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)) / 1024, 1)}
+
+
 def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
     """PSS/USS/RSS (MB) of ``root_pid`` (default: this process) and its live descendants. Summing PSS
     counts each shared page (copy-on-write, shared memory) once in ``total_pss_mb``."""
@@ -28,12 +36,8 @@ def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            with open(f"/proc/{proc.pid}/smaps_rollup", encoding="ascii") as fh:
-                kb = {p[0].rstrip(":"): int(p[1]) for p in map(str.split, fh) if len(p) >= 3 and p[-1] == "kB"}
             rows.append({"pid": proc.pid, "role": "parent" if proc is root else "child",
-                         "cmd": " ".join(proc.cmdline())[:120], "pss_mb": round(kb.get("Pss", 0) / 1024, 1),
-                         "uss_mb": round((kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)) / 1024, 1),
-                         "rss_mb": round(kb.get("Rss", 0) / 1024, 1)})
+                         "cmd": " ".join(proc.cmdline())[:120], **smaps_rollup(proc.pid)})
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, PermissionError):
             continue  # processes come and go
     return {"total_pss_mb": round(sum(r["pss_mb"] for r in rows), 1),
@@ -83,21 +87,21 @@ def refuse_if_too_big(plans: List[Dict[str, Any]], limit_fraction: float = 0.9,
     return plans
 
 
-def _ranks(directory: str, world: int) -> List[Dict[str, Any]]:
-    try:
-        return [json.loads(Path(directory, f"rank_{r}.json").read_text(encoding="utf-8")) for r in range(world)]
-    except FileNotFoundError as err:
-        raise RuntimeError(f"a rank did not report ({err.filename})") from err
+class Probe(Callback):
+    """Each rank's fit start, step ends (wall clock) and seeds per step. After step ``pause_at`` it
+    writes ``ready_<rank>`` and waits for ``go`` (from :class:`MemoryWatcher`; the timed steps start
+    then); ``measure_steps`` steps later it writes ``<directory>/rank_<rank>.json`` with its pid and
+    thread count. Hand-written loops call :meth:`fit_start` and :meth:`step_end` themselves."""
 
-
-class StepClock(Callback):
-    """Each rank's fit start and step ends (wall clock) and seeds per step, written with its pid and
-    thread count to ``<directory>/rank_<rank>.json`` at the fit's end."""
-
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, pause_at: int = 3, measure_steps: int = 10, wait_timeout_s: float = 300.0):
         self.directory, self.started = str(directory), 0.0
+        self.pause_at, self.measure_steps, self.wait_timeout_s = pause_at, measure_steps, wait_timeout_s
         self.ends: List[float] = []
         self.seeds: List[int] = []
+
+    @property
+    def total_steps(self) -> int:
+        return self.pause_at + 1 + self.measure_steps
 
     def fit_start(self, rank: int) -> None:
         self.started = time.time()
@@ -105,39 +109,6 @@ class StepClock(Callback):
     def step_end(self, rank: int, num_seeds: int) -> None:
         self.ends.append(time.time())
         self.seeds.append(int(num_seeds))
-
-    def write(self, rank: int) -> None:
-        import torch
-
-        Path(self.directory, f"rank_{rank}.json").write_text(json.dumps({
-            "started": self.started, "ends": self.ends, "seeds": self.seeds, "pid": os.getpid(),
-            "torch_threads": torch.get_num_threads()}), encoding="utf-8")
-
-    def on_fit_start(self, trainer: Any, task: Any) -> None:
-        self.fit_start(trainer.rank)
-
-    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.step_end(trainer.rank, int(batch[1].shape[0]))  # DGL: (input_nodes, output_nodes, blocks)
-
-    def on_fit_end(self, trainer: Any, task: Any) -> None:
-        self.write(trainer.rank)
-
-
-class Probe(StepClock):
-    """A :class:`StepClock` that after step ``pause_at`` writes ``ready_<rank>`` and waits for ``go``
-    (from :class:`MemoryWatcher`; the timed steps start then) and writes its file ``measure_steps``
-    steps later. Hand-written loops call :meth:`fit_start` and :meth:`step_end`."""
-
-    def __init__(self, directory: str, pause_at: int = 3, measure_steps: int = 10, wait_timeout_s: float = 300.0):
-        super().__init__(directory)
-        self.pause_at, self.measure_steps, self.wait_timeout_s = pause_at, measure_steps, wait_timeout_s
-
-    @property
-    def total_steps(self) -> int:
-        return self.pause_at + 1 + self.measure_steps
-
-    def step_end(self, rank: int, num_seeds: int) -> None:
-        super().step_end(rank, num_seeds)
         if len(self.ends) == self.pause_at + 1:
             Path(self.directory, f"ready_{rank}").touch()
             deadline = time.monotonic() + self.wait_timeout_s
@@ -147,12 +118,17 @@ class Probe(StepClock):
                 time.sleep(0.02)
             self.ends[-1] = time.time()  # the timed steps start after the pause
         if len(self.ends) == self.total_steps:
-            self.write(rank)
+            import torch
 
+            Path(self.directory, f"rank_{rank}.json").write_text(json.dumps({
+                "started": self.started, "ends": self.ends, "seeds": self.seeds, "pid": os.getpid(),
+                "torch_threads": torch.get_num_threads()}), encoding="utf-8")
 
-def ProbeCallback(probe: Probe) -> Probe:  # noqa: N802 - the class it replaced
-    """A :class:`Probe` is itself the callback of a graphtrainer run."""
-    return probe
+    def on_fit_start(self, trainer: Any, task: Any) -> None:
+        self.fit_start(trainer.rank)
+
+    def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.step_end(trainer.rank, int(batch[1].shape[0]))  # DGL: (input_nodes, output_nodes, blocks)
 
 
 class MemoryWatcher(threading.Thread):
@@ -182,22 +158,18 @@ class MemoryWatcher(threading.Thread):
                 return
 
 
-def step_throughput(directory: str, world: int, warmup: int) -> Dict[str, Any]:
-    """Seeds/s of all ranks after ``warmup`` steps (over the slowest rank's window) and ms per step."""
-    ranks = _ranks(directory, world)
-    if any(len(x["ends"]) <= warmup for x in ranks):
-        raise RuntimeError(f"a rank ran no more than the {warmup} warm-up steps")
-    window = max(x["ends"][-1] - x["ends"][warmup - 1] for x in ranks)
-    steps = len(ranks[0]["ends"]) - warmup
-    return {"throughput_seeds_per_s": round(sum(sum(x["seeds"][warmup:]) for x in ranks) / window, 1),
-            "step_ms": 1000 * window / steps, "torch_threads": ranks[0]["torch_threads"]}
-
-
 def collect_probe(directory: str, world: int, t_fit: float, pause_at: int = 3) -> Dict[str, Any]:
     """The :class:`Probe` files: each rank's fit start and first step after ``t_fit``, the slowest
-    one's (start-up), and the throughput of the steps after the pause."""
-    ranks = _ranks(directory, world)
+    one's (start-up), and the seeds/s of all ranks' steps after the pause (over the slowest rank's
+    window) and ms per step."""
+    try:
+        ranks = [json.loads(Path(directory, f"rank_{r}.json").read_text(encoding="utf-8")) for r in range(world)]
+    except FileNotFoundError as err:
+        raise RuntimeError(f"a rank did not report ({err.filename})") from err
     firsts = [round(x["ends"][0] - t_fit, 3) for x in ranks]
+    window = max(x["ends"][-1] - x["ends"][pause_at] for x in ranks)
     return {"ready_s": [round(x["started"] - t_fit, 3) for x in ranks], "first_step_s": firsts,
             "startup_s": max(firsts), "rank_pids": [x["pid"] for x in ranks],
-            **step_throughput(directory, world, pause_at + 1)}
+            "throughput_seeds_per_s": round(sum(sum(x["seeds"][pause_at + 1:]) for x in ranks) / window, 1),
+            "step_ms": 1000 * window / (len(ranks[0]["ends"]) - pause_at - 1),
+            "torch_threads": ranks[0]["torch_threads"]}

@@ -78,6 +78,15 @@ def test_fork_vs_spawn_tiny(tmp_path):
     assert rows[("single", 1)]["pss_ratio"] == pytest.approx(1.0)
     assert all(positive(r["pss_ratio"]) for r in data["summary"])
     assert any("start-up" in t["what"] for t in data["targets"])
+    # scaling's question, asked last (the README reads the first two): gt-fork x2 over the 1-process run
+    speedup = data["targets"][-1]
+    assert speedup["what"].startswith("throughput, gt-fork 2 ranks") and positive(speedup["measured"])
+    assert speedup["measured"] == pytest.approx(rows[("gt-fork", 2)]["throughput_seeds_per_s"]
+                                                / rows[("single", 1)]["throughput_seeds_per_s"])
+    assert speedup["met"] == (speedup["measured"] >= 1.7)
+    assert all("PSS" in t["what"] for t in data["targets"][:2])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    assert rows[("single", 1)]["threads"] == cores and rows[("gt-fork", 2)]["threads"] == max(1, cores // 2)
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
@@ -153,31 +162,11 @@ def test_small_collectives_tiny(tmp_path):
     assert refused.returncode == 2 and "2 or more ranks" in refused.stderr
 
 
-@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
-def test_scaling_tiny(tmp_path):
-    proc = run_bench("scaling.py", "--tiny", "--out", str(tmp_path))
-    data = outputs(tmp_path, "scaling", proc)
-    rows = {(r["procs"], r["default_threads"]): r for r in data["summary"]}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    expected = {(n, True) for n in (1, 2)}
-    if cores > 1:  # plus 1 process x 1 thread, set by the benchmark
-        expected |= {(1, False)}
-    assert set(rows) == expected
-    for r in rows.values():
-        assert positive(r["throughput"]) and positive(r["step_ms"]) and r["threads"] >= 1
-    assert rows[(2, True)]["threads"] == max(1, cores // 2)
-    if cores > 1:
-        assert rows[(1, False)]["threads"] == 1
-    (target,) = data["targets"]
-    assert positive(target["measured"])
-
-
 # ---- bad input: refused before anything is built ------------------------------------
 @pytest.mark.parametrize("script,args,choices", [
     ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn"]),
     ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
     ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
-    ("scaling.py", ["--launcher", "forkserver"], ["fork", "spawn"]),
 ])
 @pytest.mark.timeout(120)
 def test_unknown_choice_lists_the_choices(script, args, choices):
@@ -191,7 +180,6 @@ def test_unknown_choice_lists_the_choices(script, args, choices):
 @pytest.mark.parametrize("script,args", [
     ("fork_vs_spawn.py", ["--sizes", "2000Mx20", "--world-sizes", "1"]),
     ("overhead.py", ["--size", "2000Mx20", "--datasets", "synthetic"]),
-    ("scaling.py", ["--size", "2000Mx20"]),
 ])
 @pytest.mark.timeout(120)
 def test_too_big_graph_is_refused_with_the_estimate(script, args, tmp_path):
@@ -205,14 +193,15 @@ def test_too_big_graph_is_refused_with_the_estimate(script, args, tmp_path):
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_skip_too_big_runs_what_fits_and_names_the_rest(tmp_path):
     proc = run_bench("fork_vs_spawn.py", "--tiny", "--sizes", "20kx5", "2000Mx20", "--world-sizes", "1",
-                     "--skip-too-big", "--out", str(tmp_path))
+                     "--skip-too-big", "--threads", "1", "--out", str(tmp_path))
     data = outputs(tmp_path, "fork_vs_spawn", proc)
     assert [r["label"] for r in data["runs"]] == ["20kx5 single x1"]
+    assert [r["threads"] for r in data["summary"]] == [1]  # --threads: scaling's 1 process x 1 thread
     assert "skipping 2000Mx20 single x1: estimated" in proc.stdout
     assert "1 planned run(s) left out by the memory estimate guard" in (tmp_path / "fork_vs_spawn.md").read_text()
 
 
 @pytest.mark.timeout(60)
 def test_bad_size_syntax():
-    proc = run_bench("scaling.py", "--size", "lots", timeout=50)
+    proc = run_bench("fork_vs_spawn.py", "--sizes", "lots", timeout=50)
     assert proc.returncode == 2 and "NODESxDEGREE" in proc.stderr
