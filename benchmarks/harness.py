@@ -108,18 +108,14 @@ def _run_text(argv: Sequence[str]) -> str:
 
 
 def machine_info() -> Dict[str, Any]:
-    """Cores, memory, CPU and GPU model, load at the start; warns when the machine is busy."""
+    """Cores, memory, CPU and GPU model, and the load now."""
     import psutil
 
-    load, cpus = os.getloadavg()[0], available_cores()
-    if load > 0.25 * cpus:
-        print(f"[bench] WARNING: 1-minute load average {load:.2f} on {cpus} cores before starting: timings "
-              "will be noisy; memory figures are unaffected", file=sys.stderr, flush=True)
     cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").exists() else ""
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
     # the GPU from nvidia-smi, not torch: initialising CUDA here would forbid forking ranks later
     gpu = _run_text(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
-    return {"cpus": os.cpu_count(), "cores_available": cpus, "cpu_model": model,
+    return {"cpus": os.cpu_count(), "cores_available": available_cores(), "cpu_model": model,
             "ram_gib": round(psutil.virtual_memory().total / 2**30, 1), "gpu": gpu[0] if gpu else None,
             "platform": platform.platform(), "python": platform.python_version(),
             "loadavg_start": [round(x, 2) for x in os.getloadavg()],
@@ -158,6 +154,9 @@ class _Parser(argparse.ArgumentParser):
             stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d-%H%M")
             ns.out = Path("bench_out") / ns.bench_name if ns.tiny else RESULTS / ns.bench_name / stamp
         ns.started, ns.loadavg_start = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
+        if ns.loadavg_start[0] > 0.25 * available_cores():
+            print(f"[bench] WARNING: 1-minute load average {ns.loadavg_start[0]} on {available_cores()} cores "
+                  "before starting: timings will be noisy; memory figures are unaffected", file=sys.stderr, flush=True)
         return ns
 
 
@@ -279,7 +278,7 @@ def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: s
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     payload = {"benchmark": name, "date": now, "versions": versions(), **payload}
-    m = payload.setdefault("machine", machine_info())
+    m = payload["machine"] = payload.get("machine") or machine_info()
     m["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     paths = {ext: Path(out_dir) / f"{name}.{ext}" for ext in ("json", "md") + (("png",) if plot else ())}
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
@@ -321,7 +320,8 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
                                     for t in d["targets"]),
     "tutorial_vs_task": lambda d: "; ".join(f"{r['graph']} x{r['world']}: epoch {r['epoch_ratio']:.3f}x, "
                                             f"PSS {r['pss_ratio']:.2f}x" for r in d["results"]),
-    "fork_vs_spawn": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"][:2]),
+    "fork_vs_spawn": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"][:2] + [
+        t for t in d["targets"][2:] if t["what"].startswith("throughput")]),
     "scaling": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"]),
     "precision": lambda d: "; ".join(f"{r['graph']}: bf16 / fp32 epoch {r['time_ratio']:.2f}x" for r in d["results"]),
     "gpu": lambda d: f"{d['device']}: " + ", ".join(f"{k} {v['seeds_per_s']:,.0f} seeds/s" for k, v in d["gpu"].items()
