@@ -178,6 +178,7 @@ def test_scaling_tiny(tmp_path):
     ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
     ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
     ("scaling.py", ["--launcher", "forkserver"], ["fork", "spawn"]),
+    ("arms.py", ["bogus"], ["precision", "pyg_vs_blocks", "workers", "nn"]),
 ])
 @pytest.mark.timeout(120)
 def test_unknown_choice_lists_the_choices(script, args, choices):
