@@ -240,14 +240,14 @@ def nn(argv: List[str]) -> Dict[str, Any]:
     runs, _ = harness.interleave({a: partial(run, a) for a in args.arms}, len(args.seeds), "nn", lambda r: (
         f"epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, test_acc {r['test_acc']:.4f}"), alternate=True)
     out: Dict[str, Any] = {}
+    base = args.arms[0]
     for arm, arm_runs in runs.items():
         # Per-seed ratios (same seed, adjacent runs) are less exposed to the machine's load drifting.
-        ratio = {k: harness.median([r[k] / b[k] for r, b in zip(arm_runs, runs[args.arms[0]])]) for k in NN_TIMES}
+        ratio = {k: harness.median([r[k] / b[k] for r, b in zip(arm_runs, runs[base])]) for k in NN_TIMES}
         accs = [r["test_acc"] for r in arm_runs]
         out[arm] = dict({k: harness.median([r[k] for r in arm_runs]) for k in NN_TIMES}, test_acc=accs, runs=arm_runs,
                         test_acc_mean=sum(accs) / len(accs), time_ratio=ratio["epoch_s"],
                         min_time_ratio=ratio["epoch_min_s"], cpu_ratio=ratio["epoch_cpu_s"])
-    base = args.arms[0]
     md = (f"2 CPU ranks (1 thread each), {spec['label']}, {n_train:,} training seeds, seeds {args.seeds}, "
           f"{args.epochs - 1} timed epochs per run: rank 0's epoch, median wall (and fastest) and CPU time, as the "
           f"median over seeds of arm / {base} (target for torch blocks <= 1.10x); test accuracy from a "
