@@ -10,6 +10,7 @@ table from the newest files under ``benchmarks/results``:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -254,10 +255,8 @@ def _kill_tree(pid: int) -> None:
     except psutil.NoSuchProcess:
         return
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 # ---- results files -----------------------------------------------------------------
@@ -329,8 +328,7 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "device_sampling": lambda d: f"{d['device']}: " + "; ".join(
         f"{g} {k} {v['seeds_per_s']:,.0f} seeds/s" for g, arms in d["training"].items() for k, v in arms.items()),
     "pyg_vs_blocks": lambda d: ", ".join(f"{k} {v:.2f}x" for k, v in d["ratios"].items()) + " epoch time",
-    "small_collectives": lambda d: ", ".join(f"{k} {v:,.0f} us" for k, v in d["us_per_call"]["2"].items())
-    + " (2 ranks)",
+    "small_collectives": lambda d: ", ".join(f"{k} {v:,.0f} us" for k, v in d["us_per_call"]["2"].items()) + " (2 ranks)",
     "stacks": lambda d: f"newest / pinned epoch time {d['summary']['ratio_newest_over_pinned']:.3f}x",
     "distgraph": lambda d: "DistDGL / fork: " + ", ".join(
         f"{k} {v:.2f}x" for k, v in d["throughput"]["ratios"].items() if k in ("seeds_per_s", "rank_pss_mb")),
@@ -342,6 +340,8 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "workers": lambda d: ", ".join(f"{r['workers']} workers {median(r['seeds_per_s']):,.0f} seeds/s"
                                    for r in d["runs"]),
     "layerwise": lambda d: ", ".join(f"batch {r['batch_size']} {r['seconds']:.1f} s" for r in d["runs"]),
+    "nn": lambda d: ", ".join(f"{k} {v['time_ratio']:.2f}x wall, {v['cpu_ratio']:.2f}x CPU" for k, v in d["arms"].items()
+                              if k != d["baseline"]) + f" vs {d['baseline']}",
 }
 BEGIN, END = "<!-- results:begin (python benchmarks/harness.py report) -->", "<!-- results:end -->"
 

@@ -111,8 +111,9 @@ def arms_table(summary: Dict[str, Any], labels: Any = None, baseline_label: str 
 def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int, batch_size: int = 1024
                 ) -> List[Dict[str, Any]]:
     """One spec per synthetic size and for Tolokers (batch at most 256), for :func:`build_graph`."""
-    specs = [{"dataset": "synthetic", "label": size_label(s), **s, "seed": 0, "num_edges": s["num_nodes"] * s["avg_degree"],
-              "feat_dim": feat_dim, "num_classes": 8, "batch_size": batch_size} for s in sizes if "synthetic" in datasets]
+    specs = [{"dataset": "synthetic", "label": size_label(s), **s, "seed": 0, "feat_dim": feat_dim, "num_classes": 8,
+              "num_edges": s["num_nodes"] * s["avg_degree"], "batch_size": batch_size}
+             for s in sizes if "synthetic" in datasets]
     if "tolokers" in datasets:
         specs.append({"dataset": "tolokers", "label": "tolokers", "num_nodes": 11_758, "num_edges": 1_038_000,
                       "feat_dim": 10, "batch_size": min(batch_size, 256)})
@@ -213,8 +214,8 @@ def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bo
         started = time.perf_counter()
         trainer.fit(task)
         wall = time.perf_counter() - started
-    out = {"epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu, "steps_per_epoch": timer.steps, "step_ends_s": timer.step_ends,
-           "run_wall_s": wall, "threads": trainer.threads_per_proc}
+    out = {"epoch_times_s": timer.times, "epoch_cpu_times_s": timer.cpu, "steps_per_epoch": timer.steps,
+           "step_ends_s": timer.step_ends, "run_wall_s": wall, "threads": trainer.threads_per_proc}
     if evaluate_test:
         out.update(evaluate(task.module.to("cpu"), graph, split_ids(graph, "test")))
     return out

@@ -55,7 +55,7 @@ PyG's workflow, step by step
 
 Cost: PyG's model runs its first layer on every node of the sampled subgraph, the outermost
 ones too, where DGL's blocks compute each layer only for the nodes the next one needs. On CPU
-that is several times the work per batch (``benchmarks/pyg_vs_blocks.py``); on a GPU the
+that is several times the work per batch (``benchmarks/arms.py pyg_vs_blocks``); on a GPU the
 difference disappears into launch overhead. PyG's own remedy works here unchanged: call
 ``self.model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
 num_sampled_edges_per_hop=batch.num_sampled_edges)`` to trim each layer.

@@ -26,7 +26,7 @@ def _run(script, *args):
 
 @pytest.mark.timeout(180)
 def test_workers_benchmark_tiny(tmp_path):
-    _run("workers.py", "--nodes", "5000", "--batches", "2", "--batch-size", "256", "--workers", "0,1",
+    _run("arms.py", "workers", "--nodes", "5000", "--batches", "2", "--batch-size", "256", "--workers", "0,1",
          "--root-dir", str(tmp_path / "runs"), "--out", str(tmp_path))
     data = json.loads((tmp_path / "workers.json").read_text())
     assert [r["workers"] for r in data["runs"]] == [0, 1]

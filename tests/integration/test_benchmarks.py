@@ -91,7 +91,7 @@ def test_fork_vs_spawn_tiny(tmp_path):
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_precision_tiny(tmp_path):
-    proc = run_bench("precision.py", "--tiny", "--out", str(tmp_path))
+    proc = run_bench("arms.py", "precision", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "precision", proc)
     (res,) = data["results"]
     for precision in ("32", "bf16-mixed"):
@@ -122,7 +122,7 @@ def test_overhead_tiny(tmp_path):
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_pyg_vs_blocks_tiny(tmp_path):
-    proc = run_bench("pyg_vs_blocks.py", "--tiny", "--trim-arm", "--out", str(tmp_path))
+    proc = run_bench("arms.py", "pyg_vs_blocks", "--tiny", "--trim-arm", "--out", str(tmp_path))
     data = outputs(tmp_path, "pyg_vs_blocks", proc)
     assert data["versions"]["torch_geometric"] and set(data["runs"]) == {"blocks", "pyg", "pyg_trim"}
     for arm, (run,) in data["runs"].items():
@@ -167,6 +167,7 @@ def test_small_collectives_tiny(tmp_path):
     ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn"]),
     ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
     ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
+    ("arms.py", ["bogus"], ["precision", "pyg_vs_blocks", "workers", "nn"]),
 ])
 @pytest.mark.timeout(120)
 def test_unknown_choice_lists_the_choices(script, args, choices):
