@@ -1,12 +1,13 @@
-"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the graphs, the example's task
-(train only), the training-seed cap and rank 0's epoch timer."""
+"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the training options, the graphs,
+the example's task (train only), one 2-rank fit with rank 0's epoch timer, and the arms' summary."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Any, Dict, List
 
-import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification
 
@@ -77,10 +78,6 @@ def prepared_graphs(args: Any) -> Any:
 def summarise(runs: Dict[str, List[Dict[str, Any]]], baseline: str, metric: Any = None) -> Dict[str, Any]:
     """Arms' median epoch (warm-up dropped), ratio to ``baseline``, per-round ratios (neighbours in
     the interleaving), mean test ``metric`` (default ``test_auc`` where present, else ``test_acc``)."""
-    import statistics
-
-    import harness
-
     first = runs[baseline][0]
     metric = metric or ("test_auc" if "test_auc" in first else "test_acc" if "test_acc" in first else None)
     med = {k: harness.median([t for r in v for t in steady(r["epoch_times_s"])]) for k, v in runs.items()}
@@ -96,8 +93,6 @@ def summarise(runs: Dict[str, List[Dict[str, Any]]], baseline: str, metric: Any 
 
 def arms_table(summary: Dict[str, Any], labels: Any = None, baseline_label: str = "") -> str:
     """One row per arm of :func:`summarise`: median epoch, ratio, per-round ratios, test metric."""
-    import harness
-
     labels = labels or {}
     metric = summary.get("metric", "")
     return harness.markdown_table(
