@@ -97,7 +97,7 @@ class StepClock(Callback):
 class TrainTask(workload.BenchTask):
     """The benchmark task with ``workers`` sampling workers; keeps its loader for the clock."""
 
-    workers = 0
+    workers = 0  # set per arm
 
     def train_dataloader(self) -> Any:
         kwargs = {"num_workers": self.workers} if self.workers else {}

@@ -80,9 +80,8 @@ def med(vals: List[Any]) -> Optional[float]:
 
 
 class RankProbe(workload.EpochTimer):
-    """Per epoch also all ranks' seeds and batches (all-reduced first: the epoch ends with the slower
-    rank), each rank's memory and the driver's tree's; rank 0 writes the run's summary to ``path``:
-    medians over the steady epochs (the first warms up), the trainers' memory at the last's end."""
+    """Per epoch all ranks' seeds and batches (the epoch ends with the slower rank) and memory, and the driver's
+    tree's; rank 0 writes medians over the steady epochs and the ranks' memory at the last's end to ``path``."""
 
     def __init__(self, path: str) -> None:
         super().__init__()

@@ -1,6 +1,5 @@
-"""The newest tested set against the pinned one: the same task, graph and seeds trained under each
-set's interpreter in turn (interleaved), median epoch time newest / pinned, one arm per ``--dropouts``
-value; each run also times the operations behind dropout on one thread.
+"""The newest tested set against the pinned one: the same task, graph and seeds under each set's
+interpreter in turn, median epoch time newest / pinned per ``--dropouts`` value, and the ops behind dropout.
 
     python benchmarks/stacks.py            # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
     python benchmarks/stacks.py --tiny     # seconds (smoke test)
