@@ -1,10 +1,8 @@
-"""DDP's "did not find any unused parameters" warning with HeteroSAGE: when it appears, what
-the alternatives do, and what each costs per step. 2 ranks (fork, gloo).
+"""DDP's "did not find any unused parameters" warning with HeteroSAGE, 2 ranks (fork, gloo): per
+configuration (a fresh interpreter: DDP warns on stderr) finished or not, the error's last line,
+the ranks that warned, rank 0's median step time after 2 warm-up steps.
 
     python benchmarks/ddp_unused.py [--steps 20]
-
-Each configuration runs in a fresh interpreter (DDP warns on stderr): finished or not, the
-error's last line, ranks that warned, rank 0's median step time after 2 warm-up steps.
 """
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ CONFIGS: Dict[str, Any] = {
 
 
 def child(name: str, steps: int) -> None:
-    """Fits configuration ``name``; its last line of output: rank 0's step times."""
+    """Fits configuration ``name``; prints rank 0's step times last."""
     import torch
     from graphtrainer.datasets import synthetic_hetero
 

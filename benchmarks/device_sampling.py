@@ -10,14 +10,18 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
 import workload
+import dgl
 from graphtrainer import Trainer
 from graphtrainer.callbacks import Callback
+from graphtrainer.data.device.batches import node_maps
+from graphtrainer.data.device.graph import device_graph
+from graphtrainer.data.device.sampler import DeviceSampler
 
 GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
     "50k": ("50kx10", 64, [10, 10], 512, 128, 30_000),
@@ -27,22 +31,6 @@ GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
 DEVICE_ARM = "GPU rank, sampling on the GPU"
 
 
-def parse_args(argv: Any = None) -> Any:
-    p = harness.base_parser("device_sampling", __doc__,
-                            tiny={"graphs": ["tiny"], "batches": 3, "steps": 3, "workers": [1]})
-    p.add_argument("--graphs", nargs="+", choices=list(GRAPHS), help="default: 50k; with --gpu 50k and products")
-    p.add_argument("--batches", type=int, default=20, help="timed batches per sampler (per-batch part)")
-    p.add_argument("--gpu", action="store_true", help="also the training part (needs CUDA)")
-    p.add_argument("--steps", type=int, default=40, help="timed training steps per GPU-rank arm")
-    p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
-    p.add_argument("--arms", nargs="+", help="only the training arms whose label holds one of these")
-    p.add_argument("--per-batch", action=argparse.BooleanOptionalAction, default=True, help="the per-batch part")
-    p.add_argument("--cpu-arms", action="store_true", help="train one CPU rank in place of the GPU rank (anywhere)")
-    args = p.parse_args(argv)
-    args.graphs = args.graphs or (["50k", "products"] if args.gpu else ["50k"])
-    return args
-
-
 def sync(device: Any) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -50,37 +38,28 @@ def sync(device: Any) -> None:
 
 def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any]:
     """Median ms per batch of each sampler, batch by batch in turn on the same seeds."""
-    import dgl
-
-    from graphtrainer.data.device.batches import node_maps
-    from graphtrainer.data.device.graph import device_graph
-    from graphtrainer.data.device.sampler import DeviceSampler
-
     _, _, fanouts, batch, *_ = GRAPHS[name]
     sampler = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
     mine = DeviceSampler.from_dgl(sampler, graph)
     dg = device_graph(graph, device, mine.node_keys(), {})
-    maps = node_maps(dg)
+    maps = node_maps(dg)  # built once, as a loader does
     ids = workload.split_ids(graph, "train")
     ids = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))]
-    times: Dict[str, List[float]] = {"dgl": [], "floyd": []}
-    edges = []
+    rows: List[Tuple[float, float, int]] = []  # per batch: DGL ms, Floyd ms, edges
     for i in range(batches + 2):
         seeds = ids[(i * batch) % max(1, ids.numel() - batch):][:batch]
         started = time.perf_counter()
         inputs, _, blocks = sampler.sample(graph, seeds)
         graph.ndata["feat"][inputs], graph.ndata["label"][seeds]  # what DGL's loader gathers
-        dgl_s = time.perf_counter() - started
+        dgl_done = time.perf_counter()
         sync(device)
-        started = time.perf_counter()
+        floyd_start = time.perf_counter()
         mine.sample(dg, maps, {"_N": seeds.to(device)}, torch.Generator(device=device).manual_seed(i))
         sync(device)
-        floyd_s = time.perf_counter() - started
-        if i >= 2:  # warm-up: allocator, kernels
-            times["dgl"].append(dgl_s * 1e3)
-            times["floyd"].append(floyd_s * 1e3)
-            edges.append(sum(b.num_edges() for b in blocks))
-    ms = {k: harness.median(v) for k, v in times.items()}
+        rows.append((1e3 * (dgl_done - started), 1e3 * (time.perf_counter() - floyd_start),
+                     sum(b.num_edges() for b in blocks)))
+    dgl_ms, floyd_ms, edges = zip(*rows[2:])  # the first 2 warm up: allocator, kernels
+    ms = {"dgl": harness.median(dgl_ms), "floyd": harness.median(floyd_ms)}
     return {"ms": ms, "edges_per_batch": harness.median(edges), "device": str(device),
             "torch_vs_dgl": ms["floyd"] / ms["dgl"]}
 
@@ -118,7 +97,7 @@ class StepClock(Callback):
 class TrainTask(workload.BenchTask):
     """The benchmark task with ``workers`` sampling workers; keeps its loader for the clock."""
 
-    workers = 0
+    workers = 0  # set per arm
 
     def train_dataloader(self) -> Any:
         kwargs = {"num_workers": self.workers} if self.workers else {}
@@ -186,16 +165,25 @@ def render(results: Dict[str, Any], device: str) -> str:
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    args = parse_args(argv)
-    machine = harness.machine_info()  # the load before the run
+    p = harness.base_parser("device_sampling", __doc__,
+                            tiny={"graphs": ["tiny"], "batches": 3, "steps": 3, "workers": [1]})
+    p.add_argument("--graphs", nargs="+", choices=list(GRAPHS), help="default: 50k; with --gpu 50k and products")
+    p.add_argument("--batches", type=int, default=20, help="timed batches per sampler (per-batch part)")
+    p.add_argument("--gpu", action="store_true", help="also the training part (needs CUDA)")
+    p.add_argument("--steps", type=int, default=40, help="timed training steps per GPU-rank arm")
+    p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
+    p.add_argument("--arms", nargs="+", help="only the training arms whose label holds one of these")
+    p.add_argument("--per-batch", action=argparse.BooleanOptionalAction, default=True, help="the per-batch part")
+    p.add_argument("--cpu-arms", action="store_true", help="train one CPU rank in place of the GPU rank (anywhere)")
+    args = p.parse_args(argv)
+    args.graphs = args.graphs or (["50k", "products"] if args.gpu else ["50k"])
     cuda = torch.cuda.device_count() > 0  # unlike is_available(), leaves CUDA untouched for the forks
     if args.gpu and not cuda and not args.cpu_arms:
         raise SystemExit("--gpu needs a CUDA device; without it the script runs the per-batch part on the CPU")
-    graphs = {}
-    for name in args.graphs:
-        size, feat, *_, train_nodes = GRAPHS[name]
-        graphs[name] = workload.build_graph({"dataset": "synthetic", **workload.parse_size(size), "feat_dim": feat})
-        workload.cap_train(graphs[name], train_nodes)
+    graphs = {name: workload.build_graph({"dataset": "synthetic", **workload.parse_size(GRAPHS[name][0]),
+                                          "feat_dim": GRAPHS[name][1]}) for name in args.graphs}
+    for name, graph in graphs.items():
+        workload.cap_train(graph, GRAPHS[name][-1])
     results: Dict[str, Any] = {"per_batch": {}, "training": train_part(graphs, args) if args.gpu else {}}
     # (the training part first, before this process touches CUDA: the ranks fork)
     devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
@@ -204,11 +192,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
             if device.type == "cpu" and name == "products":
                 continue  # the CPU comparison runs on the 50k graph; the products graph is for the GPU
             results["per_batch"][f"{name} on {device}"] = per_batch(graph, name, device, args.batches)
-    device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({machine.get('cpu_model')})"
+    device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({harness.machine_info().get('cpu_model')})"
     plot = harness.bar_plot({f"{k}\n{m}": v for k, r in results["per_batch"].items() for m, v in r["ms"].items()},
                             "ms per batch (median)")
-    return harness.report(args, {"device": device, "machine": machine, **results}, render(results, device), plot,
-                          figsize=(7, 4))
+    return harness.report(args, {"device": device, **results}, render(results, device), plot, figsize=(7, 4))
 
 
 if __name__ == "__main__":

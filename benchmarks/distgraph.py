@@ -80,9 +80,8 @@ def med(vals: List[Any]) -> Optional[float]:
 
 
 class RankProbe(workload.EpochTimer):
-    """Per epoch also all ranks' seeds and batches (all-reduced first: the epoch ends with the slower
-    rank), each rank's memory and the driver's tree's; rank 0 writes the run's summary to ``path``:
-    medians over the steady epochs (the first warms up), the trainers' memory at the last's end."""
+    """Per epoch all ranks' seeds and batches (the epoch ends with the slower rank) and memory, and the driver's
+    tree's; rank 0 writes medians over the steady epochs and the ranks' memory at the last's end to ``path``."""
 
     def __init__(self, path: str) -> None:
         super().__init__()
@@ -198,13 +197,13 @@ def remote_part(part_config: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def render(spec: Dict[str, Any], thr: Dict[str, Any], remote: Optional[Dict[str, Any]], args: Any) -> str:
-    cols = ("batch_ms", "rank_uss_mb", "rank_pss_mb", "server_rss_mb", "server_pss_mb", "server_uss_mb",
-            "driver_pss_mb", "total_pss_mb", "other_cores")
+    cols = {"batch_ms": "ms/batch per rank", "rank_uss_mb": "trainer USS", "rank_pss_mb": "trainer PSS",
+            "server_rss_mb": "graph server RSS", "server_pss_mb": "server PSS", "server_uss_mb": "server USS",
+            "driver_pss_mb": "driver PSS", "total_pss_mb": "total PSS", "other_cores": "other load (cores)"}
     md = [f"## 1. Seeds/s and memory per trainer ({spec['label']}, {spec['feat_dim']}-d features; fanouts "
           f"{args.fanouts}, batch {args.batch_size}, {args.epochs} epochs of {args.batches} batches per rank, first "
           f"warm-up; {args.rounds} interleaved round(s); memory at epoch ends, MB)\n", harness.markdown_table(
-              ["arm", "seeds/s (median; per round)", "ms/batch per rank", "trainer USS", "trainer PSS",
-               "graph server RSS", "server PSS", "server USS", "driver PSS", "total PSS", "other load (cores)"],
+              ["arm", "seeds/s (median; per round)", *cols.values()],
               [[ARMS[k], f"{r['seeds_per_s']:,.0f} (" + ", ".join(f"{x:,.0f}" for x in r["seeds_per_s_runs"]) + ")",
                 *(r[c] for c in cols)] for k, r in thr["arms"].items()])]
     q, pairs = thr["ratios"], ", ".join(f"{x:.2f}" for x in thr["pair_ratios_seeds_per_s"])

@@ -1,25 +1,21 @@
-"""Dense per-rank ``nn.Embedding`` against one shared ``SparseEmbedding`` for a 5M-row featureless
-node type: memory per rank and time per training step, 2 ranks (fork, gloo).
+"""Dense per-rank ``nn.Embedding`` (SGD) against one shared ``SparseEmbedding`` (SparseAdagrad) for
+a 5M-row featureless node type, HeteroSAGE on paper seeds, 2 ranks (fork, gloo): each rank's USS/PSS
+after the last step, rank 0's median step time after ``--warmup`` steps.
 
     python benchmarks/sparse_embedding.py [--tiny]
-
-HeteroSAGE on ``synthetic_hetero``'s paper seeds; ``word`` rows from a dense DDP embedding (SGD)
-or a shared table (``SparseAdagrad``). Each rank's USS/PSS after the last step; rank 0's median
-step time, the first ``--warmup`` steps left out.
 """
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
+import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
-import psutil
+import probe
 import torch
 import torch.nn.functional as F
 import workload
 from graphtrainer import GraphTask
+from graphtrainer import comm as gdist
 from graphtrainer.datasets import synthetic_hetero
 from graphtrainer.models import HeteroSAGE
 from graphtrainer.nn.sparse_embedding import SparseAdagrad, SparseEmbedding
@@ -64,17 +60,17 @@ def step_times(run: Dict[str, Any]) -> List[float]:
 
 
 class MemoryTimer(workload.EpochTimer):
-    """Also writes each rank's memory after its last step to ``<out>/rank<r>.json``."""
+    """Also every rank's memory (MB) after its last step, gathered to rank 0."""
 
-    def __init__(self, out: str) -> None:
+    FIELDS = workload.EpochTimer.FIELDS + ("ranks",)
+
+    def __init__(self) -> None:
         super().__init__()
-        self.out = out
+        self.ranks: List[Dict[str, float]] = []
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         super().on_train_epoch_end(trainer, task)
-        mem = psutil.Process().memory_full_info()
-        Path(self.out, f"rank{trainer.rank}.json").write_text(json.dumps({k: getattr(mem, k) / 2**20
-                                                                          for k in ("uss", "pss", "rss")}))
+        self.ranks = gdist.all_gather_object(probe.smaps_rollup(os.getpid()))
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -88,15 +84,14 @@ def main(argv: Any = None) -> Dict[str, Any]:
     runs: Dict[str, Dict[str, Any]] = {}
     for mode in ("dense", "sparse"):
         emb = SparseEmbedding(args.words, args.dim, ntype="word", init_std=0.1) if mode == "sparse" else None
-        with tempfile.TemporaryDirectory(prefix="sparse-embedding-") as tmp:
-            run = workload.fit(graph, HeteroSeeds(graph, ["paper"], args.batch_size, args.dim, emb), 1,
-                               MemoryTimer(tmp), evaluate_test=False, launcher="fork",
-                               limit_train_batches=args.steps, find_unused_parameters=True)
-            ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in (0, 1)]
+        timer = MemoryTimer()
+        run = workload.fit(graph, HeteroSeeds(graph, ["paper"], args.batch_size, args.dim, emb), 1, timer,
+                           evaluate_test=False, launcher="fork", limit_train_batches=args.steps,
+                           find_unused_parameters=True)
         runs[mode] = {"mode": mode, "fit_wall_s": run["run_wall_s"], "steps_per_rank": run["steps_per_epoch"][0],
                       "median_step_s": harness.median(step_times(run)[args.warmup:]),
-                      **{f"{k}_mb": [r[k] for r in ranks] for k in ("uss", "pss", "rss")},
-                      "parent_rss_mb": psutil.Process().memory_info().rss / 2**20}
+                      **{k: [r[k] for r in timer.ranks] for k in ("uss_mb", "pss_mb", "rss_mb")},
+                      "parent_rss_mb": probe.smaps_rollup(os.getpid())["rss_mb"]}
     dense, sparse = runs["dense"], runs["sparse"]
     ratio = {"median_step_s": sparse["median_step_s"] / dense["median_step_s"],
              "uss_mb_rank0": sparse["uss_mb"][0] / dense["uss_mb"][0],

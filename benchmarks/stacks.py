@@ -1,6 +1,5 @@
-"""The newest tested set against the pinned one: the same task, graph and seeds trained under each
-set's interpreter in turn (interleaved), median epoch time newest / pinned, one arm per ``--dropouts``
-value; each run also times the operations behind dropout on one thread.
+"""The newest tested set against the pinned one: the same task, graph and seeds under each set's
+interpreter in turn, median epoch time newest / pinned per ``--dropouts`` value, and the ops behind dropout.
 
     python benchmarks/stacks.py            # Tolokers, 2 ranks, 3 rounds, dropout 0.5 and 0
     python benchmarks/stacks.py --tiny     # seconds (smoke test)
@@ -19,7 +18,7 @@ import workload  # before dgl: graphtrainer's compatibility layer lets dgl load 
 VENVS = {"pinned": harness.ROOT / ".venv", "newest": harness.ROOT / ".venv-newest"}
 
 
-def parse_args(argv: Any = None) -> argparse.Namespace:
+def main(argv: Any = None) -> Dict[str, Any]:
     p = harness.base_parser("stacks", __doc__, rounds=3,
                             tiny={"dataset": "synthetic", "num_nodes": 3_000, "epochs": 2, "rounds": 1})
     p.add_argument("--dataset", choices=["tolokers", "synthetic"], default="tolokers")
@@ -32,7 +31,37 @@ def parse_args(argv: Any = None) -> argparse.Namespace:
         p.add_argument(f"--{stack}-python", type=Path, default=venv / "bin" / "python",
                        help=f"the {stack} set's interpreter (default %(default)s)")
     p.add_argument("--worker", type=Path, help=argparse.SUPPRESS)  # one run, its result to this file
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    for stack in VENVS:
+        if not getattr(args, f"{stack}_python").exists():
+            raise SystemExit(f"error: {getattr(args, f'{stack}_python')} is missing: make it with "
+                             f"GRAPHTRAINER_STACK={stack} bash scripts/env.sh true")
+    arms = {f"{s} {d}": (lambda rnd, s=s, d=d: run_once(s, args, d)) for d in args.dropouts for s in VENVS}
+    runs, order = harness.interleave(arms, args.rounds, "stacks", alternate=True)
+    by_stack = {s: [r for d in args.dropouts for r in runs[f"{s} {d}"]] for s in VENVS}
+    sums = {str(d): workload.summarise({s: runs[f"{s} {d}"] for s in VENVS}, "pinned") for d in args.dropouts}
+    by_dropout = {d: {"median_epoch_s": a["median_epoch_s"], "pair_ratios": a["pair_ratios"]["newest"],
+                      "ratio_newest_over_pinned": a["ratios"]["newest"]} for d, a in sums.items()}
+    ops = {s: {k: harness.median([r["ops_ms"][k] for r in rs]) for k in rs[0]["ops_ms"]} for s, rs in by_stack.items()}
+    versions = {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in by_stack.items()}
+    # The headline is the first dropout's (the example's own task by default).
+    summary = {**by_dropout[str(args.dropouts[0])], "dropout": args.dropouts[0], "by_dropout": by_dropout,
+               "ops_ms": ops, "versions": versions}
+    rows = [[d, *(f"{r['median_epoch_s'][s]:.3f}" for s in VENVS), f"**{r['ratio_newest_over_pinned']:.3f}x**",
+             " / ".join(f"{x:.3f}" for x in r["pair_ratios"])] for d, r in by_dropout.items()]
+    md = "\n\n".join([
+        f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds of "
+        f"{args.epochs} epochs, the first left out)",
+        "; ".join(f"{s}: torch {x['torch']}, dgl {x['dgl']}" for s, x in versions.items()),
+        harness.markdown_table(["task dropout", "pinned median epoch (s)", "newest median epoch (s)",
+                                "newest / pinned epoch time", "each round"], rows),
+        "One thread, a 3,000 x 128 float tensor, ms per call (median over runs):",
+        harness.markdown_table(["stack", *ops["pinned"]], [[s, *(f"{ms:.2f}" for ms in ops[s].values())]
+                                                          for s in VENVS])])
+    return harness.report(args, {"summary": summary, "order": order, "runs": by_stack}, md)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -51,8 +80,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def time_ops(calls: int = 50) -> Dict[str, float]:
-    """Milliseconds per call on one thread of the operations behind dropout, on a 3,000 x 128
-    tensor (about a Tolokers batch's hidden layer)."""
+    """Ms per call, one thread, of the ops behind dropout on about a Tolokers batch's hidden layer."""
     import torch
     import torch.nn.functional as F
     from torch.utils.benchmark import Timer
@@ -66,49 +94,13 @@ def time_ops(calls: int = 50) -> Dict[str, float]:
 
 
 def run_once(stack: str, args: argparse.Namespace, dropout: float) -> Dict[str, Any]:
+    options = {"dataset": args.dataset, "num-nodes": args.num_nodes, "epochs": args.epochs,
+               "num-procs": args.num_procs, "dropouts": dropout}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
-        harness.run_process([str(getattr(args, f"{stack}_python")), __file__, "--worker", str(out), "--dataset",
-                             args.dataset, "--num-nodes", str(args.num_nodes), "--epochs", str(args.epochs),
-                             "--num-procs", str(args.num_procs), "--dropouts", str(dropout)], f"the {stack} run", 1800)
+        harness.run_process([str(getattr(args, f"{stack}_python")), __file__, "--worker", str(out),
+                             *(x for k, v in options.items() for x in (f"--{k}", str(v)))], f"the {stack} run", 1800)
         return json.loads(out.read_text())
-
-
-def main(argv: Any = None) -> Dict[str, Any]:
-    args = parse_args(argv)
-    if args.worker:
-        worker(args)
-        return {}
-    for stack in VENVS:
-        if not getattr(args, f"{stack}_python").exists():
-            raise SystemExit(f"error: {getattr(args, f'{stack}_python')} is missing: make it with "
-                             f"GRAPHTRAINER_STACK={stack} bash scripts/env.sh true")
-    arms = {f"{s} {d}": (lambda rnd, s=s, d=d: run_once(s, args, d)) for d in args.dropouts for s in VENVS}
-    runs, order = harness.interleave(arms, args.rounds, "stacks", alternate=True)
-    by_stack = {s: [r for d in args.dropouts for r in runs[f"{s} {d}"]] for s in VENVS}
-    by_dropout = {}
-    for d in args.dropouts:
-        arm = workload.summarise({s: runs[f"{s} {d}"] for s in VENVS}, "pinned")
-        by_dropout[str(d)] = {"median_epoch_s": arm["median_epoch_s"], "pair_ratios": arm["pair_ratios"]["newest"],
-                              "ratio_newest_over_pinned": arm["ratios"]["newest"]}
-    ops = {s: {k: harness.median([r["ops_ms"][k] for r in rs]) for k in rs[0]["ops_ms"]} for s, rs in by_stack.items()}
-    versions = {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in by_stack.items()}
-    # The headline is the first dropout's (the example's own task by default).
-    summary = {**by_dropout[str(args.dropouts[0])], "dropout": args.dropouts[0], "by_dropout": by_dropout,
-               "ops_ms": ops, "versions": versions}
-    rows = [[d, *(f"{r['median_epoch_s'][s]:.3f}" for s in VENVS), f"**{r['ratio_newest_over_pinned']:.3f}x**",
-             " / ".join(f"{x:.3f}" for x in r["pair_ratios"])] for d, r in by_dropout.items()]
-    md = "\n\n".join([
-        f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds of "
-        f"{args.epochs} epochs, the first left out)",
-        "; ".join(f"{s}: torch {x['torch']}, dgl {x['dgl']}" for s, x in versions.items()),
-        harness.markdown_table(["task dropout", "pinned median epoch (s)", "newest median epoch (s)", "newest / pinned",
-                                "each round"], rows),
-        f"newest / pinned epoch time: **{summary['ratio_newest_over_pinned']:.3f}x** (dropout {summary['dropout']})",
-        "One thread, a 3,000 x 128 float tensor, ms per call (median over runs):",
-        harness.markdown_table(["stack", *ops["pinned"]], [[s, *(f"{ms:.2f}" for ms in ops[s].values())]
-                                                          for s in VENVS])])
-    return harness.report(args, {"summary": summary, "order": order, "runs": by_stack}, md)
 
 
 if __name__ == "__main__":
