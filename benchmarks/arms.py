@@ -15,7 +15,6 @@ from importlib.metadata import version
 from typing import Any, Callable, Dict, List
 
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
-import dgl.nn
 import torch
 import workload
 from graphtrainer import Trainer, datasets
@@ -187,6 +186,8 @@ class NnTask(workload.BenchTask):
         torch.manual_seed(self.model_seed)
         model = super().configure_model()
         if self.arm == "dgl.nn":  # dgl.nn's SAGEConv layers, loaded with graphtrainer's (same names and shapes)
+            import dgl.nn  # after graphtrainer, which lets DGL load without GraphBolt on the newest stack
+
             sizes = [self.in_feats] + [self.hidden] * (len(self.fanouts) - 1) + [self.num_classes]
             layers = torch.nn.ModuleList(dgl.nn.SAGEConv(a, b, "mean") for a, b in zip(sizes, sizes[1:]))
             layers.load_state_dict(model.layers.state_dict())
