@@ -1,9 +1,8 @@
 """Memory and time of exact ROC-AUC/AP (scikit-learn) against the streaming binned one at 10M scored edges.
+``graphtrainer.evaluation.binned_auroc``, 1M positives x 9 negatives.
 
     python benchmarks/binned_auroc.py [--tiny]
-
-``graphtrainer.evaluation.binned_auroc`` on 1M positives x 9 negatives; each method in a fresh (spawned)
-interpreter, "peak extra" its peak RSS above the RSS before it."""
+"""
 from __future__ import annotations
 
 import multiprocessing
@@ -23,6 +22,7 @@ def peak_rss_mb(reset: bool = False) -> float:
 
 
 def measure(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
+    """One method in a fresh (spawned) interpreter; "peak extra": its peak RSS above the RSS before it."""
     import torch
     from graphtrainer.evaluation.binned_auroc import BinnedAUROC
     from graphtrainer.evaluation.ranking import roc_auc_ap
