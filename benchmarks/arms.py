@@ -1,7 +1,5 @@
-"""Training arms compared on the same fit of 2 CPU ranks: one comparison per sub-command.
-
-Each comparison (``COMPARISONS``) holds only its workload and options (``arms.py NAME --help``) and
-writes ``NAME.json/.md/.png`` under ``benchmarks/results/NAME/<date>`` (``--out DIR``; ``--tiny``: seconds).
+"""Training arms compared on the same fit of 2 CPU ranks: one comparison per sub-command, writing
+``NAME.json/.md/.png`` under ``benchmarks/results/NAME/<date>`` (``--out DIR``; ``--tiny``: seconds).
 
     bash scripts/env.sh python benchmarks/arms.py precision                # bf16-mixed against 32-bit
     bash scripts/env.sh python benchmarks/arms.py pyg_vs_blocks [--trim-arm]
@@ -13,42 +11,42 @@ from __future__ import annotations
 import argparse
 import sys
 from functools import partial
+from importlib.metadata import version
 from typing import Any, Callable, Dict, List
 
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import torch
 import workload
 from graphtrainer import Trainer, datasets
 from graphtrainer.examples.hetero_classification import HeteroClassification
 from graphtrainer.examples.node_classification import NodeClassification
+from graphtrainer.nn.pyg import to_pyg
 
 
-# ---- precision ----------------------------------------------------------------------
+def _fit(graph: Any, args: Any, batch_size: Any, rnd: int, **fit_kwargs: Any) -> Dict[str, Any]:
+    task = workload.BenchTask(graph, **workload.task_kwargs(args, batch_size))
+    return workload.fit(graph, task, args.epochs, **fit_kwargs)
+
+
 PRECISIONS = ("32", "bf16-mixed")
-
-
-def precision_fit(graph: Any, spec: Dict[str, Any], args: Any, precision: str, rnd: int) -> Dict[str, Any]:
-    task = workload.BenchTask(graph, **workload.task_kwargs(args, spec["batch_size"]))
-    return workload.fit(graph, task, args.epochs, precision=precision)
 
 
 def precision(argv: List[str]) -> Dict[str, Any]:
     """bf16-mixed against 32-bit precision: median epoch and test metrics (1Mx10 synthetic and Tolokers).
-
     Each round trains once per precision (A B, then B A); test metrics from a float32 evaluation."""
     parser = harness.base_parser("precision", str(precision.__doc__), rounds=2, tiny=workload.TINY)
     args = workload.training_options(parser, datasets=workload.DATASETS).parse_args(argv)
     results: List[Dict[str, Any]] = []
     for spec, graph, n_train in workload.prepared_graphs(args):
-        arms = {p: partial(precision_fit, graph, spec, args, p) for p in PRECISIONS}
+        arms = {p: partial(_fit, graph, args, spec["batch_size"], precision=p) for p in PRECISIONS}
         runs, _ = harness.interleave(arms, args.rounds, spec["label"], alternate=True)
         summary = workload.summarise(runs, "32")
-        label = spec["label"] if spec["dataset"] == "tolokers" else f"synthetic {spec['label']}"
-        row: Dict[str, Any] = {"graph": label, "train_nodes": n_train, "time_ratio": summary["ratios"]["bf16-mixed"],
-                               "pair_ratios": summary["pair_ratios"]["bf16-mixed"]}
+        row = {"graph": spec["label"] if spec["dataset"] == "tolokers" else f"synthetic {spec['label']}",
+               "train_nodes": n_train, "time_ratio": summary["ratios"]["bf16-mixed"],
+               "pair_ratios": summary["pair_ratios"]["bf16-mixed"]}
         for p in PRECISIONS:  # test_acc always; test_auc on binary labels (Tolokers)
-            metrics = [k for k in ("test_acc", "test_auc") if k in runs[p][0]]
-            row[p] = {"epoch_s": summary["median_epoch_s"][p], "runs": runs[p],
-                      **{k: harness.median([r[k] for r in runs[p]]) for k in metrics}}
+            row[p] = {"epoch_s": summary["median_epoch_s"][p], "runs": runs[p], **{
+                k: harness.median([r[k] for r in runs[p]]) for k in ("test_acc", "test_auc") if k in runs[p][0]}}
         results.append(row)
     markdown = harness.markdown_table(
         ["graph", "train nodes", "precision", "median epoch (s)", "vs 32", "each round", "test acc", "test ROC-AUC"],
@@ -60,7 +58,6 @@ def precision(argv: List[str]) -> Dict[str, Any]:
         figsize=(7, 4))
 
 
-# ---- pyg_vs_blocks ------------------------------------------------------------------
 PYG_TARGET = 1.10
 PYG_LABELS = {"blocks": "A: graphtrainer SAGE on DGL blocks", "pyg": "B: PyG GraphSAGE on PyG batches",
               "pyg_trim": "B-T: PyG GraphSAGE, trimmed per layer"}
@@ -82,25 +79,21 @@ class PygBenchTask(workload.BenchTask):
                 "num_sampled_edges_per_hop": batch.num_sampled_edges} if self.trim else {}
         return self.model(batch.x, batch.edge_index, **trim)[:batch.batch_size], batch.y[:batch.batch_size]
 
-    def test_accuracy(self, graph: Any) -> float:
-        """Rank 0's weights on the test nodes with every neighbour (``workload.evaluate`` for blocks)."""
-        import dgl
-        import torch
 
-        from graphtrainer.nn.pyg import to_pyg
+class PygOnBlocks(torch.nn.Module):
+    """A PyG model called as ``workload.evaluate`` calls a model on DGL blocks (each turned into a PyG batch)."""
 
-        ids, model, correct = workload.split_ids(graph, "test"), self.module.eval(), 0
-        sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(self.fanouts), prefetch_node_feats=["feat"],
-                                                                prefetch_labels=["label"])
-        with torch.no_grad():
-            for batch in map(to_pyg, dgl.dataloading.DataLoader(graph, ids, sampler, batch_size=4096, shuffle=False)):
-                correct += int((model(batch.x, batch.edge_index)[:batch.batch_size].argmax(1) == batch.y).sum())
-        return correct / ids.numel()
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model, self.layers = model, model.convs
+
+    def forward(self, blocks: Any, feat: Any) -> Any:
+        batch = to_pyg(blocks)
+        return self.model(batch.x, batch.edge_index)[:batch.batch_size]
 
 
 def pyg_vs_blocks(argv: List[str]) -> Dict[str, Any]:
     """PyG's GraphSAGE on PyG batches (B) against graphtrainer's SAGE on DGL blocks (A), 200kx10.
-
     B-T (``--trim-arm``): PyG's per-layer trimming. Same task and DGL sampling, A B A B; median epoch,
     B / A and test accuracy with every neighbour. The GPU pair: ``tests/helpers/pyg_gpu_script.py --bench``."""
     p = harness.base_parser("pyg_vs_blocks", str(pyg_vs_blocks.__doc__), rounds=2, tiny=workload.TINY)
@@ -109,27 +102,25 @@ def pyg_vs_blocks(argv: List[str]) -> Dict[str, Any]:
     ((spec, graph, n_train),) = workload.prepared_graphs(args)
 
     def run(arm: str, rnd: int) -> Dict[str, Any]:
-        task = (workload.BenchTask if arm == "blocks" else PygBenchTask)(graph, **workload.task_kwargs(args))
+        if arm == "blocks":
+            return _fit(graph, args, None, rnd)
+        task = PygBenchTask(graph, **workload.task_kwargs(args))
         task.trim = arm == "pyg_trim"
-        res = workload.fit(graph, task, args.epochs, evaluate_test=arm == "blocks")
-        return res if arm == "blocks" else dict(res, test_acc=task.test_accuracy(graph))
+        res = workload.fit(graph, task, args.epochs, evaluate_test=False)
+        return dict(res, **workload.evaluate(PygOnBlocks(task.module), graph, workload.split_ids(graph, "test")))
 
     arms = ["blocks", "pyg"] + (["pyg_trim"] if args.trim_arm else [])
     runs, order = harness.interleave({a: partial(run, a) for a in arms}, args.rounds, "pyg_vs_blocks")
     summary = workload.summarise(runs, "blocks", metric="test_acc")
     md = (f"# PyG batches vs DGL blocks ({spec['label']}, {n_train:,} training seeds, fanouts {args.fanouts}, "
           f"hidden {args.hidden}, batch {args.batch_size}, 2 CPU ranks, {args.rounds} rounds)\n\n"
-          + workload.arms_table(summary, PYG_LABELS, "A")
-          + f"\n\nTarget for B: at most {PYG_TARGET:.2f}x A's epoch time.")
-    import torch_geometric
-
+          + workload.arms_table(summary, PYG_LABELS, "A") + f"\n\nTarget for B: at most {PYG_TARGET:.2f}x A's epoch.")
     payload = {"runs": runs, "order": order, **summary, "target": PYG_TARGET,
-               "versions": {**harness.versions(), "torch_geometric": torch_geometric.__version__}}
+               "versions": {**harness.versions(), "torch_geometric": version("torch_geometric")}}
     return harness.report(args, payload, md, harness.bar_plot(
         {PYG_LABELS[a]: summary["median_epoch_s"][a] for a in arms}, "median epoch time (s)"), figsize=(8, 4))
 
 
-# ---- workers ------------------------------------------------------------------------
 class _TrainOnly:
     """Training only, its loader given ``loader_kwargs`` (the worker processes)."""
 
@@ -138,32 +129,22 @@ class _TrainOnly:
     def val_dataloader(self) -> Any:
         return None
 
-    def train_dataloader(self) -> Any:
-        ids = self.split_ids["train"]  # type: ignore[attr-defined]
-        ids = {self.target: ids} if isinstance(self, HeteroClassification) else ids
-        return self.node_dataloader(ids, self.fanouts, self.batch_size, **self.loader_kwargs)  # type: ignore
+    def node_dataloader(self, *args: Any, **kwargs: Any) -> Any:
+        return super().node_dataloader(*args, **kwargs, **self.loader_kwargs)  # type: ignore[misc]
 
 
-class HomoTask(_TrainOnly, NodeClassification):
-    pass
-
-
-class HeteroTask(_TrainOnly, HeteroClassification):
-    pass
+HomoTask = type("HomoTask", (_TrainOnly, NodeClassification), {})  # module-level names: picklable
+HeteroTask = type("HeteroTask", (_TrainOnly, HeteroClassification), {})
 
 
 def workers(argv: List[str]) -> Dict[str, Any]:
     """Sampling worker processes: training seeds/s with 0, 1 and 2 workers per rank (1M nodes).
-
-    GraphSAGE on 2 forked ranks (``--hetero``: papers and words), 3 epochs of ``--batches`` batches
-    each; rank 0's epochs timed, epoch 0 starts the workers."""
+    GraphSAGE on 2 forked ranks (``--hetero``: papers and words), 3 epochs of ``--batches``; epoch 0 starts them."""
     p = harness.base_parser("workers", str(workers.__doc__), tiny={"nodes": 5000, "batches": 2, "batch_size": 256})
-    p.add_argument("--nodes", type=int, default=1_000_000)
+    for flag, default in (("--nodes", 1_000_000), ("--batches", 40), ("--batch-size", 1024), ("--num-procs", 2)):
+        p.add_argument(flag, type=int, default=default)  # --batches: training batches per rank and epoch
     p.add_argument("--hetero", action="store_true", help="synthetic_hetero: papers and words")
     p.add_argument("--workers", default="0,1,2")
-    p.add_argument("--batches", type=int, default=40, help="training batches per rank and epoch")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--num-procs", type=int, default=2)
     p.add_argument("--threads", type=int, default=None, help="threads_per_proc (default: cores // ranks)")
     p.add_argument("--root-dir", default="/tmp/graphtrainer-bench-workers")
     args = p.parse_args(argv)
@@ -192,9 +173,8 @@ def workers(argv: List[str]) -> Dict[str, Any]:
     return harness.report(args, {"runs": rows}, table)
 
 
-# ---- nn -----------------------------------------------------------------------------
 NN_ARMS = {"dgl.nn": "dgl", "graphtrainer.nn": "dgl", "torch blocks": "torch"}  # arm: its block type
-NN_TIMES = ("epoch_s", "epoch_min_s", "epoch_cpu_s")  # rank 0's epoch: wall (median, fastest), CPU (median)
+NN_TIMES = {"epoch_s": "time_ratio", "epoch_min_s": "min_time_ratio", "epoch_cpu_s": "cpu_ratio"}
 
 
 class NnTask(workload.BenchTask):
@@ -203,12 +183,10 @@ class NnTask(workload.BenchTask):
     arm, model_seed = "torch blocks", 0
 
     def configure_model(self) -> Any:
-        import torch
-
         torch.manual_seed(self.model_seed)
         model = super().configure_model()
         if self.arm == "dgl.nn":  # dgl.nn's SAGEConv layers, loaded with graphtrainer's (same names and shapes)
-            import dgl.nn
+            import dgl.nn  # after graphtrainer, which lets DGL load without GraphBolt on the newest stack
 
             sizes = [self.in_feats] + [self.hidden] * (len(self.fanouts) - 1) + [self.num_classes]
             layers = torch.nn.ModuleList(dgl.nn.SAGEConv(a, b, "mean") for a, b in zip(sizes, sizes[1:]))
@@ -219,7 +197,6 @@ class NnTask(workload.BenchTask):
 
 def nn(argv: List[str]) -> Dict[str, Any]:
     """graphtrainer.nn on DGL blocks and on torch-only blocks against dgl.nn: epoch wall and CPU time, 50kx10.
-
     2 CPU ranks of 1 thread; round k runs seed k, every arm from the same initial weights; test accuracy."""
     p = harness.base_parser("nn", str(nn.__doc__), tiny={"size": workload.parse_size("3kx5"), "max_train_nodes": 600,
                                                          "epochs": 2, "seeds": [0], "batch_size": 128, "hidden": 16})
@@ -239,19 +216,18 @@ def nn(argv: List[str]) -> Dict[str, Any]:
 
     runs, _ = harness.interleave({a: partial(run, a) for a in args.arms}, len(args.seeds), "nn", lambda r: (
         f"epoch {r['epoch_s']:.3f} s wall, {r['epoch_cpu_s']:.3f} s CPU, test_acc {r['test_acc']:.4f}"), alternate=True)
-    out: Dict[str, Any] = {}
     base = args.arms[0]
-    for arm, arm_runs in runs.items():
+    out = {arm: {"test_acc": [r["test_acc"] for r in rs], "runs": rs} for arm, rs in runs.items()}
+    for arm, m in out.items():
         # Per-seed ratios (same seed, adjacent runs) are less exposed to the machine's load drifting.
-        ratio = {k: harness.median([r[k] / b[k] for r, b in zip(arm_runs, runs[base])]) for k in NN_TIMES}
-        accs = [r["test_acc"] for r in arm_runs]
-        out[arm] = dict({k: harness.median([r[k] for r in arm_runs]) for k in NN_TIMES}, test_acc=accs, runs=arm_runs,
-                        test_acc_mean=sum(accs) / len(accs), time_ratio=ratio["epoch_s"],
-                        min_time_ratio=ratio["epoch_min_s"], cpu_ratio=ratio["epoch_cpu_s"])
+        for k, ratio in NN_TIMES.items():
+            m[k] = harness.median([r[k] for r in runs[arm]])
+            m[ratio] = harness.median([r[k] / b[k] for r, b in zip(runs[arm], runs[base])])
+        m["test_acc_mean"] = sum(m["test_acc"]) / len(m["test_acc"])
     md = (f"2 CPU ranks (1 thread each), {spec['label']}, {n_train:,} training seeds, seeds {args.seeds}, "
           f"{args.epochs - 1} timed epochs per run: rank 0's epoch, median wall (and fastest) and CPU time, as the "
-          f"median over seeds of arm / {base} (target for torch blocks <= 1.10x); test accuracy from a "
-          "full-neighbour evaluation\n\n" + harness.markdown_table(
+          f"median over seeds of arm / {base} (target for torch blocks <= 1.10x); test accuracy, every neighbour\n\n"
+          + harness.markdown_table(
               ["arm", "epoch wall (s)", f"wall vs {base}", f"fastest epoch vs {base}", "epoch CPU (s)",
                f"CPU vs {base}", "test acc per seed", "mean test acc"],
               [[arm, f"{m['epoch_s']:.3f}", harness.fmt_ratio(m["time_ratio"]), harness.fmt_ratio(m["min_time_ratio"]),

@@ -1,9 +1,7 @@
-"""Memory and time of exact ROC-AUC/AP (scikit-learn) against the streaming binned one
-(``graphtrainer.evaluation.binned_auroc``) at 10M scored edges (1M positives x 9 negatives).
+"""Memory and time of exact ROC-AUC/AP (scikit-learn) against the streaming binned one at 10M scored edges.
+``graphtrainer.evaluation.binned_auroc``, 1M positives x 9 negatives.
 
     python benchmarks/binned_auroc.py [--tiny]
-
-Each method runs in a fresh interpreter (spawned); "peak extra" is its peak RSS above the RSS before it.
 """
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ import harness  # first: graphtrainer from this checkout
 
 
 def peak_rss_mb(reset: bool = False) -> float:
-    """This process's peak RSS (VmHWM, Linux); ``reset`` restarts it from the current RSS, so no
-    short peak is missed between samples (``layerwise.py`` uses it too)."""
+    """This process's peak RSS (VmHWM, Linux); ``reset`` restarts it from the current RSS (used by layerwise.py)."""
     if reset:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
             fh.write("5")
@@ -25,6 +22,7 @@ def peak_rss_mb(reset: bool = False) -> float:
 
 
 def measure(method: str, edges: int, negatives: int, bins: int) -> Dict[str, Any]:
+    """One method in a fresh (spawned) interpreter; "peak extra": its peak RSS above the RSS before it."""
     import torch
     from graphtrainer.evaluation.binned_auroc import BinnedAUROC
     from graphtrainer.evaluation.ranking import roc_auc_ap
@@ -48,11 +46,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
     for flag, default in (("--edges", 1_000_000), ("--negatives", 9), ("--bins", 100_000)):
         parser.add_argument(flag, type=int, default=default)
     args = parser.parse_args(argv)
-    rows = []
-    for method in ("exact", "binned"):
-        with multiprocessing.get_context("spawn").Pool(1) as fresh:  # a fresh interpreter per method
-            rows.append(fresh.apply_async(measure, (method, args.edges, args.negatives, args.bins)).get(timeout=900))
-    exact, binned = rows
+    jobs = [(method, args.edges, args.negatives, args.bins) for method in ("exact", "binned")]
+    with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:  # a fresh interpreter per method
+        exact, binned = rows = pool.starmap_async(measure, jobs, chunksize=1).get(timeout=1800)
     md = harness.markdown_table(
         ["method", "scored edges", "peak extra RSS (MB)", "scores held (MB)", "seconds", "auc", "ap"],
         [[r["method"], f"{r['scored_edges']:,}", f"{r['peak_extra_mb']:.0f}", f"{r['scores_mb']:.0f}",

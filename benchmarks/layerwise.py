@@ -1,14 +1,11 @@
 """Layer-wise full-graph inference on a large graph: seconds and memory per rank.
 
     python benchmarks/layerwise.py [--tiny] [--nodes 1000000] [--batch-sizes 1024,8192]
-
-On forked ranks, ``graphtrainer.data.inference.layerwise`` on a 2-layer GraphSAGE per batch
-size; each rank reports seconds, peak RSS growth and USS/PSS while the result is held.
 """
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import psutil
@@ -22,12 +19,8 @@ MEMORY = ("rss_growth_mb", "uss_mb", "pss_mb")  # per rank, after each batch siz
 
 
 class LayerwiseBench(GraphTask):
-    """Runs the inference at the end of a trivial validation (on every rank); each rank logs its
-    own figures under its own name (summed: the other ranks add nothing)."""
-
-    def __init__(self, graph: Any, hidden: int, batch_sizes: List[int]):
-        super().__init__()
-        self.graph, self.hidden, self.batch_sizes = graph, hidden, batch_sizes
+    """``layerwise`` on a 2-layer GraphSAGE per batch size, after a trivial validation on every (forked) rank;
+    each rank logs its seconds, peak RSS growth and USS/PSS while the result is held, under its own name."""
 
     def configure_model(self) -> Any:
         return SAGE(self.graph.ndata["feat"].shape[1], self.hidden, 8, num_layers=2)
@@ -44,9 +37,9 @@ class LayerwiseBench(GraphTask):
             out = layerwise(self.module, self.graph, batch_size=batch_size)
             self.log(f"b{i}_seconds", time.perf_counter() - start, reduce_fx="sum")
             mem = psutil.Process().memory_full_info()
-            for key, mb in (("rss_growth_mb", peak_rss_mb() - start_mb), ("uss_mb", mem.uss / 2**20),
-                            ("pss_mb", mem.pss / 2**20)):
-                self.log(f"b{i}_{key}_r{self.rank}", mb, reduce_fx="sum")
+            mbs = (peak_rss_mb() - start_mb, mem.uss / 2**20, mem.pss / 2**20)
+            for key, mb in zip(MEMORY, mbs):
+                self.log(f"b{i}_{key}_r{self.rank}", mb, reduce_fx="sum")  # summed: the other ranks add nothing
             del out  # before the next batch size
 
 
@@ -60,15 +53,17 @@ def main(argv: Any = None) -> Dict[str, Any]:
     graph, sizes = datasets.synthetic(args.nodes, 10, 64, 8), [int(b) for b in args.batch_sizes.split(",")]
     trainer = Trainer(num_procs=args.num_procs, progress_bar=False, logger=False, default_root_dir=args.root_dir,
                       hang_timeout=None)
-    m, ranks = trainer.validate(LayerwiseBench(graph, args.hidden, sizes)), range(args.num_procs)
+    task = LayerwiseBench()
+    task.graph, task.hidden, task.batch_sizes = graph, args.hidden, sizes
+    m = trainer.validate(task)
     rows = [{"batch_size": bs, "seconds": m[f"b{i}_seconds"] / args.num_procs,
-             **{k: [m[f"b{i}_{k}_r{r}"] for r in ranks] for k in MEMORY}} for i, bs in enumerate(sizes)]
-    per_rank = lambda values: " / ".join(f"{x:,.0f}" for x in values)  # noqa: E731
+             **{k: [m[f"b{i}_{k}_r{r}"] for r in range(args.num_procs)] for k in MEMORY}} for i, bs in enumerate(sizes)]
     shared_mb = 4 * args.nodes * (args.hidden + 8) / 2**20
     md = (f"{args.nodes:,} nodes, {graph.num_edges():,} edges, SAGE 64 -> {args.hidden} -> 8, {args.num_procs} "
           f"ranks; shared layer outputs {shared_mb:.0f} MB in all\n\n" + harness.markdown_table(
               ["batch size", "seconds (rank mean)", "per rank: peak RSS growth MB", "USS MB after", "PSS MB after"],
-              [[r["batch_size"], f"{r['seconds']:.1f}"] + [per_rank(r[k]) for k in MEMORY] for r in rows]))
+              [[r["batch_size"], f"{r['seconds']:.1f}"] + [" / ".join(f"{x:,.0f}" for x in r[k]) for k in MEMORY]
+               for r in rows]))
     return harness.report(args, {"shared_mb": shared_mb, "runs": rows}, md)
 
 
