@@ -1,12 +1,10 @@
 """Fork vs spawn: what graphtrainer's launchers cost in start-up time, memory and throughput.
 
-Against ``naive-spawn`` (the tutorials' loop: each child unpickles its own graph), with the 1-process
-run as baseline, each run in a fresh worker process unless ``--no-isolate``. Start-up: the slowest
-rank's first step after ``fit``; memory: the tree's PSS/USS while the ranks pause after step
-``--pause-at``; throughput: seeds of the next ``--measure-steps`` steps over their wall time, and
-gt-fork's at 2 ranks over the 1-process run (the question of the former scaling.py; its workload:
-``--datasets synthetic --sizes 1Mx20 --feat-dim 16 --fanouts 25,20 --hidden 32 --batch-size 512
---launchers gt-fork --world-sizes 1 2 --pause-at 4 --measure-steps 100 --rounds 3``)."""
+Against ``naive-spawn`` (the tutorials' loop: each child unpickles its graph), the 1-process run as baseline.
+Memory: the tree's PSS/USS while the ranks pause after step ``--pause-at``; throughput: over the next
+``--measure-steps`` steps. The former scaling.py: ``--datasets synthetic --sizes 1Mx20 --feat-dim 16
+--fanouts 25,20 --hidden 32 --batch-size 512 --launchers gt-fork --world-sizes 1 2 --pause-at 4
+--measure-steps 100 --rounds 3``."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +14,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -24,6 +23,7 @@ import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import handwritten
 import probe
 import workload
+from graphtrainer import Trainer
 
 LAUNCHERS = ("gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn")
 #: Total PSS at TARGET_WORLD ranks / the 1-process run (issue 16); start-up A / B at each world size.
@@ -34,32 +34,6 @@ TARGET_WORLD = 4
 TINY = {"sizes": [workload.parse_size("20kx5")], "datasets": ["synthetic"], "world_sizes": [1, 2], "feat_dim": 16,
         "hidden": 32, "batch_size": 256, "pause_at": 1, "measure_steps": 3, "no_isolate": True}
 SUMMARY = ("startup_s", "total_pss_mb", "peak_total_pss_mb", "throughput_seeds_per_s", "other_cores")
-
-
-def parse_args(argv: Any = None) -> Any:
-    p = harness.base_parser("fork_vs_spawn", __doc__, rounds=1, tiny=TINY)
-    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
-    p.add_argument("--sizes", nargs="+", type=workload.parse_size, help="NODESxDEGREE (default 250kx10 1Mx10 "
-                   "2Mx10 5Mx10)", default=[workload.parse_size(s) for s in ("250kx10", "1Mx10", "2Mx10", "5Mx10")])
-    p.add_argument("--feat-dim", type=int, default=64)
-    p.add_argument("--launchers", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS))
-    p.add_argument("--world-sizes", nargs="+", type=int, default=[1, 2, 4])
-    p.add_argument("--fanouts", default="10,10")
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=1024, help="synthetic graphs (Tolokers: 256)")
-    p.add_argument("--pause-at", type=int, default=3, help="step (>= 1) at which memory is measured")
-    p.add_argument("--measure-steps", type=int, default=20, help="steps timed for throughput")
-    p.add_argument("--threads", type=int, help="threads per rank (default: the trainer's, cores / ranks)")
-    p.add_argument("--no-isolate", action="store_true", help="every run in this process (faster; memory figures "
-                   "then carry what earlier runs left behind; --tiny implies it)")
-    p.add_argument("--memory-limit-gb", type=float, help="leave out (or, if none fits, refuse) runs estimated "
-                   "above this much memory (default: 90%% of the machine's)")
-    p.add_argument("--skip-too-big", action="store_true", help="run what fits and list the rest instead of refusing")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if min(args.world_sizes + [args.pause_at, args.measure_steps, args.rounds, args.threads or 1]) < 1:
-        p.error("--world-sizes, --pause-at, --measure-steps, --rounds and --threads must be >= 1")
-    return args
 
 
 def plan(args: Any) -> List[Dict[str, Any]]:
@@ -73,54 +47,68 @@ def plan(args: Any) -> List[Dict[str, Any]]:
                              "label": f"{spec['label']} {launcher} x{world}",
                              **{k: getattr(args, k) for k in ("fanouts", "hidden", "pause_at", "measure_steps",
                                                               "threads")}})
-    # All in this process (--no-isolate): train in it (the 1-process runs) only after every fork
-    # launch, since on a machine with GPUs graphtrainer refuses to fork after a backward pass.
+    # --no-isolate: train in this process (1-process runs) after every fork, which GPU machines refuse after a backward
     return sorted(runs, key=lambda r: bool(args.no_isolate and r["launcher"] == "single"))
 
 
-def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """One configuration in this process (the launching process, whose tree is measured)."""
-    from graphtrainer import Trainer
+def watch_memory(directory: str, world: int, stop: threading.Event, out: Dict[str, Any]) -> None:
+    """A thread of the launching process: the tree's sampled peak PSS until ``world`` ranks paused (probe.Probe),
+    then the paused tree's memory (``steady``) and ``go``: nothing after, so the timed steps are undisturbed."""
+    while not stop.wait(0.25):
+        out["peak_pss_mb"] = max(out["peak_pss_mb"], probe.tree_memory()["total_pss_mb"])
+        if sum(n.startswith("ready_") for n in os.listdir(directory)) >= world:
+            time.sleep(0.3)  # the last rank to pause settles
+            out["steady"] = probe.tree_memory()
+            out["peak_pss_mb"] = max(out["peak_pss_mb"], out["steady"]["total_pss_mb"])
+            Path(directory, "go").touch()
+            return
 
-    spec, world, launcher = cfg["graph"], cfg["world"], cfg["launcher"]
-    hyper = workload.task_kwargs(argparse.Namespace(**cfg), spec["batch_size"])
-    graph = workload.build_graph(spec)
+
+def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """One configuration in this process (the launching process, whose tree is measured). Start-up: the
+    slowest rank's first step after ``fit``; throughput: all ranks' timed seeds over the slowest rank's time."""
+    world, launcher, pause_at, steps = cfg["world"], cfg["launcher"], cfg["pause_at"], cfg["measure_steps"]
+    hyper = workload.task_kwargs(argparse.Namespace(**cfg), cfg["graph"]["batch_size"])
+    graph = workload.build_graph(cfg["graph"])
     probe_dir = tempfile.mkdtemp(prefix="gt-bench-")
-    clock = probe.Probe(probe_dir, cfg["pause_at"], cfg["measure_steps"])
-    watcher = probe.MemoryWatcher(probe_dir, world)
+    clock, stop, memory = probe.Probe(probe_dir, pause_at, steps), threading.Event(), {"peak_pss_mb": 0.0}
+    watcher = threading.Thread(target=watch_memory, args=(probe_dir, world, stop, memory), daemon=True)
     watcher.start()
     try:
         t_fit = time.time()
         if launcher == "naive-spawn":
             threads = cfg["threads"] or max(1, harness.available_cores() // world)  # as the trainer's default
             handwritten.naive_spawn(graph, world, dict(
-                hyper, epochs=10_000, threads=threads, seed=0, probe_dir=probe_dir, pause_at=cfg["pause_at"],
-                measure_steps=cfg["measure_steps"], max_steps=clock.total_steps))
+                hyper, epochs=10_000, threads=threads, seed=0, probe_dir=probe_dir, pause_at=pause_at,
+                measure_steps=steps, max_steps=clock.total_steps))
         else:
             trainer = Trainer(num_procs=world, launcher=launcher.removeprefix("gt-") if world > 1 else "auto",
                               max_epochs=10_000, max_steps=clock.total_steps, threads_per_proc=cfg["threads"],
                               progress_bar=False, logger=False, default_root_dir=os.path.join(probe_dir, "runs"),
                               callbacks=[clock])
             trainer.fit(workload.BenchTask(graph, **hyper))
-        tree = watcher.steady
-        if tree is None:
+        if "steady" not in memory:
             raise RuntimeError(f"{cfg['label']}: the ranks never paused for the memory measurement")
-        res = probe.collect_probe(probe_dir, world, t_fit, cfg["pause_at"])
+        reports = [json.loads(Path(probe_dir, f"rank_{r}.json").read_text(encoding="utf-8")) for r in range(world)]
     finally:
-        watcher.stop()
+        stop.set()
+        watcher.join(timeout=10)
         shutil.rmtree(probe_dir, ignore_errors=True)
-    pids = res.pop("rank_pids")
-    for p in tree["processes"]:
-        if p["role"] == "child":
-            p["role"] = f"rank {pids.index(p['pid'])}" if p["pid"] in pids else "helper"
-    ranks = [p for pid in pids for p in tree["processes"] if p["pid"] == pid and p["role"] != "parent"]
-    return dict(res, **tree, rank_uss_mb=[p["uss_mb"] for p in ranks], rank_pss_mb=[p["pss_mb"] for p in ranks],
-                peak_total_pss_mb=watcher.peak_pss_mb)
+    pids, tree = [x["pid"] for x in reports], memory["steady"]
+    for p in tree["processes"][1:]:  # the parent first
+        p["role"] = f"rank {pids.index(p['pid'])}" if p["pid"] in pids else "helper"
+    ranks = [p for pid in pids for p in tree["processes"][1:] if p["pid"] == pid]
+    firsts = [round(x["ends"][0] - t_fit, 3) for x in reports]
+    window = max(x["ends"][-1] - x["ends"][pause_at] for x in reports)
+    return dict(tree, ready_s=[round(x["started"] - t_fit, 3) for x in reports], first_step_s=firsts,
+                startup_s=max(firsts), step_ms=1000 * window / steps,
+                throughput_seeds_per_s=round(sum(sum(x["seeds"][pause_at + 1:]) for x in reports) / window, 1),
+                torch_threads=reports[0]["torch_threads"], peak_total_pss_mb=memory["peak_pss_mb"],
+                rank_uss_mb=[p["uss_mb"] for p in ranks], rank_pss_mb=[p["pss_mb"] for p in ranks])
 
 
 def run_isolated(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """:func:`run_one` in a fresh worker process (``--worker``); a failure is recorded (``error``)
-    instead of costing the other configurations."""
+    """:func:`run_one` in a fresh worker process (``--worker``); a failure is recorded, not raised."""
     with tempfile.TemporaryDirectory(prefix="gt-bench-worker-") as tmp:
         cfg = dict(cfg, result_file=os.path.join(tmp, "result.json"))
         try:
@@ -131,19 +119,18 @@ def run_isolated(cfg: Dict[str, Any]) -> Dict[str, Any]:
             return {"error": str(err)[-4000:]}
 
 
-def summarize(runs: List[Dict[str, Any]]) -> Dict[Tuple[str, str, int], Dict[str, Any]]:
-    """Per (graph, launcher, world): the medians over rounds and the total PSS over the 1-process run's."""
-    done: Dict[Tuple[str, str, int], List[Dict[str, Any]]] = {}
-    for run in runs:
-        if "error" not in run["result"]:
-            done.setdefault((run["graph"]["label"], run["launcher"], run["world"]), []).append(run["result"])
+def summarize(cfgs: List[Dict[str, Any]], results: Dict[str, List[Dict[str, Any]]]
+              ) -> Dict[Tuple[str, str, int], Dict[str, Any]]:
+    """Per configuration run at least once: the medians over rounds, the total PSS over the 1-process run's."""
     rows = {}
-    for (graph, launcher, world), res in done.items():
+    for cfg in cfgs:
+        res = [r for r in results[cfg["label"]] if "error" not in r]
         uss = [statistics.fmean(r["rank_uss_mb"]) for r in res if r["rank_uss_mb"]]
-        medians = {k: harness.median([r[k] for r in res]) for k in SUMMARY}
-        rows[graph, launcher, world] = {"graph": graph, "launcher": launcher, "world": world, **medians,
-                                        "threads": res[0]["torch_threads"],
-                                        "rank_uss_mean_mb": harness.median(uss) if uss else None}
+        if res:
+            rows[cfg["graph"]["label"], cfg["launcher"], cfg["world"]] = {
+                "graph": cfg["graph"]["label"], "launcher": cfg["launcher"], "world": cfg["world"],
+                **{k: harness.median([r[k] for r in res]) for k in SUMMARY}, "threads": res[0]["torch_threads"],
+                "rank_uss_mean_mb": harness.median(uss) if uss else None}
     for (graph, _, _), row in rows.items():
         base = rows.get((graph, "single", 1))
         row["pss_ratio"] = row["total_pss_mb"] / base["total_pss_mb"] if base else None
@@ -151,9 +138,8 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[Tuple[str, str, int], Dict[str
 
 
 def targets(rows: Dict[Tuple[str, str, int], Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """PSS ratios at TARGET_WORLD ranks (else at the largest world size, marked), the start-up ratios
-    at every world size, then (last, so the README's first two stay) gt-fork's speed-up at 2 ranks;
-    timings are valid only if other work used at most harness.NOISY_CORES."""
+    """PSS ratios at TARGET_WORLD ranks (else the largest world size, marked), start-up ratios at every world size,
+    then (last: the README reads the first two) gt-fork's speed-up at 2 ranks; timings valid below NOISY_CORES."""
     out, speedups = [], []
     for graph in dict.fromkeys(g for g, _, _ in rows):
         worlds = sorted({w for g, _, w in rows if g == graph and w > 1})
@@ -197,7 +183,26 @@ def render(rows: Dict[Tuple[str, str, int], Dict[str, Any]], tgts: List[Dict[str
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    args = parse_args(argv)
+    p = harness.base_parser("fork_vs_spawn", __doc__, rounds=1, tiny=TINY)
+    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
+    p.add_argument("--sizes", nargs="+", type=workload.parse_size, help="NODESxDEGREE (default 250kx10 1Mx10 "
+                   "2Mx10 5Mx10)", default=[workload.parse_size(s) for s in ("250kx10", "1Mx10", "2Mx10", "5Mx10")])
+    p.add_argument("--feat-dim", type=int, default=64)
+    p.add_argument("--launchers", nargs="+", choices=LAUNCHERS, default=list(LAUNCHERS))
+    p.add_argument("--world-sizes", nargs="+", type=int, default=[1, 2, 4])
+    p.add_argument("--fanouts", default="10,10")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=1024, help="synthetic graphs (Tolokers: 256)")
+    p.add_argument("--pause-at", type=int, default=3, help="step (>= 1) at which memory is measured")
+    p.add_argument("--measure-steps", type=int, default=20, help="steps timed for throughput")
+    p.add_argument("--threads", type=int, help="threads per rank (default: the trainer's, cores / ranks)")
+    p.add_argument("--no-isolate", action="store_true", help="all runs in this process, not one worker each (faster)")
+    p.add_argument("--memory-limit-gb", type=float, help="refuse runs estimated above it (default: 90%% of memory)")
+    p.add_argument("--skip-too-big", action="store_true", help="run what fits and list the rest instead of refusing")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if min(args.world_sizes + [args.pause_at, args.measure_steps, args.rounds, args.threads or 1]) < 1:
+        p.error("--world-sizes, --pause-at, --measure-steps, --rounds and --threads must be >= 1")
     if args.worker:
         cfg = json.loads(args.worker)
         Path(cfg["result_file"]).write_text(json.dumps(run_one(cfg)), encoding="utf-8")
@@ -208,7 +213,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     arms = {c["label"]: (lambda rnd, c=c: run_one(c) if args.no_isolate else run_isolated(c)) for c in cfgs}
     results, _ = harness.interleave(arms, args.rounds, "fork_vs_spawn")
     runs = [dict(c, round=i, result=res) for c in cfgs for i, res in enumerate(results[c["label"]])]
-    rows = summarize(runs)
+    rows = summarize(cfgs, results)
     tgts = targets(rows)
     md = render(rows, tgts)
     if len(cfgs) < len(planned):
@@ -217,10 +222,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
     failed = [f"{r['label']} (round {r['round'] + 1})" for r in runs if "error" in r["result"]]
     if failed:
         md += "\n\nFailed runs (details in the JSON): " + ", ".join(failed)
-    plot = harness.bar_plot({f"{g}\n{launcher} x{w}": r["pss_ratio"] or 0.0 for (g, launcher, w), r in rows.items()},
-                            "total PSS / 1-process run")
-    payload = harness.report(args, {"runs": runs, "summary": list(rows.values()), "targets": tgts}, md, plot,
-                             figsize=(12, 8))
+    pss = {f"{g}\n{launcher} x{w}": r["pss_ratio"] or 0.0 for (g, launcher, w), r in rows.items()}
+    payload = harness.report(args, {"runs": runs, "summary": list(rows.values()), "targets": tgts}, md,
+                             harness.bar_plot(pss, "total PSS / 1-process run"), figsize=(12, 8))
     if failed:
         raise SystemExit(f"[fork_vs_spawn] {len(failed)} run(s) failed: {', '.join(failed)}")
     return payload

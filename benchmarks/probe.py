@@ -1,16 +1,16 @@
-"""Process-tree memory (PSS/USS from ``/proc/<pid>/smaps_rollup``), the peak-memory estimate that
-refuses sizes the machine cannot hold, and a per-rank step clock that reports to the launching process
-through files in a shared directory (so it works under any launcher)."""
+"""Process-tree memory (PSS/USS from ``/proc/<pid>/smaps_rollup``), the memory estimate that refuses runs
+the machine cannot hold, and a per-rank step clock reporting through files (so it works under any launcher)."""
 from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
+import psutil
+import torch
 from graphtrainer.callbacks import Callback
 
 MB = 1024 * 1024
@@ -28,18 +28,15 @@ def smaps_rollup(pid: int) -> Dict[str, float]:
 def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
     """PSS/USS/RSS (MB) of ``root_pid`` (default: this process) and its live descendants. Summing PSS
     counts each shared page (copy-on-write, shared memory) once in ``total_pss_mb``."""
-    import psutil
-
     root = psutil.Process(root_pid or os.getpid())
     rows = []
     for proc in [root] + root.children(recursive=True):
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            rows.append({"pid": proc.pid, "role": "parent" if proc is root else "child",
-                         "cmd": " ".join(proc.cmdline())[:120], **smaps_rollup(proc.pid)})
+        try:  # processes come and go
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                rows.append({"pid": proc.pid, "role": "parent" if proc is root else "child",
+                             "cmd": " ".join(proc.cmdline())[:120], **smaps_rollup(proc.pid)})
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, PermissionError):
-            continue  # processes come and go
+            pass
     return {"total_pss_mb": round(sum(r["pss_mb"] for r in rows), 1),
             "parent_pss_mb": round(sum(r["pss_mb"] for r in rows if r["role"] == "parent"), 1), "processes": rows}
 
@@ -49,21 +46,16 @@ def estimate_mb(num_nodes: int, num_edges: int, feat_dim: int, launcher: str, wo
     nodes): COO 16 B/edge, the CSC sampling reads 8 B/node + 16 B/edge, float32 features, int64 labels,
     three bool masks; building the graph holds about 3 COOs of temporaries."""
     coo, csc = 16.0 * num_edges / MB, (8.0 * num_nodes + 16.0 * num_edges) / MB
-    graph, build, procs = coo + csc + num_nodes * (4.0 * feat_dim + 11) / MB, 3 * coo, PROCESS_BASE_MB * (world + 1)
+    graph, build = coo + csc + num_nodes * (4.0 * feat_dim + 11) / MB, 3 * coo
     if world == 1 or launcher == "single":
         return PROCESS_BASE_MB + graph + build
-    if launcher == "gt-fork":
-        return procs + graph + build
-    if launcher in ("gt-spawn", "gt-forkserver"):
-        return procs + graph + csc + build  # moved to shared memory one array at a time
-    if launcher == "naive-spawn":  # the parent's graph and pickle, each rank's copy, one more unpickling
-        return procs + (3 + world) * graph + build
-    raise ValueError(launcher)
+    # spawn, forkserver: the CSC moved to shared memory one array at a time; naive-spawn: the parent's graph
+    # and its pickle, each rank's copy, one more unpickling
+    held = {"gt-fork": graph, "gt-spawn": graph + csc, "gt-forkserver": graph + csc, "naive-spawn": (3 + world) * graph}
+    return PROCESS_BASE_MB * (world + 1) + held[launcher] + build
 
 
 def machine_memory_mb() -> float:
-    import psutil
-
     return psutil.virtual_memory().total / MB
 
 
@@ -73,35 +65,27 @@ def refuse_if_too_big(plans: List[Dict[str, Any]], limit_fraction: float = 0.9,
     and ``limit_mb``. With ``skip`` the others are listed and left out; else (or if none fits) exit."""
     total = machine_memory_mb()
     limit = min(limit_fraction * total, limit_mb or float("inf"))
-    too_big = [p for p in plans if p["estimate_mb"] > limit]
-    if too_big and skip and len(too_big) < len(plans):
-        for p in too_big:
-            print(f"skipping {p['label']}: estimated {p['estimate_mb'] / 1024:.1f} GiB, over the "
-                  f"{limit / 1024:.1f} GiB limit", flush=True)
-        return [p for p in plans if p["estimate_mb"] <= limit]
-    if too_big:
-        lines = "".join(f"\n  {p['label']}: estimated {p['estimate_mb'] / 1024:.1f} GiB" for p in too_big)
+    fits = [p for p in plans if p["estimate_mb"] <= limit]
+    too_big = [f"{p['label']}: estimated {p['estimate_mb'] / 1024:.1f} GiB" for p in plans if p not in fits]
+    if too_big and not (skip and fits):
         raise SystemExit(f"refusing: {len(too_big)} planned run(s) need more memory than this machine has "
-                         f"({total / 1024:.1f} GiB, {int(limit_fraction * 100)}% usable):{lines}\n"
-                         "Use smaller --sizes, fewer ranks, or drop naive-spawn.")
-    return plans
+                         f"({total / 1024:.1f} GiB, {int(limit_fraction * 100)}% usable):\n  " + "\n  ".join(too_big)
+                         + "\nUse smaller --sizes, fewer ranks, or drop naive-spawn.")
+    for line in too_big:
+        print(f"skipping {line}, over the {limit / 1024:.1f} GiB limit", flush=True)
+    return fits
 
 
 class Probe(Callback):
-    """Each rank's fit start, step ends (wall clock) and seeds per step. After step ``pause_at`` it
-    writes ``ready_<rank>`` and waits for ``go`` (from :class:`MemoryWatcher`; the timed steps start
-    then); ``measure_steps`` steps later it writes ``<directory>/rank_<rank>.json`` with its pid and
-    thread count. Hand-written loops call :meth:`fit_start` and :meth:`step_end` themselves."""
+    """Each rank's fit start, step ends (wall clock) and seeds per step. After step ``pause_at`` it writes
+    ``ready_<rank>`` and waits for ``go`` (from the launching process); ``measure_steps`` timed steps later,
+    ``<directory>/rank_<rank>.json``. Hand-written loops call :meth:`fit_start` and :meth:`step_end`."""
 
     def __init__(self, directory: str, pause_at: int = 3, measure_steps: int = 10, wait_timeout_s: float = 300.0):
-        self.directory, self.started = str(directory), 0.0
-        self.pause_at, self.measure_steps, self.wait_timeout_s = pause_at, measure_steps, wait_timeout_s
+        self.directory, self.pause_at, self.wait_timeout_s = str(directory), pause_at, wait_timeout_s
+        self.total_steps, self.started = pause_at + 1 + measure_steps, 0.0
         self.ends: List[float] = []
         self.seeds: List[int] = []
-
-    @property
-    def total_steps(self) -> int:
-        return self.pause_at + 1 + self.measure_steps
 
     def fit_start(self, rank: int) -> None:
         self.started = time.time()
@@ -118,8 +102,6 @@ class Probe(Callback):
                 time.sleep(0.02)
             self.ends[-1] = time.time()  # the timed steps start after the pause
         if len(self.ends) == self.total_steps:
-            import torch
-
             Path(self.directory, f"rank_{rank}.json").write_text(json.dumps({
                 "started": self.started, "ends": self.ends, "seeds": self.seeds, "pid": os.getpid(),
                 "torch_threads": torch.get_num_threads()}), encoding="utf-8")
@@ -129,47 +111,3 @@ class Probe(Callback):
 
     def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.step_end(trainer.rank, int(batch[1].shape[0]))  # DGL: (input_nodes, output_nodes, blocks)
-
-
-class MemoryWatcher(threading.Thread):
-    """In the launching process: samples the tree's total PSS (``peak_pss_mb``, a lower bound) until
-    ``world`` ranks paused, then measures the paused tree (``steady``) once and writes ``go``;
-    nothing after, so the timed steps are undisturbed."""
-
-    def __init__(self, directory: str, world: int, settle_s: float = 0.3, interval_s: float = 0.25):
-        super().__init__(name="memory-watcher", daemon=True)
-        self.directory, self.world, self.settle_s, self.interval_s = str(directory), world, settle_s, interval_s
-        self.steady: Optional[Dict[str, Any]] = None
-        self.peak_pss_mb = 0.0
-        self.stopped = threading.Event()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(timeout=10)
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            self.peak_pss_mb = max(self.peak_pss_mb, tree_memory()["total_pss_mb"])
-            if sum(n.startswith("ready_") for n in os.listdir(self.directory)) >= self.world:
-                time.sleep(self.settle_s)
-                self.steady = tree_memory()
-                self.peak_pss_mb = max(self.peak_pss_mb, self.steady["total_pss_mb"])
-                Path(self.directory, "go").touch()
-                return
-
-
-def collect_probe(directory: str, world: int, t_fit: float, pause_at: int = 3) -> Dict[str, Any]:
-    """The :class:`Probe` files: each rank's fit start and first step after ``t_fit``, the slowest
-    one's (start-up), and the seeds/s of all ranks' steps after the pause (over the slowest rank's
-    window) and ms per step."""
-    try:
-        ranks = [json.loads(Path(directory, f"rank_{r}.json").read_text(encoding="utf-8")) for r in range(world)]
-    except FileNotFoundError as err:
-        raise RuntimeError(f"a rank did not report ({err.filename})") from err
-    firsts = [round(x["ends"][0] - t_fit, 3) for x in ranks]
-    window = max(x["ends"][-1] - x["ends"][pause_at] for x in ranks)
-    return {"ready_s": [round(x["started"] - t_fit, 3) for x in ranks], "first_step_s": firsts,
-            "startup_s": max(firsts), "rank_pids": [x["pid"] for x in ranks],
-            "throughput_seeds_per_s": round(sum(sum(x["seeds"][pause_at + 1:]) for x in ranks) / window, 1),
-            "step_ms": 1000 * window / (len(ranks[0]["ends"]) - pause_at - 1),
-            "torch_threads": ranks[0]["torch_threads"]}

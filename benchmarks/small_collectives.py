@@ -1,11 +1,7 @@
 """What one small gloo collective costs here: the fixed per-epoch price of exact metrics.
 
-    python benchmarks/small_collectives.py [--world-sizes 2 4] [--calls 300] [--tiny] [--out DIR]
-
-Ranks pinned one per core (as ``pin_cpus=True``) time all-reduces of 4 numbers (sum, max), an all-gather,
-a broadcast and a barrier (median of 5 blocks of ``--calls`` calls, rank 0's clock); a loopback TCP round
-trip gives the scale.
-"""
+Ranks pinned one per core (as ``pin_cpus=True``) time all-reduces of 4 numbers (sum, max), an all-gather, a
+broadcast and a barrier (rank 0's clock); a loopback TCP round trip between two processes gives the scale."""
 from __future__ import annotations
 
 import os
@@ -24,15 +20,14 @@ BLOCKS = 5
 
 
 def us_per_call(op: Callable[[], Any], calls: int) -> float:
-    """After a warm-up, the median of BLOCKS blocks of ``calls`` calls."""
-    def block(n: int) -> float:
+    """After a warm-up block, the median of BLOCKS blocks of ``calls`` calls."""
+    times = []
+    for n in [max(10, calls // 10)] + [calls] * BLOCKS:
         start = time.perf_counter()
         for _ in range(n):
             op()
-        return (time.perf_counter() - start) / n * 1e6
-
-    block(max(10, calls // 10))
-    return harness.median([block(calls) for _ in range(BLOCKS)])
+        times.append((time.perf_counter() - start) / n * 1e6)
+    return harness.median(times[1:])
 
 
 def _rank(rank: int, world: int, port: int, calls: int, queue: Any) -> None:
@@ -53,10 +48,10 @@ def _rank(rank: int, world: int, port: int, calls: int, queue: Any) -> None:
 
 
 def tcp_round_trip_us(calls: int) -> float:
-    """One byte there and back over loopback TCP between two processes."""
+    """One byte there and back over loopback TCP between two processes (a forked echoing peer)."""
     server = socket.create_server(("127.0.0.1", 0))
     pid = os.fork()
-    if pid == 0:  # the echoing peer
+    if pid == 0:
         peer = socket.create_connection(server.getsockname())
         peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         while peer.recv(1) == b"x":
@@ -64,12 +59,7 @@ def tcp_round_trip_us(calls: int) -> float:
         os._exit(0)
     conn = server.accept()[0]
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def ping() -> None:
-        conn.send(b"x")
-        conn.recv(1)
-
-    us = us_per_call(ping, calls)
+    us = us_per_call(lambda: (conn.send(b"x"), conn.recv(1)), calls)
     conn.send(b"q")  # the peer leaves
     os.waitpid(pid, 0)
     return us
@@ -88,21 +78,15 @@ def main(argv: Any = None) -> Dict[str, Any]:
         mp.spawn(_rank, args=(world, free_port(), args.calls, queue), nprocs=world)
         results[str(world)] = queue.get()
     rtt = tcp_round_trip_us(args.calls)
-    names = list(results[str(args.world_sizes[0])])
-    rows = [[name] + [round(results[str(w)][name]) for w in args.world_sizes] for name in names]
+    rows = [[name] + [round(results[str(w)][name]) for w in args.world_sizes] for name in results[str(world)]]
     rows.append(["loopback TCP round trip (2 processes)", round(rtt)] + [None] * (len(args.world_sizes) - 1))
     md = (f"# Small collectives, torch {torch.__version__}\n\n" + harness.markdown_table(
         ["operation (gloo, ranks pinned one per core)"] + [f"{w} ranks, us/call" for w in args.world_sizes], rows)
         + f"\n\nMedian of {BLOCKS} blocks of {args.calls} calls, rank 0's clock.\n")
-
-    def plot(fig: Any) -> None:
-        ax = fig.add_subplot(1, 1, 1)
-        bars = {f"{name}, {w} ranks": us for w, timed in results.items() for name, us in timed.items()}
-        ax.barh(list(bars) + ["loopback TCP round trip"], list(bars.values()) + [rtt])
-        ax.set_xlabel("us per call")
-
+    bars = {f"{op.removesuffix(' (4 numbers)')}\n{w} ranks": us for w, ops in results.items() for op, us in ops.items()}
+    plot = harness.bar_plot(dict(bars, **{"TCP round trip": rtt}), "us per call")
     payload = {"calls": args.calls, "blocks": BLOCKS, "us_per_call": results, "tcp_round_trip_us": rtt}
-    return harness.report(args, payload, md, plot, figsize=(9, 4))
+    return harness.report(args, payload, md, plot, figsize=(12, 4))
 
 
 if __name__ == "__main__":
