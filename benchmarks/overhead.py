@@ -7,6 +7,7 @@ initial weights) as ``handwritten.py``'s tutorial-style DDP script and as ``Trai
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -35,26 +36,23 @@ def run_handwritten(graph: Any, args: Any, batch_size: int, **cfg: Any) -> Dict[
         return dict(json.loads(Path(out).read_text()), run_wall_s=time.perf_counter() - started)
 
 
-def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    task = workload.BenchTask(graph, **workload.task_kwargs(args, batch_size))
-    return workload.fit(graph, task, args.epochs, num_procs=args.world, enable_model_summary=None)
-
-
-def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    """graphtrainer with the stop agreement patched out here, before the ranks fork and inherit it."""
+def run_graphtrainer(graph: Any, args: Any, batch_size: int, stop: bool = True) -> Dict[str, Any]:
+    """``stop=False``: the stop agreement patched out here, before the ranks fork and inherit it."""
     from graphtrainer.loop.preemption import StopAgreement
 
-    with mock.patch.object(StopAgreement, "at_boundary", lambda self, *rest: False):
-        return run_graphtrainer(graph, args, batch_size)
+    task = workload.BenchTask(graph, **workload.task_kwargs(args, batch_size))
+    no_stop = mock.patch.object(StopAgreement, "at_boundary", lambda self, *rest: False)
+    with contextlib.nullcontext() if stop else no_stop:
+        return workload.fit(graph, task, args.epochs, num_procs=args.world, enable_model_summary=None)
 
 
-ARMS = {  # label, run, the flag that adds it
-    "handwritten": ("hand-written", run_handwritten, None),
-    "handwritten_join": ("hand-written + Join", functools.partial(run_handwritten, join=True), "join_arm"),
-    "handwritten_thread": ("hand-written in a new thread", functools.partial(run_handwritten, fresh_thread=True),
-                           "thread_arm"),
-    "graphtrainer": ("graphtrainer", run_graphtrainer, None),
-    "graphtrainer_no_stop": ("graphtrainer without the stop agreement", run_graphtrainer_no_stop, "stop_arm")}
+ARMS = {"handwritten": ("hand-written", run_handwritten),
+        "handwritten_join": ("hand-written + Join", functools.partial(run_handwritten, join=True)),
+        "handwritten_thread": ("hand-written in a new thread", functools.partial(run_handwritten, fresh_thread=True)),
+        "graphtrainer": ("graphtrainer", run_graphtrainer),
+        "graphtrainer_no_stop": ("graphtrainer without the stop agreement",
+                                 functools.partial(run_graphtrainer, stop=False))}
+OPTIONAL = {"handwritten_join": "join_arm", "handwritten_thread": "thread_arm", "graphtrainer_no_stop": "stop_arm"}
 
 
 def step_and_fixed_ms(runs: List[Dict[str, Any]]) -> Dict[str, float]:
@@ -91,7 +89,7 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
                 + " / ".join(f"{x:.3f}" for x in r["stop_pair_ratios"]) + ").") if "stop_ratio" in r else ""
         parts += [f"**{r['graph']}**: {r['train_nodes']} training seeds, {r['steps_per_epoch_per_rank']} steps per "
                   f"epoch per rank, batch {r['batch_size']}, {r['world']} ranks",
-                  workload.arms_table(r, {k: label for k, (label, *_) in ARMS.items()}, "hand-written"),
+                  workload.arms_table(r, {k: label for k, (label, _) in ARMS.items()}, "hand-written"),
                   f"graphtrainer / hand-written {r['ratio']:.3f}x, {r['metric']} difference {r['metric_diff']:+.4f}; "
                   f"<= {TARGET}x with equal metric: {'yes' if r['met'] else '**no**'}"
                   f"{harness.noise_note(r['other_cores'])}. {costs}.{stop}"]
@@ -114,7 +112,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     probe.refuse_if_too_big([{"label": s["label"], "estimate_mb": probe.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)}
         for s in workload.graph_specs(args.datasets, [args.size], args.feat_dim, args.batch_size)])
-    arms = [k for k, (_, _, flag) in ARMS.items() if flag is None or getattr(args, flag)]
+    arms = [k for k in ARMS if k not in OPTIONAL or getattr(args, OPTIONAL[k])]
     results = []
     for spec, graph, n_train in workload.prepared_graphs(args):
         runs, order = harness.interleave(

@@ -3,10 +3,9 @@
 process on the same graph file, interleaved: rank 0's mean epoch over epochs 2..E and the tree's peak PSS.
 
     python benchmarks/tutorial_vs_task.py --datasets tolokers --world-sizes 2   # the issue's figure
-    python benchmarks/tutorial_vs_task.py --port GRAPH.bin NPROCS EPOCHS OUT.json [OPTION=VALUE ...]
+    python benchmarks/tutorial_vs_task.py --port GRAPH.bin NPROCS EPOCHS OUT.json [OPTION=VALUE ...]  # one run
 
-``--port``: one run of the port; rank 0 writes each epoch's start and the end of ``fit`` to OUT.json;
-OPTION=VALUE (``profiler=simple``, ``pin_cpus=false``) sets that Trainer option."""
+``--port``: rank 0 writes its epoch starts to OUT.json; OPTION=VALUE (``profiler=simple``) sets a Trainer option."""
 from __future__ import annotations
 
 import functools
