@@ -1,6 +1,6 @@
-"""DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo: the graph
-loaded at the top (each spawned process loads its own copy), ``mp.spawn``, ``DataLoader(use_ddp=True)``,
-``NeighborSampler([4, 4])``, batch 1024, its SAGE, Adam, the loss and an sklearn accuracy per step.
+"""DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo: its 2-layer SAGE, the
+graph loaded at the top (each spawned process loads its own copy), ``mp.spawn``, ``DataLoader(use_ddp=True)``,
+``NeighborSampler([4, 4])``, batch 1024, Adam, the loss and an sklearn accuracy per step.
 
     python benchmarks/dgl_tutorial.py GRAPH.bin NPROCS EPOCHS OUT.json
 
@@ -21,18 +21,36 @@ if not os.path.exists(os.path.join(os.path.dirname(importlib.util.find_spec("dgl
     import graphtrainer  # noqa: F401
 import dgl  # noqa: E402
 import sklearn.metrics  # noqa: E402
+import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from dgl.nn import SAGEConv  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from tutorial_model import HIDDEN, Model
+HIDDEN = 128  # the tutorial's Model(num_features, 128, num_classes)
 
-GRAPH_FILE, NPROCS, EPOCHS, OUT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
-(graph,), _ = dgl.load_graphs(GRAPH_FILE)
-node_features = graph.ndata["feat"]
-num_features = node_features.shape[1]
-num_classes = int(graph.ndata["label"].max()) + 1
-train_nids = torch.nonzero(graph.ndata["train_mask"], as_tuple=True)[0]
+class Model(nn.Module):
+    def __init__(self, in_feats: int, h_feats: int, num_classes: int):
+        super().__init__()
+        self.conv1 = SAGEConv(in_feats, h_feats, aggregator_type="mean")
+        self.conv2 = SAGEConv(h_feats, num_classes, aggregator_type="mean")
+        self.h_feats = h_feats
+
+    def forward(self, mfgs, x):
+        h_dst = x[: mfgs[0].num_dst_nodes()]  # an MFG's destination nodes come first among its sources
+        h = F.relu(self.conv1(mfgs[0], (x, h_dst)))
+        h_dst = h[: mfgs[1].num_dst_nodes()]
+        return self.conv2(mfgs[1], (h, h_dst))
+
+
+if __name__ in ("__main__", "__mp_main__"):  # the script and its spawned copies; tutorial_vs_task.py imports Model
+    GRAPH_FILE, NPROCS, EPOCHS, OUT = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    (graph,), _ = dgl.load_graphs(GRAPH_FILE)
+    node_features = graph.ndata["feat"]
+    num_features = node_features.shape[1]
+    num_classes = int(graph.ndata["label"].max()) + 1
+    train_nids = torch.nonzero(graph.ndata["train_mask"], as_tuple=True)[0]
+    graph.create_formats_()  # where the tutorial has it: before mp.spawn, in every process
 
 
 def run(proc_id, devices, port):
@@ -71,8 +89,6 @@ def run(proc_id, devices, port):
     sys.stdout.flush()
     os._exit(0)  # see the module docstring
 
-
-graph.create_formats_()
 
 if __name__ == "__main__":
     import socket

@@ -16,10 +16,9 @@ from workload import evaluate, split_ids
 
 
 def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
-    """One rank: its process group, DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` every step, on its
-    own copy of the graph unpickled from ``conn``. ``cfg``: fanouts, hidden, batch_size, lr, dropout, epochs,
-    threads, seed; optional probe_dir, pause_at, measure_steps (a :class:`Probe`), max_steps, out_file
-    (rank 0's epoch times, step ends, test metrics), join (each epoch in ``Join``)."""
+    """One rank on its graph unpickled from ``conn``: DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` per step.
+    ``cfg``: ``workload.task_kwargs``, epochs, threads, seed; optional probe_dir, pause_at, measure_steps (a
+    :class:`Probe`), max_steps, out_file (rank 0's epoch times, step ends, test metrics), join (epochs in ``Join``)."""
     import dgl
     import torch
     import torch.distributed as dist
@@ -49,9 +48,7 @@ def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str,
     epoch_times: List[float] = []
     step_ends: List[List[float]] = []  # per epoch: seconds from its start to each step's end
     step = 0
-    for _ in range(cfg["epochs"]):
-        if step >= max_steps:
-            break
+    while len(epoch_times) < cfg["epochs"] and step < max_steps:
         model.train()
         t0 = time.perf_counter()
         step_ends.append([])
@@ -74,12 +71,9 @@ def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str,
         with open(cfg["out_file"], "w", encoding="utf-8") as fh:
             json.dump({"epoch_times_s": epoch_times, "step_ends_s": step_ends, **metrics}, fh)
     dist.barrier()
-    if not cfg.get("join"):
-        # torch 2.2 + gloo: under Join, DDP leaves un-awaited all-reduces behind, and freeing the
-        # reducer then deadlocks on the GIL; so only the plain loop tears its group down.
+    if not cfg.get("join"):  # torch 2.2 + gloo: freeing the reducer after Join's un-awaited all-reduces deadlocks
         dist.destroy_process_group()
-    # Done: leave without interpreter finalization, where torch 2.15 can abort on a gloo thread
-    # still holding a tensor (pytorch/pytorch#190489; it once cost overhead.py its hand-written arm).
+    # No interpreter finalization: torch 2.15 can abort on a gloo thread still holding a tensor (pytorch#190489).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -109,7 +103,6 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
     data = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
     port = free_port()
     procs, pipes = [], []
-    ended, torn_down = set(), set()  # ranks killed after a failure / still tearing down when done
     try:
         for rank in range(world):
             recv, send = ctx.Pipe(duplex=False)
@@ -129,19 +122,16 @@ def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s:
             if first_done is None and any(p.exitcode == 0 for p in procs):
                 first_done = time.monotonic()
             if first_done is not None and time.monotonic() - first_done > teardown_timeout_s:
-                torn_down = {r for r, p in enumerate(procs) if p.exitcode is None}
-                print(f"[bench] naive spawn: ending rank(s) {sorted(torn_down)}, still tearing down "
-                      f"{teardown_timeout_s:.0f} s after another finished", file=sys.stderr, flush=True)
+                print(f"[bench] naive spawn: ending the rank(s) still tearing down {teardown_timeout_s:.0f} s "
+                      "after another finished", file=sys.stderr, flush=True)
                 break
             next(p for p in procs if p.exitcode is None).join(0.2)
     finally:
-        for rank, proc in enumerate(procs):
-            if proc.exitcode is None:
-                ended.add(rank)
-                proc.kill()
-                proc.join(5)
+        ended = [rank for rank, proc in enumerate(procs) if proc.exitcode is None]
+        for rank in ended:
+            procs[rank].kill()
+            procs[rank].join(5)
     failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0 and r not in ended}
     if failed:
-        others = sorted(ended - torn_down)
         raise RuntimeError(f"naive spawn ranks failed (rank: exit code) {failed}"
-                           + (f"; rank(s) {others} were then ended by the benchmark" if others else ""))
+                           + (f"; rank(s) {ended} were then ended by the benchmark" if ended else ""))

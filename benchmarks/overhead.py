@@ -7,6 +7,7 @@ initial weights) as ``handwritten.py``'s tutorial-style DDP script and as ``Trai
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -25,19 +26,6 @@ TARGET = 1.03
 ACC_TOLERANCE = 0.01  # "equal metric": mean test metrics within 1 point (absolute)
 
 
-def parse_args(argv: Any = None) -> Any:
-    p = harness.base_parser("overhead", __doc__, rounds=3, tiny=workload.TINY)
-    workload.training_options(p, feat_dim=64, epochs=6, datasets=workload.DATASETS)
-    p.add_argument("--world", type=int, default=2)
-    p.add_argument("--join-arm", action="store_true", help="add the hand-written loop inside Join")
-    p.add_argument("--thread-arm", action="store_true", help="add the hand-written loop in a new thread per rank")
-    p.add_argument("--stop-arm", action="store_true", help="add graphtrainer without its preemption agreement")
-    args = p.parse_args(argv)
-    if min(args.world, args.epochs, args.rounds) < 1:
-        p.error("--world, --epochs and --rounds must be >= 1")
-    return args
-
-
 def run_handwritten(graph: Any, args: Any, batch_size: int, **cfg: Any) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hand.json")
@@ -48,49 +36,45 @@ def run_handwritten(graph: Any, args: Any, batch_size: int, **cfg: Any) -> Dict[
         return dict(json.loads(Path(out).read_text()), run_wall_s=time.perf_counter() - started)
 
 
-def run_graphtrainer(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    task = workload.BenchTask(graph, **workload.task_kwargs(args, batch_size))
-    return workload.fit(graph, task, args.epochs, num_procs=args.world, enable_model_summary=None)
-
-
-def run_graphtrainer_no_stop(graph: Any, args: Any, batch_size: int) -> Dict[str, Any]:
-    """graphtrainer with the stop agreement patched out here, before the ranks fork and inherit it."""
+def run_graphtrainer(graph: Any, args: Any, batch_size: int, stop: bool = True) -> Dict[str, Any]:
+    """``stop=False``: the stop agreement patched out here, before the ranks fork and inherit it."""
     from graphtrainer.loop.preemption import StopAgreement
 
-    with mock.patch.object(StopAgreement, "at_boundary", lambda self, *rest: False):
-        return run_graphtrainer(graph, args, batch_size)
+    task = workload.BenchTask(graph, **workload.task_kwargs(args, batch_size))
+    no_stop = mock.patch.object(StopAgreement, "at_boundary", lambda self, *rest: False)
+    with contextlib.nullcontext() if stop else no_stop:
+        return workload.fit(graph, task, args.epochs, num_procs=args.world, enable_model_summary=None)
 
 
 ARMS = {"handwritten": ("hand-written", run_handwritten),
         "handwritten_join": ("hand-written + Join", functools.partial(run_handwritten, join=True)),
         "handwritten_thread": ("hand-written in a new thread", functools.partial(run_handwritten, fresh_thread=True)),
         "graphtrainer": ("graphtrainer", run_graphtrainer),
-        "graphtrainer_no_stop": ("graphtrainer without the stop agreement", run_graphtrainer_no_stop)}
+        "graphtrainer_no_stop": ("graphtrainer without the stop agreement",
+                                 functools.partial(run_graphtrainer, stop=False))}
+OPTIONAL = {"handwritten_join": "join_arm", "handwritten_thread": "thread_arm", "graphtrainer_no_stop": "stop_arm"}
 
 
 def step_and_fixed_ms(runs: List[Dict[str, Any]]) -> Dict[str, float]:
     """Each kept epoch split into a step (the mean interval between step ends, fetching the next batch
     included) and a fixed cost (epoch - steps x step: set-up before the first batch, what follows the last)."""
-    steps, fixed = [], []
-    for run in runs:
-        for total, ends in list(zip(run["epoch_times_s"], run["step_ends_s"]))[1:]:
-            if len(ends) > 1:
-                steps.append((ends[-1] - ends[0]) / (len(ends) - 1))
-                fixed.append(total - len(ends) * steps[-1])
+    kept = [(total, ends) for run in runs for total, ends in list(zip(run["epoch_times_s"], run["step_ends_s"]))[1:]
+            if len(ends) > 1]
+    steps = [(ends[-1] - ends[0]) / (len(ends) - 1) for _, ends in kept]
+    fixed = [total - len(ends) * step for (total, ends), step in zip(kept, steps)]
     return {"step_ms": 1000 * harness.median(steps), "epoch_fixed_ms": 1000 * harness.median(fixed)}
 
 
 def analyse(spec: Dict[str, Any], n_train: int, runs: Dict[str, List[Dict[str, Any]]], order: List[str],
             world: int) -> Dict[str, Any]:
     summary = workload.summarise(runs, "handwritten")
-    ratio = summary["ratios"]["graphtrainer"]
+    ratio, pairs = summary["ratios"]["graphtrainer"], summary["pair_ratios"]
     diff = summary["mean_score"]["graphtrainer"] - summary["mean_score"]["handwritten"]
     out = dict(summary, graph=spec["label"], train_nodes=n_train, batch_size=spec["batch_size"], world=world,
                order=order, steps_per_epoch_per_rank=runs["graphtrainer"][0]["steps_per_epoch"][-1], runs=runs,
                ratio=ratio, costs={k: step_and_fixed_ms(v) for k, v in runs.items()}, metric_diff=diff,
                met=ratio <= TARGET and abs(diff) <= ACC_TOLERANCE)
     if "graphtrainer_no_stop" in runs:  # the agreement alone: graphtrainer / graphtrainer without it
-        pairs = summary["pair_ratios"]
         out["stop_ratio"] = ratio / summary["ratios"]["graphtrainer_no_stop"]
         out["stop_pair_ratios"] = [a / b for a, b in zip(pairs["graphtrainer"], pairs["graphtrainer_no_stop"])]
     return out
@@ -116,13 +100,19 @@ def render(results: List[Dict[str, Any]], args: Any) -> str:
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    args = parse_args(argv)
+    p = harness.base_parser("overhead", __doc__, rounds=3, tiny=workload.TINY)
+    workload.training_options(p, feat_dim=64, epochs=6, datasets=workload.DATASETS)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--join-arm", action="store_true", help="add the hand-written loop inside Join")
+    p.add_argument("--thread-arm", action="store_true", help="add the hand-written loop in a new thread per rank")
+    p.add_argument("--stop-arm", action="store_true", help="add graphtrainer without its preemption agreement")
+    args = p.parse_args(argv)
+    if min(args.world, args.epochs, args.rounds) < 1:
+        p.error("--world, --epochs and --rounds must be >= 1")
     probe.refuse_if_too_big([{"label": s["label"], "estimate_mb": probe.estimate_mb(
         s["num_nodes"], s["num_edges"], s["feat_dim"], "naive-spawn", args.world)}
         for s in workload.graph_specs(args.datasets, [args.size], args.feat_dim, args.batch_size)])
-    optional = {"handwritten_join": args.join_arm, "handwritten_thread": args.thread_arm,
-                "graphtrainer_no_stop": args.stop_arm}
-    arms = [k for k in ARMS if optional.get(k, True)]
+    arms = [k for k in ARMS if k not in OPTIONAL or getattr(args, OPTIONAL[k])]
     results = []
     for spec, graph, n_train in workload.prepared_graphs(args):
         runs, order = harness.interleave(

@@ -1,9 +1,11 @@
-"""DGL's multi-GPU tutorial script (``dgl_tutorial.py``) against the same job as a GraphTask with every
-default (``tutorial_task.py``), each run a fresh process on the same graph file, interleaved: rank 0's
-mean epoch over epochs 2..E and the process tree's peak PSS, at 1, 2 and 4 ranks.
+"""DGL's multi-GPU tutorial script (``dgl_tutorial.py``) against the same job as a GraphTask with every default
+(``--port``: ``Trainer(num_procs=NPROCS)``, the tutorial's network, sampler, batch and Adam), each run a fresh
+process on the same graph file, interleaved: rank 0's mean epoch over epochs 2..E and the tree's peak PSS.
 
     python benchmarks/tutorial_vs_task.py --datasets tolokers --world-sizes 2   # the issue's figure
-"""
+    python benchmarks/tutorial_vs_task.py --port GRAPH.bin NPROCS EPOCHS OUT.json [OPTION=VALUE ...]  # one run
+
+``--port``: rank 0 writes its epoch starts to OUT.json; OPTION=VALUE (``profiler=simple``) sets a Trainer option."""
 from __future__ import annotations
 
 import functools
@@ -12,49 +14,67 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import workload
+from dgl_tutorial import HIDDEN, Model
+from graphtrainer.callbacks import Callback
+from graphtrainer.examples.node_classification import NodeClassification
 
 EPOCH_TARGETS = {1: 0.90, 2: 0.95, 4: 0.95}  # epoch time B / A at most, by rank count
 PSS_TARGET = 0.85  # peak total PSS B / A at most
-ARMS = {"tutorial": "dgl_tutorial.py", "graphtrainer": "tutorial_task.py"}
+ARMS = {"tutorial": ["dgl_tutorial.py"], "graphtrainer": ["tutorial_vs_task.py", "--port"]}
 YES_NO = {True: "yes", False: "**no**"}
 
 
-def parse_args(argv: Any = None) -> Any:
-    p = harness.base_parser("tutorial_vs_task", __doc__, rounds=2, tiny={
-        **workload.TINY, "max_train_nodes": 4096, "world_sizes": [1, 2]})
-    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
-    p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"), help="NODESxDEGREE")
-    p.add_argument("--feat-dim", type=int, default=100)
-    p.add_argument("--max-train-nodes", type=int, default=60_000, help="cap the training seeds (same in both arms)")
-    p.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
-    args = p.parse_args(argv)
-    if args.epochs < 2 or args.rounds < 1 or min(args.world_sizes) < 1:
-        p.error("--epochs must be >= 2 (the first is warm-up), --rounds and --world-sizes >= 1")
-    return args
+class TutorialTask(NodeClassification):
+    """The tutorial's model, sampler, batch size and optimizer; training only."""
+
+    def __init__(self, graph: Any):
+        super().__init__(graph, fanouts=[4, 4], hidden=HIDDEN, batch_size=1024, lr=1e-3)
+
+    def configure_model(self) -> Any:
+        return Model(self.in_feats, self.hidden, self.num_classes)
+
+    def val_dataloader(self) -> Any:
+        return None
 
 
-def save_graph(spec: Dict[str, Any], cap: int, path: str) -> int:
-    """Build the graph, keep a seeded ``cap`` of its training nodes and save it to ``path``."""
+class EpochStarts(Callback):
+    def __init__(self, out: str):
+        self.out = out
+        self.starts: List[float] = []
+
+    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
+        self.starts.append(time.perf_counter())
+
+    def on_fit_end(self, trainer: Any, task: Any) -> None:
+        if trainer.rank == 0:
+            Path(self.out).write_text(json.dumps({"epoch_starts": self.starts, "end": time.perf_counter(),
+                                                  "steps_per_epoch": trainer.num_training_batches}))
+
+
+def port(graph_file: str, nprocs: str, epochs: str, out: str, *options: str) -> None:
+    """One run of the port (in this process and its ranks)."""
     import dgl
 
-    graph = workload.build_graph(spec)
-    n_train = workload.cap_train(graph, cap)
-    for split in ("val", "test"):
-        graph.ndata[f"{split}_mask"] = graph.ndata[f"{split}_mask"].bool()
-    dgl.save_graphs(path, [graph])
-    return n_train
+    from graphtrainer import Trainer
+
+    (graph,), _ = dgl.load_graphs(graph_file)
+    kwargs = {k: {"true": True, "false": False}.get(v, v) for k, v in (o.split("=", 1) for o in options)}
+    with tempfile.TemporaryDirectory() as root:
+        Trainer(num_procs=int(nprocs), max_epochs=int(epochs), default_root_dir=root,
+                callbacks=[EpochStarts(out)], **kwargs).fit(TutorialTask(graph))
 
 
 def run_arm(arm: str, graph_file: str, world: int, epochs: int, rnd: int) -> Dict[str, Any]:
     """One run in a fresh process: its epoch times (from rank 0's JSON), peak total PSS of its tree."""
     out = graph_file + f".{arm}.json"
-    run = harness.run_process([sys.executable, str(Path(__file__).parent / ARMS[arm]), graph_file, str(world),
+    script, *mode = ARMS[arm]
+    run = harness.run_process([sys.executable, str(Path(__file__).parent / script), *mode, graph_file, str(world),
                                str(epochs), out], f"{arm} with {world} rank(s)", peak_pss=True)
     data = json.loads(Path(out).read_text())
     os.remove(out)
@@ -68,16 +88,16 @@ def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, A
     for world in runs["tutorial"]:
         mean = {k: statistics.fmean(r["mean_epoch_s"] for r in v[world]) for k, v in runs.items()}
         pss = {k: statistics.fmean(r["peak_total_pss_mb"] for r in v[world]) for k, v in runs.items()}
-        row = {"graph": label, "train_nodes": n_train, "world": world, "mean_epoch_s": mean,
-               "peak_total_pss_mb": pss, "epoch_ratio": mean["graphtrainer"] / mean["tutorial"],
-               "pss_ratio": pss["graphtrainer"] / pss["tutorial"],
-               "pair_ratios": [b["mean_epoch_s"] / a["mean_epoch_s"]
-                               for a, b in zip(runs["tutorial"][world], runs["graphtrainer"][world])],
-               "steps_per_epoch_rank0": runs["graphtrainer"][world][0]["steps_per_epoch"],
-               "other_cores": statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world]),
-               "epoch_target": EPOCH_TARGETS.get(world, 0.95)}
-        rows.append(dict(row, met_epoch=row["epoch_ratio"] <= row["epoch_target"],
-                         met_pss=row["pss_ratio"] <= PSS_TARGET))
+        ratios = {"epoch_ratio": mean["graphtrainer"] / mean["tutorial"],
+                  "pss_ratio": pss["graphtrainer"] / pss["tutorial"]}
+        target = EPOCH_TARGETS.get(world, 0.95)
+        rows.append(dict(
+            ratios, graph=label, train_nodes=n_train, world=world, mean_epoch_s=mean, peak_total_pss_mb=pss,
+            pair_ratios=[b["mean_epoch_s"] / a["mean_epoch_s"]
+                         for a, b in zip(runs["tutorial"][world], runs["graphtrainer"][world])],
+            steps_per_epoch_rank0=runs["graphtrainer"][world][0]["steps_per_epoch"],
+            other_cores=statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world]),
+            epoch_target=target, met_epoch=ratios["epoch_ratio"] <= target, met_pss=ratios["pss_ratio"] <= PSS_TARGET))
     return rows
 
 
@@ -96,13 +116,30 @@ def render(rows: List[Dict[str, Any]], args: Any) -> str:
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    args = parse_args(argv)
+    import dgl
+
+    p = harness.base_parser("tutorial_vs_task", __doc__, rounds=2, tiny={
+        **workload.TINY, "max_train_nodes": 4096, "world_sizes": [1, 2]})
+    p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
+    p.add_argument("--size", type=workload.parse_size, default=workload.parse_size("1Mx10"), help="NODESxDEGREE")
+    p.add_argument("--feat-dim", type=int, default=100)
+    p.add_argument("--max-train-nodes", type=int, default=60_000, help="cap the training seeds (same in both arms)")
+    p.add_argument("--world-sizes", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--epochs", type=int, default=6, help="per run; epoch 1 is warm-up (default %(default)s)")
+    args = p.parse_args(argv)
+    if args.epochs < 2 or args.rounds < 1 or min(args.world_sizes) < 1:
+        p.error("--epochs must be >= 2 (the first is warm-up), --rounds and --world-sizes >= 1")
     rows: List[Dict[str, Any]] = []
     raw: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:
         for spec in workload.graph_specs(args.datasets, [args.size], args.feat_dim):
             path = os.path.join(tmp, f"{spec['label']}.bin")
-            n_train = save_graph(spec, args.max_train_nodes, path)
+            graph = workload.build_graph(spec)
+            n_train = workload.cap_train(graph, args.max_train_nodes)  # a seeded sample, the same in both arms
+            for split in ("val", "test"):
+                graph.ndata[f"{split}_mask"] = graph.ndata[f"{split}_mask"].bool()
+            dgl.save_graphs(path, [graph])
+            del graph  # each run loads the file
             flat, _ = harness.interleave(
                 {f"{arm} x{w}": functools.partial(run_arm, arm, path, w, args.epochs) for w in args.world_sizes
                  for arm in ARMS}, args.rounds, spec["label"],
@@ -116,4 +153,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--port"]:
+        port(*sys.argv[2:])
+    else:
+        main()
