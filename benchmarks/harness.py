@@ -319,8 +319,8 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
                                     for t in d["targets"]),
     "tutorial_vs_task": lambda d: "; ".join(f"{r['graph']} x{r['world']}: epoch {r['epoch_ratio']:.3f}x, "
                                             f"PSS {r['pss_ratio']:.2f}x" for r in d["results"]),
-    "fork_vs_spawn": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"][:2] + [
-        t for t in d["targets"][2:] if t["what"].startswith("throughput")]),
+    "fork_vs_spawn": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"][:2]) + "".join(
+        f"; {t['graph']}: {t['what']} {t['measured']:.2f}" for t in d["targets"][2:] if t["what"].startswith("throughput")),
     "scaling": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"]),
     "precision": lambda d: "; ".join(f"{r['graph']}: bf16 / fp32 epoch {r['time_ratio']:.2f}x" for r in d["results"]),
     "gpu": lambda d: f"{d['device']}: " + ", ".join(f"{k} {v['seeds_per_s']:,.0f} seeds/s" for k, v in d["gpu"].items()
