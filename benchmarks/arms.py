@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
 import torch
 import workload
-from graphtrainer import Trainer, datasets
+from graphtrainer import datasets
 from graphtrainer.examples.hetero_classification import HeteroClassification
 from graphtrainer.examples.node_classification import NodeClassification
 from graphtrainer.nn.pyg import to_pyg
@@ -156,12 +156,11 @@ def workers(argv: List[str]) -> Dict[str, Any]:
         task = (HeteroTask(graph, embed_dim=16, layerwise_eval=False, **common) if args.hetero
                 else HomoTask(graph, **common))
         task.loader_kwargs = {"num_workers": n_workers, "persistent_workers": True} if n_workers else {}
-        timer = workload.EpochTimer()
-        Trainer(num_procs=args.num_procs, max_epochs=3, limit_train_batches=args.batches, progress_bar=False,
-                logger=False, default_root_dir=args.root_dir, find_unused_parameters=args.hetero,
-                threads_per_proc=args.threads, enable_model_summary=False, callbacks=[timer]).fit(task)
+        times = workload.fit(graph, task, 3, evaluate_test=False, num_procs=args.num_procs, seed=None,
+                             limit_train_batches=args.batches, default_root_dir=args.root_dir,
+                             find_unused_parameters=args.hetero, threads_per_proc=args.threads)["epoch_times_s"]
         seeds = args.batches * args.batch_size * args.num_procs
-        return {"workers": n_workers, "epoch_s": timer.times, "seeds_per_s": [seeds / s for s in timer.times]}
+        return {"workers": n_workers, "epoch_s": times, "seeds_per_s": [seeds / s for s in times]}
 
     runs, _ = harness.interleave({w: partial(run, w) for w in map(int, args.workers.split(","))}, 1, "workers")
     rows = [rs[0] for rs in runs.values()]

@@ -202,10 +202,10 @@ def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bo
     from graphtrainer import Trainer
 
     timer = timer or EpochTimer()
-    kwargs = dict(dict(num_procs=2, seed=0, enable_model_summary=False), **trainer_kwargs)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(max_epochs=epochs, progress_bar=False, logger=False, default_root_dir=tmp,
-                          callbacks=[timer], **{k: v for k, v in kwargs.items() if v is not None})
+        kwargs = dict(dict(num_procs=2, seed=0, enable_model_summary=False, default_root_dir=tmp), **trainer_kwargs)
+        trainer = Trainer(max_epochs=epochs, progress_bar=False, logger=False, callbacks=[timer],
+                          **{k: v for k, v in kwargs.items() if v is not None})
         started = time.perf_counter()
         trainer.fit(task)
         wall = time.perf_counter() - started
