@@ -1,4 +1,4 @@
-"""Process-tree memory (PSS/USS from ``/proc/<pid>/smaps_rollup``), the memory estimate that refuses runs
+"""Process memory (PSS/USS from ``/proc/<pid>/smaps_rollup``, peak RSS), the memory estimate that refuses runs
 the machine cannot hold, and a per-rank step clock reporting through files (so it works under any launcher)."""
 from __future__ import annotations
 
@@ -23,6 +23,14 @@ def smaps_rollup(pid: int) -> Dict[str, float]:
         kb = {p[0].rstrip(":"): int(p[1]) for p in map(str.split, fh) if len(p) >= 3 and p[-1] == "kB"}
     return {"pss_mb": round(kb.get("Pss", 0) / 1024, 1), "rss_mb": round(kb.get("Rss", 0) / 1024, 1),
             "uss_mb": round((kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)) / 1024, 1)}
+
+
+def peak_rss_mb(reset: bool = False) -> float:
+    """This process's peak RSS (VmHWM, Linux); ``reset`` restarts it from the current RSS."""
+    if reset:
+        Path("/proc/self/clear_refs").write_text("5", encoding="ascii")
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM")) / 1024
 
 
 def tree_memory(root_pid: Optional[int] = None) -> Dict[str, Any]:
@@ -59,17 +67,16 @@ def machine_memory_mb() -> float:
     return psutil.virtual_memory().total / MB
 
 
-def refuse_if_too_big(plans: List[Dict[str, Any]], limit_fraction: float = 0.9,
-                      limit_mb: Optional[float] = None, skip: bool = False) -> List[Dict[str, Any]]:
-    """The planned runs (``label``, ``estimate_mb``) below ``limit_fraction`` of the machine's memory
-    and ``limit_mb``. With ``skip`` the others are listed and left out; else (or if none fits) exit."""
+def refuse_if_too_big(plans: List[Dict[str, Any]], limit_mb: Optional[float] = None, skip: bool = False) -> List[Any]:
+    """The planned runs (``label``, ``estimate_mb``) below 90% of the machine's memory and ``limit_mb``.
+    With ``skip`` the others are listed and left out; else (or if none fits) exit."""
     total = machine_memory_mb()
-    limit = min(limit_fraction * total, limit_mb or float("inf"))
+    limit = min(0.9 * total, limit_mb or float("inf"))
     fits = [p for p in plans if p["estimate_mb"] <= limit]
     too_big = [f"{p['label']}: estimated {p['estimate_mb'] / 1024:.1f} GiB" for p in plans if p not in fits]
     if too_big and not (skip and fits):
         raise SystemExit(f"refusing: {len(too_big)} planned run(s) need more memory than this machine has "
-                         f"({total / 1024:.1f} GiB, {int(limit_fraction * 100)}% usable):\n  " + "\n  ".join(too_big)
+                         f"({total / 1024:.1f} GiB, 90% usable):\n  " + "\n  ".join(too_big)
                          + "\nUse smaller --sizes, fewer ranks, or drop naive-spawn.")
     for line in too_big:
         print(f"skipping {line}, over the {limit / 1024:.1f} GiB limit", flush=True)

@@ -84,10 +84,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
         ["operation (gloo, ranks pinned one per core)"] + [f"{w} ranks, us/call" for w in args.world_sizes], rows)
         + f"\n\nMedian of {BLOCKS} blocks of {args.calls} calls, rank 0's clock.\n")
     bars = {f"{op.removesuffix(' (4 numbers)')}\n{w} ranks": us for w, ops in results.items() for op, us in ops.items()}
-    plot = harness.bar_plot(dict(bars, **{"TCP round trip": rtt}), "us per call")
     payload = {"calls": args.calls, "blocks": BLOCKS, "us_per_call": results, "tcp_round_trip_us": rtt}
-    return harness.report(args, payload, md, plot, figsize=(12, 4))
-
+    return harness.report(args, payload, md, harness.bar_plot(dict(bars, **{"TCP round trip": rtt}), "us per call"),
+                          figsize=(12, 4))
 
 if __name__ == "__main__":
     main()

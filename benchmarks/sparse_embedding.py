@@ -1,12 +1,18 @@
-"""Dense per-rank ``nn.Embedding`` (SGD) against one shared ``SparseEmbedding`` (SparseAdagrad) for
-a 5M-row featureless node type, HeteroSAGE on paper seeds, 2 ranks (fork, gloo): each rank's USS/PSS
-after the last step, rank 0's median step time after ``--warmup`` steps.
+"""HeteroSAGE on synthetic papers and words, 2 ranks (fork, gloo): two questions, two results names.
 
-    python benchmarks/sparse_embedding.py [--tiny]
+    python benchmarks/sparse_embedding.py [--tiny]  # dense per-rank nn.Embedding (SGD) against one shared
+    # SparseEmbedding (SparseAdagrad), 5M featureless rows: USS/PSS per rank, median step after --warmup steps
+    python benchmarks/sparse_embedding.py --ddp-unused [--steps 20]  # results ddp_unused: per configuration (a
+    # fresh interpreter), finished, error, ranks printing DDP's unused-parameter warning, median step after 2
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import subprocess
+import sys
+import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
@@ -19,6 +25,12 @@ from graphtrainer import comm as gdist
 from graphtrainer.datasets import synthetic_hetero
 from graphtrainer.models import HeteroSAGE
 from graphtrainer.nn.sparse_embedding import SparseAdagrad, SparseEmbedding
+
+#: --ddp-unused: name -> (seed types, Trainer keyword arguments)
+CONFIGS: Dict[str, Any] = {
+    f"{seeds} seeds, {option}": (seeds.split("+"), kwargs) for seeds in ("paper+word", "paper")
+    for option, kwargs in (("find_unused=False", {}), ("find_unused=True", {"find_unused_parameters": True}),
+                           ("static_graph=True", {"ddp_kwargs": {"static_graph": True}}))}
 
 
 class HeteroSeeds(GraphTask):
@@ -63,23 +75,14 @@ class MemoryTimer(workload.EpochTimer):
     """Also every rank's memory (MB) after its last step, gathered to rank 0."""
 
     FIELDS = workload.EpochTimer.FIELDS + ("ranks",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ranks: List[Dict[str, float]] = []
+    ranks: List[Dict[str, float]] = []  # replaced on rank 0, never mutated
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         super().on_train_epoch_end(trainer, task)
         self.ranks = gdist.all_gather_object(probe.smaps_rollup(os.getpid()))
 
 
-def main(argv: Any = None) -> Dict[str, Any]:
-    parser = harness.base_parser("sparse_embedding", __doc__, tiny={
-        "papers": 2_000, "words": 10_000, "batch_size": 128, "steps": 4, "warmup": 1})
-    for flag, default in (("--papers", 1_000_000), ("--words", 5_000_000), ("--dim", 16), ("--batch-size", 512),
-                          ("--steps", 12), ("--warmup", 2)):
-        parser.add_argument(flag, type=int, default=default)
-    args = parser.parse_args(argv)
+def sparse_vs_dense(args: argparse.Namespace) -> Dict[str, Any]:
     graph = synthetic_hetero(args.papers, args.words, avg_degree=5, words_per_paper=5, feat_dim=32, seed=0)
     runs: Dict[str, Dict[str, Any]] = {}
     for mode in ("dense", "sparse"):
@@ -106,6 +109,52 @@ def main(argv: Any = None) -> Dict[str, Any]:
           + f"\n\nsparse / dense: step time {ratio['median_step_s']:.3f}x, rank-0 USS {ratio['uss_mb_rank0']:.3f}x, "
           f"total PSS {ratio['pss_mb_total']:.3f}x")
     return harness.report(args, {"results": list(runs.values()), "ratios_sparse_over_dense": ratio}, md)
+
+
+def ddp_config(name: str, steps: int) -> Dict[str, Any]:
+    """Configuration ``name`` in a fresh interpreter (``--child``), whose stderr holds DDP's warnings."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--ddp-unused", "--child", name, "--steps", str(steps)],
+                          capture_output=True, text=True, timeout=600)
+    errors = [line for line in proc.stderr.splitlines() if "Error" in line and "Warning" not in line]
+    times = json.loads(proc.stdout.splitlines()[-1])[2:] if proc.returncode == 0 else []  # after 2 warm-up steps
+    return {"config": name, "finished": proc.returncode == 0, "error": errors[-1][:300] if errors else "",
+            "ranks_warning": proc.stderr.count("did not find any unused parameters"),
+            "wall_s": time.perf_counter() - start, "median_step_s": harness.median(times) if times else None}
+
+
+def ddp_unused(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    if args.child:  # fits one configuration, prints rank 0's step times last
+        graph = synthetic_hetero(20000, 4000, avg_degree=5, words_per_paper=3, feat_dim=16, num_classes=4)
+        graph.nodes["word"].data["label"] = torch.arange(4000) % 4
+        types, kwargs = CONFIGS[args.child]
+        run = workload.fit(graph, HeteroSeeds(graph, types, 256, embed_dim=16), 1, evaluate_test=False,
+                           launcher="fork", limit_train_batches=args.steps, **kwargs)
+        print(json.dumps(step_times(run)))
+        return None
+    rows = [ddp_config(name, args.steps) for name in CONFIGS]
+    md = harness.markdown_table(
+        ["configuration", "finished", "ranks printing the warning", "median step (s)", "error"],
+        [[r["config"], r["finished"], r["ranks_warning"], f"{r['median_step_s']:.4f}" if r["median_step_s"] else "-",
+          r["error"]] for r in rows])
+    return harness.report(args, {"steps": args.steps, "rows": rows}, md)
+
+
+def main(argv: Any = None) -> Optional[Dict[str, Any]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ddp = "--ddp-unused" in argv  # the results name and the options depend on it
+    parser = harness.base_parser("ddp_unused" if ddp else "sparse_embedding", __doc__, tiny={
+        "papers": 2_000, "words": 10_000, "batch_size": 128, "steps": 4, "warmup": 1})
+    parser.add_argument("--ddp-unused", action="store_true", help="the DDP unused-parameter warning question")
+    parser.add_argument("--steps", type=int, default=20 if ddp else 12, help="steps per fit (default %(default)s)")
+    if ddp:
+        parser.add_argument("--child", help=argparse.SUPPRESS)
+    else:
+        for flag, default in (("--papers", 1_000_000), ("--words", 5_000_000), ("--dim", 16), ("--batch-size", 512),
+                              ("--warmup", 2)):
+            parser.add_argument(flag, type=int, default=default)
+    args = parser.parse_args(argv)
+    return ddp_unused(args) if ddp else sparse_vs_dense(args)
 
 
 if __name__ == "__main__":
