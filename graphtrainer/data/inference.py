@@ -13,7 +13,7 @@ Memory per layer (``N`` nodes, ``D`` the widest output, float32): ``2·N·D·4``
 machine (previous and current layer), plus per rank one batch's block and source rows,
 ``batch_size · (average in-degree + 1) · D_in · 4`` bytes at most. 1M nodes, 10M edges,
 SAGE 64 -> 64 -> 8, 2 ranks: 275 MB shared, 70-120 MB private per rank, 10-21 s
-(``benchmarks/layerwise.py``).
+(``benchmarks/evaluation.py layerwise``).
 
 The model needs ``layers`` (one entry per layer) and ``inference_layer(i, block, h)``, applying
 layer ``i`` and what follows it in ``forward`` to ``h``, ``block``'s source inputs (as

@@ -11,7 +11,8 @@ With the option on, DDP prints once per rank "find_unused_parameters=True was sp
 did not find any unused parameters in the forward pass". It checks step by step and warns the
 first time a step used every parameter; other steps of the same run may leave some unused (a
 batch without a seed type or relation), and those are why the option is needed. Measured with
-HeteroSAGE built on DGL's HeteroGraphConv (before its torch-only layers), 2 ranks (``benchmarks/ddp_unused.py``, results in ``benchmarks/results/ddp_unused/``):
+HeteroSAGE built on DGL's HeteroGraphConv (before its torch-only layers), 2 ranks
+(``benchmarks/sparse_embedding.py --ddp-unused``, results in ``benchmarks/results/ddp_unused/``):
 paper-only seeds fail without the option, and with it both ranks print that warning all the
 same. The warning is not a reason to drop the option. ``ddp_kwargs={"static_graph": True}``
 (no search, no warning) applies only when every step uses the same parameters: it ran with

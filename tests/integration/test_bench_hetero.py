@@ -36,7 +36,7 @@ def test_workers_benchmark_tiny(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_layerwise_benchmark_tiny(tmp_path):
-    _run("layerwise.py", "--nodes", "5000", "--batch-sizes", "512", "--root-dir", str(tmp_path / "runs"),
+    _run("evaluation.py", "layerwise", "--nodes", "5000", "--batch-sizes", "512", "--root-dir", str(tmp_path / "runs"),
          "--out", str(tmp_path))
     data = json.loads((tmp_path / "layerwise.json").read_text())
     (run,) = data["runs"]

@@ -17,7 +17,7 @@ PAPERS = {"paper": torch.arange(64)}  # paper seeds only: some steps leave relat
 @pytest.mark.timeout(180)
 def test_static_graph_on_varying_parameters_is_refused_naming_find_unused_parameters(root_dir):
     # Whether DDP also prints "did not find any unused parameters" depends on the model's
-    # layers (measured in benchmarks/ddp_unused.py), so only the refusal is asserted here.
+    # layers (measured by benchmarks/sparse_embedding.py --ddp-unused), so only the refusal is asserted here.
     static = Trainer(num_procs=2, launcher="fork", max_epochs=1, progress_bar=False, default_root_dir=root_dir,
                      logger=False, ddp_kwargs={"static_graph": True})
     with pytest.raises(RankFailedError, match=r"static_graph.*needs every training step to use the same "
