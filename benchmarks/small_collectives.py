@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
-import time
+import timeit
 from typing import Any, Callable, Dict
 
 import harness  # first: graphtrainer from this checkout
@@ -20,14 +20,8 @@ BLOCKS = 5
 
 
 def us_per_call(op: Callable[[], Any], calls: int) -> float:
-    """After a warm-up block, the median of BLOCKS blocks of ``calls`` calls."""
-    times = []
-    for n in [max(10, calls // 10)] + [calls] * BLOCKS:
-        start = time.perf_counter()
-        for _ in range(n):
-            op()
-        times.append((time.perf_counter() - start) / n * 1e6)
-    return harness.median(times[1:])
+    """The median of BLOCKS blocks of ``calls`` calls, after one more as a warm-up."""
+    return harness.median(timeit.repeat(op, number=calls, repeat=BLOCKS + 1)[1:]) / calls * 1e6
 
 
 def _rank(rank: int, world: int, port: int, calls: int, queue: Any) -> None:
