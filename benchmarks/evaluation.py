@@ -1,5 +1,4 @@
-"""Evaluation at scale, memory and time: one question per sub-command, writing ``NAME.json/.md`` under
-``benchmarks/results/NAME/<date>`` (``--out DIR``; ``--tiny``: seconds).
+"""Evaluation at scale, memory and time: one question per sub-command, its results named as it is.
 
     python benchmarks/evaluation.py layerwise [--nodes 1000000] [--batch-sizes 1024,8192]  # full-graph inference
     python benchmarks/evaluation.py binned_auroc  # exact ROC-AUC/AP against the streaming binned one
