@@ -3,11 +3,9 @@ and GPU where there is one), and (``--gpu``) the seeds/s, step time and peak GPU
 rank sampling on the GPU, with DGL on the CPU (0 and ``--workers`` workers), and of 2 CPU ranks.
 
     python benchmarks/device_sampling.py --out benchmarks/results/device_sampling   # per batch, CPU
-    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part
-"""
+    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part"""
 from __future__ import annotations
 
-import argparse
 import time
 from typing import Any, Dict, List, Tuple
 
@@ -165,7 +163,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     p.add_argument("--steps", type=int, default=40, help="timed training steps per GPU-rank arm")
     p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
     p.add_argument("--arms", nargs="+", help="only the training arms whose label holds one of these")
-    p.add_argument("--per-batch", action=argparse.BooleanOptionalAction, default=True, help="the per-batch part")
+    p.add_argument("--no-per-batch", dest="per_batch", action="store_false", help="leave out the per-batch part")
     p.add_argument("--cpu-arms", action="store_true", help="train one CPU rank in place of the GPU rank (anywhere)")
     args = p.parse_args(argv)
     args.graphs = args.graphs or (["50k", "products"] if args.gpu else ["50k"])
