@@ -87,7 +87,6 @@ def run(proc_id, devices, port):
         with open(OUT, "w", encoding="utf-8") as fh:
             json.dump({"epoch_starts": starts, "end": end, "steps_per_epoch": step + 1, "last": postfix}, fh)
     torch.distributed.barrier()
-    sys.stdout.flush()
     os._exit(0)  # see the module docstring
 
 
