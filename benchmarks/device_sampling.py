@@ -3,22 +3,17 @@ and GPU where there is one), and (``--gpu``) the seeds/s, step time and peak GPU
 rank sampling on the GPU, with DGL on the CPU (0 and ``--workers`` workers), and of 2 CPU ranks.
 
     python benchmarks/device_sampling.py --out benchmarks/results/device_sampling   # per batch, CPU
-    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part
-"""
+    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part"""
 from __future__ import annotations
 
-import argparse
-import tempfile
 import time
 from typing import Any, Dict, List, Tuple
 
 import torch
 
-import harness  # noqa: F401  (graphtrainer from this checkout, DGL on PyTorch)
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import workload
 import dgl
-from graphtrainer import Trainer
-from graphtrainer.callbacks import Callback
 from graphtrainer.data.device.batches import node_maps
 from graphtrainer.data.device.graph import device_graph
 from graphtrainer.data.device.sampler import DeviceSampler
@@ -60,38 +55,34 @@ def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any
                      sum(b.num_edges() for b in blocks)))
     dgl_ms, floyd_ms, edges = zip(*rows[2:])  # the first 2 warm up: allocator, kernels
     ms = {"dgl": harness.median(dgl_ms), "floyd": harness.median(floyd_ms)}
-    return {"ms": ms, "edges_per_batch": harness.median(edges), "device": str(device),
-            "torch_vs_dgl": ms["floyd"] / ms["dgl"]}
+    return {"ms": ms, "edges_per_batch": harness.median(edges), "torch_vs_dgl": ms["floyd"] / ms["dgl"]}
 
 
-class StepClock(Callback):
-    """Rank 0's time for the steps after ``warm`` ones (the GPU synchronised at both ends), its
-    peak GPU memory and its loader's sampling mode; travels back to the caller as callback state."""
+class StepClock(workload.EpochTimer):
+    """Rank 0's epoch clock with the GPU synchronised at the end of step ``warm`` and of the epoch (the timed
+    steps are those after ``warm``), plus its peak GPU memory and where its loader sampled."""
+
+    FIELDS = (*workload.EpochTimer.FIELDS, "gpu")
 
     def __init__(self, warm: int) -> None:
-        self.warm, self.n, self.t0, self.result = warm, 0, 0.0, {}
-
-    def state_dict(self) -> Dict[str, Any]:
-        return dict(self.result)
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.result = dict(state)
+        super().__init__()
+        self.warm, self.gpu = warm, []
 
     def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
         if task.device.type == "cuda":  # a GPU rank may have run in this process: each arm its own peak
             torch.cuda.reset_peak_memory_stats(task.device)
+        super().on_train_epoch_start(trainer, task)
 
     def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.n += 1
-        if self.n == self.warm:
+        if len(self.step_ends[-1]) + 1 == self.warm:
             sync(task.device)
-            self.t0 = time.perf_counter()
+        super().on_train_batch_end(trainer, task, outputs, batch, batch_idx)
 
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         sync(task.device)
+        super().on_train_epoch_end(trainer, task)
         peak = torch.cuda.max_memory_allocated(task.device) if task.device.type == "cuda" else 0
-        self.result = {"steps": self.n - self.warm, "seconds": time.perf_counter() - self.t0, "peak_bytes": peak,
-                       "mode": task.train_loader.sampling_mode}  # where its batches were sampled
+        self.gpu.append({"peak_bytes": peak, "mode": task.train_loader.sampling_mode})
 
 
 class TrainTask(workload.BenchTask):
@@ -109,12 +100,11 @@ def train_arm(graph: Any, name: str, steps: int, warm: int, workers: int = 0, **
     _, _, fanouts, batch, hidden, _ = GRAPHS[name]
     task = TrainTask(graph, fanouts=fanouts, hidden=hidden, batch_size=batch, lr=3e-3, dropout=0.5)
     task.workers, clock = workers, StepClock(warm)
-    with tempfile.TemporaryDirectory() as tmp:
-        Trainer(max_epochs=1, limit_train_batches=warm + steps, progress_bar=False, logger=False,
-                enable_model_summary=False, default_root_dir=tmp, callbacks=[clock], **trainer_kwargs).fit(task)
-    timed, seconds = clock.result["steps"], clock.result["seconds"]
-    return dict(clock.result, seeds_per_s=(trainer_kwargs.get("num_procs") or 1) * batch * timed / seconds,
-                step_ms=1e3 * seconds / timed)
+    trainer_kwargs.setdefault("num_procs", None)  # a GPU rank: gpus=1 alone
+    workload.fit(graph, task, 1, clock, evaluate_test=False, limit_train_batches=warm + steps, **trainer_kwargs)
+    timed, seconds = clock.steps[0] - warm, clock.times[0] - clock.step_ends[0][warm - 1]
+    return dict(clock.gpu[0], steps=timed, seconds=seconds, step_ms=1e3 * seconds / timed,
+                seeds_per_s=(trainer_kwargs.get("num_procs") or 1) * batch * timed / seconds)
 
 
 def train_part(graphs: Dict[str, Any], args: Any) -> Dict[str, Any]:
@@ -173,7 +163,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     p.add_argument("--steps", type=int, default=40, help="timed training steps per GPU-rank arm")
     p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
     p.add_argument("--arms", nargs="+", help="only the training arms whose label holds one of these")
-    p.add_argument("--per-batch", action=argparse.BooleanOptionalAction, default=True, help="the per-batch part")
+    p.add_argument("--no-per-batch", dest="per_batch", action="store_false", help="leave out the per-batch part")
     p.add_argument("--cpu-arms", action="store_true", help="train one CPU rank in place of the GPU rank (anywhere)")
     args = p.parse_args(argv)
     args.graphs = args.graphs or (["50k", "products"] if args.gpu else ["50k"])
@@ -188,9 +178,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     # (the training part first, before this process touches CUDA: the ranks fork)
     devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
     for name, graph in graphs.items() if args.per_batch else ():
-        for device in devices:
-            if device.type == "cpu" and name == "products":
-                continue  # the CPU comparison runs on the 50k graph; the products graph is for the GPU
+        for device in devices[1:] if name == "products" else devices:  # the CPU compares on 50k; products: the GPU
             results["per_batch"][f"{name} on {device}"] = per_batch(graph, name, device, args.batches)
     device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({harness.machine_info().get('cpu_model')})"
     plot = harness.bar_plot({f"{k}\n{m}": v for k, r in results["per_batch"].items() for m, v in r["ms"].items()},

@@ -1,14 +1,14 @@
 """DGL's multi-GPU node-classification tutorial as its readers run it, on CPU with gloo: its 2-layer SAGE, the
-graph loaded at the top (each spawned process loads its own copy), ``mp.spawn``, ``DataLoader(use_ddp=True)``,
-``NeighborSampler([4, 4])``, batch 1024, Adam, the loss and an sklearn accuracy per step.
+graph loaded at the top (each process of ``mp.spawn`` loads its own copy), ``DataLoader(use_ddp=True)``,
+``NeighborSampler([4, 4])``, batch 1024, Adam, the loss and an sklearn accuracy per step. Changed: the graph from
+a DGL file, no validation or tqdm bar, ``cores // NPROCS`` threads, rank 0 writes each epoch's start to OUT.json,
+``os._exit(0)`` at the end (pytorch/pytorch#190489).
 
-    python benchmarks/dgl_tutorial.py GRAPH.bin NPROCS EPOCHS OUT.json
-
-Changed: the graph from a DGL file, no validation or tqdm bar, ``cores // NPROCS`` threads, rank 0
-writes each epoch's start to OUT.json, ``os._exit(0)`` at the end (pytorch/pytorch#190489)."""
+    python benchmarks/dgl_tutorial.py GRAPH.bin NPROCS EPOCHS OUT.json"""
 import importlib.util
 import json
 import os
+import socket
 import sys
 import time
 
@@ -21,6 +21,7 @@ if not os.path.exists(os.path.join(os.path.dirname(importlib.util.find_spec("dgl
     import graphtrainer  # noqa: F401
 import dgl  # noqa: E402
 import sklearn.metrics  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from dgl.nn import SAGEConv  # noqa: E402
@@ -86,15 +87,10 @@ def run(proc_id, devices, port):
         with open(OUT, "w", encoding="utf-8") as fh:
             json.dump({"epoch_starts": starts, "end": end, "steps_per_epoch": step + 1, "last": postfix}, fh)
     torch.distributed.barrier()
-    sys.stdout.flush()
     os._exit(0)  # see the module docstring
 
 
 if __name__ == "__main__":
-    import socket
-
-    import torch.multiprocessing as mp
-
     with socket.socket() as s:  # the tutorial fixes port 12345; a free one lets runs follow each other
         s.bind(("127.0.0.1", 0))
         free_port = s.getsockname()[1]

@@ -4,8 +4,7 @@ on 2 simulated machines); 3. what a partitioned papers100M holds per machine (on
 
     python benchmarks/distgraph.py                         # full run, 1Mx10
     python benchmarks/distgraph.py --paper                 # papers100M table only (no data)
-    python benchmarks/distgraph.py --tiny --skip-remote    # seconds (smoke test)
-"""
+    python benchmarks/distgraph.py --tiny --skip-remote    # seconds (smoke test)"""
 from __future__ import annotations
 
 import json

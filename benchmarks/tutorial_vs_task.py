@@ -20,7 +20,9 @@ from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import workload
+import dgl
 from dgl_tutorial import HIDDEN, Model
+from graphtrainer import Trainer
 from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification
 
@@ -44,9 +46,10 @@ class TutorialTask(NodeClassification):
 
 
 class EpochStarts(Callback):
+    """Rank 0 writes its epoch starts and the fit's end to ``out``, as ``dgl_tutorial.py`` does."""
+
     def __init__(self, out: str):
-        self.out = out
-        self.starts: List[float] = []
+        self.out, self.starts = out, []
 
     def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
         self.starts.append(time.perf_counter())
@@ -59,10 +62,6 @@ class EpochStarts(Callback):
 
 def port(graph_file: str, nprocs: str, epochs: str, out: str, *options: str) -> None:
     """One run of the port (in this process and its ranks)."""
-    import dgl
-
-    from graphtrainer import Trainer
-
     (graph,), _ = dgl.load_graphs(graph_file)
     kwargs = {k: {"true": True, "false": False}.get(v, v) for k, v in (o.split("=", 1) for o in options)}
     with tempfile.TemporaryDirectory() as root:
@@ -83,41 +82,34 @@ def run_arm(arm: str, graph_file: str, world: int, epochs: int, rnd: int) -> Dic
             "steps_per_epoch": data["steps_per_epoch"], "peak_total_pss_mb": run["peak_total_pss_mb"]}
 
 
-def analyse(label: str, n_train: int, runs: Dict[str, Dict[int, List[Dict[str, Any]]]]) -> List[Dict[str, Any]]:
-    rows = []
-    for world in runs["tutorial"]:
-        mean = {k: statistics.fmean(r["mean_epoch_s"] for r in v[world]) for k, v in runs.items()}
-        pss = {k: statistics.fmean(r["peak_total_pss_mb"] for r in v[world]) for k, v in runs.items()}
-        ratios = {"epoch_ratio": mean["graphtrainer"] / mean["tutorial"],
-                  "pss_ratio": pss["graphtrainer"] / pss["tutorial"]}
-        target = EPOCH_TARGETS.get(world, 0.95)
-        rows.append(dict(
-            ratios, graph=label, train_nodes=n_train, world=world, mean_epoch_s=mean, peak_total_pss_mb=pss,
-            pair_ratios=[b["mean_epoch_s"] / a["mean_epoch_s"]
-                         for a, b in zip(runs["tutorial"][world], runs["graphtrainer"][world])],
-            steps_per_epoch_rank0=runs["graphtrainer"][world][0]["steps_per_epoch"],
-            other_cores=statistics.fmean(r["other_cores"] for v in runs.values() for r in v[world]),
-            epoch_target=target, met_epoch=ratios["epoch_ratio"] <= target, met_pss=ratios["pss_ratio"] <= PSS_TARGET))
-    return rows
+def analyse(label: str, n_train: int, world: int, runs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    """One row: each arm's mean over rounds, graphtrainer / tutorial, and the targets met."""
+    mean = {k: statistics.fmean(r["mean_epoch_s"] for r in v) for k, v in runs.items()}
+    pss = {k: statistics.fmean(r["peak_total_pss_mb"] for r in v) for k, v in runs.items()}
+    epoch_ratio, pss_ratio = mean["graphtrainer"] / mean["tutorial"], pss["graphtrainer"] / pss["tutorial"]
+    target = EPOCH_TARGETS.get(world, 0.95)
+    pair_ratios = [b["mean_epoch_s"] / a["mean_epoch_s"] for a, b in zip(runs["tutorial"], runs["graphtrainer"])]
+    return dict(epoch_ratio=epoch_ratio, pss_ratio=pss_ratio, graph=label, train_nodes=n_train, world=world,
+                mean_epoch_s=mean, peak_total_pss_mb=pss, pair_ratios=pair_ratios,
+                steps_per_epoch_rank0=runs["graphtrainer"][0]["steps_per_epoch"],
+                other_cores=statistics.fmean(r["other_cores"] for v in runs.values() for r in v),
+                epoch_target=target, met_epoch=epoch_ratio <= target, met_pss=pss_ratio <= PSS_TARGET)
 
 
 def render(rows: List[Dict[str, Any]], args: Any) -> str:
-    table = harness.markdown_table(
+    body = [[r["graph"], r["world"], r["steps_per_epoch_rank0"], *(round(r["mean_epoch_s"][arm], 3) for arm in ARMS),
+             f"{r['epoch_ratio']:.2f}x", " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
+             f"<= {r['epoch_target']:.2f}x: {YES_NO[r['met_epoch']]}{harness.noise_note(r['other_cores'])}",
+             *(r["peak_total_pss_mb"][arm] for arm in ARMS), f"{r['pss_ratio']:.2f}x", YES_NO[r["met_pss"]]]
+            for r in rows]
+    return harness.markdown_table(
         ["graph", "ranks", "steps/epoch (rank 0)", "tutorial s/epoch", "graphtrainer s/epoch", "epoch ratio",
          "each round", "target", "tutorial peak PSS MB", "graphtrainer peak PSS MB", "PSS ratio", f"<= {PSS_TARGET}x"],
-        [[r["graph"], r["world"], r["steps_per_epoch_rank0"], round(r["mean_epoch_s"]["tutorial"], 3),
-          round(r["mean_epoch_s"]["graphtrainer"], 3), f"{r['epoch_ratio']:.2f}x",
-          " / ".join(f"{x:.2f}" for x in r["pair_ratios"]),
-          f"<= {r['epoch_target']:.2f}x: {YES_NO[r['met_epoch']]}{harness.noise_note(r['other_cores'])}",
-          r["peak_total_pss_mb"]["tutorial"], r["peak_total_pss_mb"]["graphtrainer"], f"{r['pss_ratio']:.2f}x",
-          YES_NO[r["met_pss"]]] for r in rows])
-    return table + (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
-                    "interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
+        body) + (f"\n\nMean epoch time over epochs 2-{args.epochs} of each run, then the mean over {args.rounds} "
+                 "interleaved run(s) per arm; ratio = graphtrainer / tutorial. Peak PSS: the whole process tree's.")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    import dgl
-
     p = harness.base_parser("tutorial_vs_task", __doc__, rounds=2, tiny={
         **workload.TINY, "max_train_nodes": 4096, "world_sizes": [1, 2]})
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
@@ -133,7 +125,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     raw: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tutorial-vs-task-") as tmp:
         for spec in workload.graph_specs(args.datasets, [args.size], args.feat_dim):
-            path = os.path.join(tmp, f"{spec['label']}.bin")
+            path, label = os.path.join(tmp, f"{spec['label']}.bin"), spec["label"]
             graph = workload.build_graph(spec)
             n_train = workload.cap_train(graph, args.max_train_nodes)  # a seeded sample, the same in both arms
             for split in ("val", "test"):
@@ -142,10 +134,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
             del graph  # each run loads the file
             flat, _ = harness.interleave(
                 {f"{arm} x{w}": functools.partial(run_arm, arm, path, w, args.epochs) for w in args.world_sizes
-                 for arm in ARMS}, args.rounds, spec["label"],
+                 for arm in ARMS}, args.rounds, label,
                 lambda res: f"epochs {[round(t, 3) for t in res['epoch_s']]}, peak PSS {res['peak_total_pss_mb']} MB")
-            raw[spec["label"]] = {arm: {w: flat[f"{arm} x{w}"] for w in args.world_sizes} for arm in ARMS}
-            rows += analyse(spec["label"], n_train, raw[spec["label"]])
+            raw[label] = {arm: {w: flat[f"{arm} x{w}"] for w in args.world_sizes} for arm in ARMS}
+            rows += [analyse(label, n_train, w, {arm: raw[label][arm][w] for arm in ARMS}) for w in args.world_sizes]
             os.remove(path)
     ratios = {f"{r['graph']} x{r['world']}\n{k}": r[f"{k}_ratio"] for r in rows for k in ("epoch", "pss")}
     plot = harness.bar_plot(ratios, "graphtrainer / tutorial")
