@@ -1,10 +1,10 @@
-"""Training arms compared on the same fit of 2 CPU ranks: one comparison per sub-command, writing
-``NAME.json/.md/.png`` under ``benchmarks/results/NAME/<date>`` (``--out DIR``; ``--tiny``: seconds).
+"""Training arms compared on the same fit of 2 CPU ranks, one comparison per sub-command (``NAME --help``).
 
     bash scripts/env.sh python benchmarks/arms.py precision                # bf16-mixed against 32-bit
     bash scripts/env.sh python benchmarks/arms.py pyg_vs_blocks [--trim-arm]
     bash scripts/env.sh python benchmarks/arms.py workers [--hetero]       # 0, 1, 2 sampling workers
     bash scripts/env.sh python benchmarks/arms.py nn                       # graphtrainer.nn against dgl.nn
+    python benchmarks/arms.py stacks [--dropouts 0.5 0]   # the newest tested set's interpreter against the pinned
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import argparse
 import sys
 from functools import partial
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
@@ -237,8 +238,82 @@ def nn(argv: List[str]) -> Dict[str, Any]:
         figsize=(7, 4))
 
 
+VENVS = {"pinned": harness.ROOT / ".venv", "newest": harness.ROOT / ".venv-newest"}
+
+
+def stacks(argv: List[str]) -> Dict[str, Any]:
+    """The newest tested set against the pinned one: the same task, graph and seeds under each set's interpreter
+    in turn, median epoch newest / pinned per ``--dropouts`` value, and the ops behind dropout (Tolokers)."""
+    p = harness.base_parser("stacks", str(stacks.__doc__), rounds=3, worker=stacks_run,
+                            tiny={"dataset": "synthetic", "num_nodes": 3_000, "epochs": 2, "rounds": 1})
+    p.add_argument("--dataset", choices=["tolokers", "synthetic"], default="tolokers")
+    p.add_argument("--num-nodes", type=int, default=200_000, help="synthetic graph (default %(default)s)")
+    p.add_argument("--epochs", type=int, default=6, help="per run; the first is warm-up")
+    p.add_argument("--num-procs", type=int, default=2)
+    p.add_argument("--dropouts", type=float, nargs="+", default=[0.5, 0.0],
+                   help="the task's dropout, one arm each (default: 0.5 0)")
+    for stack, venv in VENVS.items():
+        p.add_argument(f"--{stack}-python", type=Path, default=venv / "bin" / "python",
+                       help=f"the {stack} set's interpreter (default %(default)s)")
+    args = p.parse_args(argv)
+    pythons = {s: getattr(args, f"{s}_python") for s in VENVS}
+    for stack, python in pythons.items():
+        if not python.exists():
+            raise SystemExit(f"error: {python} is missing: make it with "
+                             f"GRAPHTRAINER_STACK={stack} bash scripts/env.sh true")
+    cfg = {"dataset": args.dataset, "num_nodes": args.num_nodes, "epochs": args.epochs, "num_procs": args.num_procs}
+    arms = {f"{s} {d}": (lambda rnd, s=s, d=d: harness.run_worker(
+        [str(pythons[s]), __file__, "stacks"], dict(cfg, dropout=d), f"the {s} run", 1800))
+        for d in args.dropouts for s in VENVS}
+    runs, order = harness.interleave(arms, args.rounds, "stacks", alternate=True)
+    by_stack = {s: [r for d in args.dropouts for r in runs[f"{s} {d}"]] for s in VENVS}
+    sums = {str(d): workload.summarise({s: runs[f"{s} {d}"] for s in VENVS}, "pinned") for d in args.dropouts}
+    by_dropout = {d: {"median_epoch_s": a["median_epoch_s"], "pair_ratios": a["pair_ratios"]["newest"],
+                      "ratio_newest_over_pinned": a["ratios"]["newest"]} for d, a in sums.items()}
+    ops = {s: {k: harness.median([r["ops_ms"][k] for r in rs]) for k in rs[0]["ops_ms"]} for s, rs in by_stack.items()}
+    versions = {s: {"torch": rs[0]["torch"], "dgl": rs[0]["dgl"]} for s, rs in by_stack.items()}
+    # The headline is the first dropout's (the example's own task by default).
+    summary = {**by_dropout[str(args.dropouts[0])], "dropout": args.dropouts[0], "by_dropout": by_dropout,
+               "ops_ms": ops, "versions": versions}
+    rows = [[d, *(f"{r['median_epoch_s'][s]:.3f}" for s in VENVS), f"**{r['ratio_newest_over_pinned']:.3f}x**",
+             " / ".join(f"{x:.3f}" for x in r["pair_ratios"])] for d, r in by_dropout.items()]
+    md = "\n\n".join([
+        f"# Newest vs pinned stack ({args.dataset}, {args.num_procs} ranks, {args.rounds} rounds of "
+        f"{args.epochs} epochs, the first left out)",
+        "; ".join(f"{s}: torch {x['torch']}, dgl {x['dgl']}" for s, x in versions.items()),
+        harness.markdown_table(["task dropout", "pinned median epoch (s)", "newest median epoch (s)",
+                                "newest / pinned epoch time", "each round"], rows),
+        "One thread, a 3,000 x 128 float tensor, ms per call (median over runs):",
+        harness.markdown_table(["stack", *ops["pinned"]], [[s, *(f"{ms:.2f}" for ms in ops[s].values())]
+                                                          for s in VENVS])])
+    return harness.report(args, {"summary": summary, "order": order, "runs": by_stack}, md)
+
+
+def stacks_run(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """One training run in this interpreter: epoch times, versions and the ops behind dropout, ms per call
+    on one thread for about a Tolokers batch's hidden layer."""
+    import dgl
+    import torch.nn.functional as F
+    from torch.utils.benchmark import Timer
+
+    from graphtrainer.nn.dropout import dropout
+
+    spec = ({"dataset": "tolokers"} if cfg["dataset"] == "tolokers" else
+            {"dataset": "synthetic", "num_nodes": cfg["num_nodes"], "avg_degree": 10, "feat_dim": 64})
+    graph = workload.build_graph(spec)
+    task = workload.BenchTask(graph, fanouts=[10, 10], hidden=128, batch_size=256, lr=3e-3, dropout=cfg["dropout"])
+    res = workload.fit(graph, task, cfg["epochs"], evaluate_test=False, num_procs=cfg["num_procs"],
+                       enable_model_summary=None)
+    x = torch.randn(3000, 128)
+    ops = {"F.dropout": lambda: F.dropout(x, 0.5, True), "bernoulli_": lambda: torch.empty_like(x).bernoulli_(0.5),
+           "rand_like": lambda: torch.rand_like(x), "graphtrainer.nn.Dropout": lambda: dropout(x, 0.5)}
+    ops_ms = {k: Timer("op()", globals={"op": op}, num_threads=1).timeit(50).mean * 1e3 for k, op in ops.items()}
+    return {"epoch_times_s": res["epoch_times_s"], "torch": torch.__version__, "dgl": dgl.__version__,
+            "dropout": cfg["dropout"], "ops_ms": ops_ms}
+
+
 COMPARISONS: Dict[str, Callable[[List[str]], Dict[str, Any]]] = {
-    "precision": precision, "pyg_vs_blocks": pyg_vs_blocks, "workers": workers, "nn": nn}
+    "precision": precision, "pyg_vs_blocks": pyg_vs_blocks, "workers": workers, "nn": nn, "stacks": stacks}
 
 
 def main(argv: Any = None) -> Dict[str, Any]:

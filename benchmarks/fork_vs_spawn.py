@@ -1,10 +1,6 @@
-"""Fork vs spawn: what graphtrainer's launchers cost in start-up time, memory and throughput.
-
-Against ``naive-spawn`` (the tutorials' loop: each child unpickles its graph), the 1-process run as baseline.
-Memory: the tree's PSS/USS while the ranks pause after step ``--pause-at``; throughput: over the next
-``--measure-steps`` steps. The former scaling.py: ``--datasets synthetic --sizes 1Mx20 --feat-dim 16
---fanouts 25,20 --hidden 32 --batch-size 512 --launchers gt-fork --world-sizes 1 2 --pause-at 4
---measure-steps 100 --rounds 3``."""
+"""Fork vs spawn: what graphtrainer's launchers cost in start-up time, memory and throughput, against
+``naive-spawn`` (the tutorials' loop: each child unpickles its graph), the 1-process run as baseline. Memory:
+the tree's PSS/USS while the ranks pause after step ``--pause-at``; throughput: over the next ``--measure-steps``."""
 from __future__ import annotations
 
 import argparse
@@ -20,7 +16,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
-import handwritten
 import probe
 import workload
 from graphtrainer import Trainer
@@ -31,8 +26,8 @@ PSS_TARGETS = {"gt-fork": 1.30, "gt-forkserver": 1.45, "gt-spawn": 2.0}
 STARTUP_TARGETS = (("gt-fork", "gt-spawn", 1 / 3), ("gt-forkserver", "gt-fork", 1.5))
 SPEEDUP_TARGET = 1.7  # throughput of gt-fork x2 / the 1-process run, on 2 cores
 TARGET_WORLD = 4
-TINY = {"sizes": [workload.parse_size("20kx5")], "datasets": ["synthetic"], "world_sizes": [1, 2], "feat_dim": 16,
-        "hidden": 32, "batch_size": 256, "pause_at": 1, "measure_steps": 3, "no_isolate": True}
+TINY = {**workload.TINY, "sizes": [workload.parse_size("20kx5")], "world_sizes": [1, 2], "pause_at": 1,
+        "measure_steps": 3, "no_isolate": True}
 SUMMARY = ("startup_s", "total_pss_mb", "peak_total_pss_mb", "throughput_seeds_per_s", "other_cores")
 
 
@@ -78,7 +73,7 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
         t_fit = time.time()
         if launcher == "naive-spawn":
             threads = cfg["threads"] or max(1, harness.available_cores() // world)  # as the trainer's default
-            handwritten.naive_spawn(graph, world, dict(
+            workload.naive_spawn(graph, world, dict(
                 hyper, epochs=10_000, threads=threads, seed=0, probe_dir=probe_dir, pause_at=pause_at,
                 measure_steps=steps, max_steps=clock.total_steps))
         else:
@@ -109,14 +104,11 @@ def run_one(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 def run_isolated(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """:func:`run_one` in a fresh worker process (``--worker``); a failure is recorded, not raised."""
-    with tempfile.TemporaryDirectory(prefix="gt-bench-worker-") as tmp:
-        cfg = dict(cfg, result_file=os.path.join(tmp, "result.json"))
-        try:
-            harness.run_process([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)], cfg["label"])
-            return json.loads(Path(cfg["result_file"]).read_text(encoding="utf-8"))
-        except RuntimeError as err:
-            print(f"    FAILED: {str(err)[-2000:]}", flush=True)
-            return {"error": str(err)[-4000:]}
+    try:
+        return harness.run_worker([sys.executable, os.path.abspath(__file__)], cfg, cfg["label"])
+    except RuntimeError as err:
+        print(f"    FAILED: {str(err)[-2000:]}", flush=True)
+        return {"error": str(err)[-4000:]}
 
 
 def summarize(cfgs: List[Dict[str, Any]], results: Dict[str, List[Dict[str, Any]]]
@@ -183,7 +175,7 @@ def render(rows: Dict[Tuple[str, str, int], Dict[str, Any]], tgts: List[Dict[str
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    p = harness.base_parser("fork_vs_spawn", __doc__, rounds=1, tiny=TINY)
+    p = harness.base_parser("fork_vs_spawn", __doc__, rounds=1, tiny=TINY, worker=run_one)
     p.add_argument("--datasets", nargs="+", choices=workload.DATASETS, default=list(workload.DATASETS))
     p.add_argument("--sizes", nargs="+", type=workload.parse_size, help="NODESxDEGREE (default 250kx10 1Mx10 "
                    "2Mx10 5Mx10)", default=[workload.parse_size(s) for s in ("250kx10", "1Mx10", "2Mx10", "5Mx10")])
@@ -199,14 +191,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
     p.add_argument("--no-isolate", action="store_true", help="all runs in this process, not one worker each (faster)")
     p.add_argument("--memory-limit-gb", type=float, help="refuse runs estimated above it (default: 90%% of memory)")
     p.add_argument("--skip-too-big", action="store_true", help="run what fits and list the rest instead of refusing")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if min(args.world_sizes + [args.pause_at, args.measure_steps, args.rounds, args.threads or 1]) < 1:
         p.error("--world-sizes, --pause-at, --measure-steps, --rounds and --threads must be >= 1")
-    if args.worker:
-        cfg = json.loads(args.worker)
-        Path(cfg["result_file"]).write_text(json.dumps(run_one(cfg)), encoding="utf-8")
-        return {}
     planned = plan(args)
     limit_mb = args.memory_limit_gb * 1024 if args.memory_limit_gb else None
     cfgs = probe.refuse_if_too_big(planned, limit_mb=limit_mb, skip=args.skip_too_big)

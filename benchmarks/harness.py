@@ -1,11 +1,7 @@
-"""The benchmark harness: common arguments, interleaved rounds, the environment record,
-results files (JSON + Markdown + PNG) and the README's generated table.
+"""The benchmark harness: common arguments, interleaved rounds, worker processes, the environment
+record, results files (JSON + Markdown + PNG) and the README's table, generated from the newest files:
 
-Each script in this folder holds its workload and calls these. Regenerate the README's
-table from the newest files under ``benchmarks/results``:
-
-    python benchmarks/harness.py report           # rewrites the marked section of README.md
-    python benchmarks/harness.py report --check   # exit 1 when README.md is stale
+    python benchmarks/harness.py report [--check]   # rewrite README.md's section (--check: exit 1 if stale)
 """
 from __future__ import annotations
 
@@ -19,6 +15,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -72,10 +69,8 @@ def _own_cpu_s() -> float:
     t = me.cpu_times()
     total = t.user + t.system + t.children_user + t.children_system
     for child in me.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += sum(child.cpu_times()[:2])
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
@@ -128,24 +123,23 @@ def versions() -> Dict[str, Any]:
     import torch
 
     out: Dict[str, Any] = {"torch": torch.__version__}
-    try:
+    with contextlib.suppress(Exception):  # the GPU machine has no DGL
         import dgl
 
         out["dgl"] = dgl.__version__
-    except Exception:  # noqa: BLE001 - the GPU machine has no DGL
-        pass
     return dict(out, stack=os.environ.get("GRAPHTRAINER_STACK"),
                 commit=_run_text(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or None)
 
 
 # ---- command line ------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    """Applies the ``--tiny`` overrides to options not given, fills the default ``--out`` and
-    starts the run's clock (``started``, for :func:`report`)."""
-
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)
         ns = super().parse_args(argv, namespace)
+        if getattr(ns, "worker", None):  # a run_worker child: its result to the config's result_file, then exit
+            cfg = json.loads(ns.worker)
+            Path(cfg["result_file"]).write_text(json.dumps(ns.worker_fn(cfg)), encoding="utf-8")
+            raise SystemExit(0)
         given = {self._option_string_actions[a.split("=")[0]].dest for a in argv
                  if a.split("=")[0] in self._option_string_actions}
         for key, value in (ns.tiny_overrides.items() if ns.tiny else ()):
@@ -161,11 +155,13 @@ class _Parser(argparse.ArgumentParser):
         return ns
 
 
-def base_parser(name: str, description: str, rounds: Optional[int] = None,
-                tiny: Optional[Dict[str, Any]] = None) -> argparse.ArgumentParser:
+def base_parser(name: str, description: str, rounds: Optional[int] = None, tiny: Optional[Dict[str, Any]] = None,
+                worker: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None) -> argparse.ArgumentParser:
     """``--out`` (default ``benchmarks/results/<name>/<date>``; with ``--tiny``: ``bench_out/<name>``),
     ``--tiny`` (alias ``--quick``: a seconds-long smoke configuration: the ``tiny`` values replace
-    those of options not given) and, given a default, ``--rounds`` (interleaved A B A B rounds)."""
+    those of options not given) and, given a default, ``--rounds`` (interleaved A B A B rounds).
+    ``worker``: the script is also :func:`run_worker`'s child, where parsing runs ``worker(config)`` and exits.
+    The parsed options hold ``started`` (the run's clock, for :func:`report`)."""
     parser = _Parser(description=description.strip().splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output folder (default: benchmarks/results/{name}/<date>; --tiny: bench_out/{name})")
@@ -173,15 +169,10 @@ def base_parser(name: str, description: str, rounds: Optional[int] = None,
                         help="a seconds-long configuration (smoke test)")
     if rounds is not None:
         parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds (default %(default)s)")
-    parser.set_defaults(bench_name=name, tiny_overrides=dict(tiny or {}))
+    if worker is not None:
+        parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.set_defaults(bench_name=name, tiny_overrides=dict(tiny or {}), worker_fn=worker)
     return parser
-
-
-def config(args: Any) -> Dict[str, Any]:
-    """The parsed options as JSON values (what :func:`report` records)."""
-    skip = {"tiny_overrides", "started", "loadavg_start", "bench_name"}
-    return {k: v if isinstance(v, (int, float, bool, str, type(None), list, dict)) else str(v)
-            for k, v in vars(args).items() if k not in skip}
 
 
 # ---- interleaved rounds ------------------------------------------------------------
@@ -212,8 +203,9 @@ def run_process(argv: Sequence[str], label: str, timeout: float = 900.0, env: Op
     """Run a benchmark's worker process (unbuffered, this checkout on its path); ``wall_s``,
     ``other_cores`` and, with ``peak_pss``, the peak total PSS of its tree (sampled every
     0.25 s). On failure or timeout its tree is killed and the error holds its output's tail."""
-    import tempfile
     import threading
+
+    import psutil
 
     import probe
 
@@ -237,7 +229,11 @@ def run_process(argv: Sequence[str], label: str, timeout: float = 900.0, env: Op
         finally:
             stop.set()
             sampler.join()
-            _kill_tree(proc.pid)  # a tutorial's spawned ranks do not die with their parent
+            with contextlib.suppress(psutil.NoSuchProcess):  # a tutorial's spawned ranks outlive their parent
+                tree = psutil.Process(proc.pid)
+                for leftover in tree.children(recursive=True) + [tree]:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        leftover.kill()
         wall = time.perf_counter() - started
         if code != 0:
             log.seek(0)
@@ -246,40 +242,32 @@ def run_process(argv: Sequence[str], label: str, timeout: float = 900.0, env: Op
     return {"wall_s": round(wall, 1), "peak_total_pss_mb": round(peak[0], 1), "other_cores": meter.other_cores}
 
 
-def _kill_tree(pid: int) -> None:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
+def run_worker(argv: Sequence[str], cfg: Dict[str, Any], label: str, timeout: float = 900.0) -> Dict[str, Any]:
+    """Run ``argv --worker CONFIG`` (``cfg`` as JSON, a ``result_file`` added) in a fresh process with
+    :func:`run_process`: a script whose :func:`base_parser` was given ``worker``; returns that JSON result."""
+    with tempfile.TemporaryDirectory(prefix="gt-bench-worker-") as tmp:
+        cfg = dict(cfg, result_file=os.path.join(tmp, "result.json"))
+        run_process([*argv, "--worker", json.dumps(cfg)], label, timeout)
+        return json.loads(Path(cfg["result_file"]).read_text(encoding="utf-8"))
 
 
 # ---- results files -----------------------------------------------------------------
 def report(args: Any, payload: Dict[str, Any], markdown: str, plot: Optional[Callable[[Any], None]] = None,
            figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Any]:
-    """Print ``markdown`` and write the results files of the run ``args`` describes (its options
-    as ``config`` and its ``wall_s`` added to ``payload``); returns the payload."""
-    payload = dict(payload, config=config(args), wall_s=round(time.perf_counter() - args.started, 1))
-    payload.setdefault("machine", dict(machine_info(), loadavg_start=args.loadavg_start))
+    """Print ``markdown`` and write ``<name>.json`` (``payload`` with the run's options as ``config``, its
+    ``wall_s``, date, machine and versions), ``<name>.md`` and, with ``plot``, ``<name>.png``; returns the JSON."""
+    name, out_dir = args.bench_name, Path(args.out)
     print(markdown, flush=True)
-    write_outputs(args.out, args.bench_name, payload, markdown, plot, figsize)
-    return payload
-
-
-def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: str,
-                  plot: Optional[Callable[[Any], None]] = None, figsize: Sequence[float] = (12, 4.5)) -> Dict[str, Path]:
-    """``<name>.json`` (payload + date, machine and versions), ``<name>.md`` and, with ``plot``, ``<name>.png``."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    payload = {"benchmark": name, "date": now, "versions": versions(), **payload}
-    m = payload["machine"] = payload.get("machine") or machine_info()
+    internal = {"tiny_overrides", "started", "loadavg_start", "bench_name", "worker", "worker_fn"}
+    options = {k: v if isinstance(v, (int, float, bool, str, type(None), list, dict)) else str(v)
+               for k, v in vars(args).items() if k not in internal}
+    payload = {"benchmark": name, "date": now, "versions": versions(), **payload, "config": options,
+               "wall_s": round(time.perf_counter() - args.started, 1)}
+    m = payload["machine"] = payload.get("machine") or dict(machine_info(), loadavg_start=args.loadavg_start)
     m["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    paths = {ext: Path(out_dir) / f"{name}.{ext}" for ext in ("json", "md") + (("png",) if plot else ())}
+    paths = {ext: out_dir / f"{name}.{ext}" for ext in ("json", "md") + (("png",) if plot else ())}
     paths["json"].write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     paths["md"].write_text(f"<!-- {name}: {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('ram_gib')} GiB RAM, "
                            f"load average {m.get('loadavg_start')} at start, {m.get('loadavg_end')} at end -->\n"
@@ -298,11 +286,11 @@ def write_outputs(out_dir: Path, name: str, payload: Dict[str, Any], markdown: s
         finally:
             plt.close(fig)
     print(f"[{name}] wrote {', '.join(str(p) for p in paths.values())}", flush=True)
-    return paths
+    return payload
 
 
 def bar_plot(values: Dict[str, float], ylabel: str, title: str = "") -> Callable[[Any], None]:
-    """A ``plot`` for :func:`write_outputs`: one bar per arm."""
+    """A ``plot`` for :func:`report`: one bar per arm."""
     def draw(fig: Any) -> None:
         ax = fig.add_subplot(1, 1, 1)
         ax.bar(list(values), list(values.values()))
@@ -319,16 +307,16 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
                                     for t in d["targets"]),
     "tutorial_vs_task": lambda d: "; ".join(f"{r['graph']} x{r['world']}: epoch {r['epoch_ratio']:.3f}x, "
                                             f"PSS {r['pss_ratio']:.2f}x" for r in d["results"]),
-    "fork_vs_spawn": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"][:2]) + "".join(
-        f"; {t['graph']}: {t['what']} {t['measured']:.2f}" for t in d["targets"][2:] if t["what"].startswith("throughput")),
-    "scaling": lambda d: "; ".join(f"{t['what']} {t['measured']:.2f}" for t in d["targets"]),
+    "fork_vs_spawn": lambda d: "; ".join([f"{t['what']} {t['measured']:.2f}" for t in d["targets"][:2]] + [
+        f"{t['graph']}: {t['what']} {t['measured']:.2f}" for t in d["targets"][2:] if "throughput" in t["what"]]),
     "precision": lambda d: "; ".join(f"{r['graph']}: bf16 / fp32 epoch {r['time_ratio']:.2f}x" for r in d["results"]),
     "gpu": lambda d: f"{d['device']}: " + ", ".join(f"{k} {v['seeds_per_s']:,.0f} seeds/s" for k, v in d["gpu"].items()
                                                     if "seeds_per_s" in v),
     "device_sampling": lambda d: f"{d['device']}: " + "; ".join(
         f"{g} {k} {v['seeds_per_s']:,.0f} seeds/s" for g, arms in d["training"].items() for k, v in arms.items()),
     "pyg_vs_blocks": lambda d: ", ".join(f"{k} {v:.2f}x" for k, v in d["ratios"].items()) + " epoch time",
-    "small_collectives": lambda d: ", ".join(f"{k} {v:,.0f} us" for k, v in d["us_per_call"]["2"].items()) + " (2 ranks)",
+    "small_collectives": lambda d: ", ".join(
+        f"{k} {v:,.0f} us" for k, v in d["us_per_call"]["2"].items()) + " (2 ranks)",
     "stacks": lambda d: f"newest / pinned epoch time {d['summary']['ratio_newest_over_pinned']:.3f}x",
     "distgraph": lambda d: "DistDGL / fork: " + ", ".join(
         f"{k} {v:.2f}x" for k, v in d["throughput"]["ratios"].items() if k in ("seeds_per_s", "rank_pss_mb")),
@@ -340,14 +328,14 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "workers": lambda d: ", ".join(f"{r['workers']} workers {median(r['seeds_per_s']):,.0f} seeds/s"
                                    for r in d["runs"]),
     "layerwise": lambda d: ", ".join(f"batch {r['batch_size']} {r['seconds']:.1f} s" for r in d["runs"]),
-    "nn": lambda d: ", ".join(f"{k} {v['time_ratio']:.2f}x wall, {v['cpu_ratio']:.2f}x CPU" for k, v in d["arms"].items()
-                              if k != d["baseline"]) + f" vs {d['baseline']}",
+    "nn": lambda d: ", ".join(f"{k} {v['time_ratio']:.2f}x wall, {v['cpu_ratio']:.2f}x CPU"
+                              for k, v in d["arms"].items() if k != d["baseline"]) + f" vs {d['baseline']}",
 }
 BEGIN, END = "<!-- results:begin (python benchmarks/harness.py report) -->", "<!-- results:end -->"
 
 
-def newest_results(results: Path = RESULTS) -> Dict[str, Tuple[Path, Dict[str, Any]]]:
-    """Per benchmark, the results file with the latest ``date`` (ties: the last path)."""
+def results_table(results: Path = RESULTS) -> str:
+    """One row per benchmark: its results file with the latest ``date`` (ties: the last path)."""
     best: Dict[str, Tuple[Tuple[str, str], Path, Dict[str, Any]]] = {}
     for name in HEADLINES:
         for path in results.rglob(f"{name}.json"):
@@ -355,12 +343,8 @@ def newest_results(results: Path = RESULTS) -> Dict[str, Tuple[Path, Dict[str, A
             key = (str(data.get("date", "")), path.relative_to(results).as_posix())
             if name not in best or key > best[name][0]:
                 best[name] = (key, path, data)
-    return {k: (p, d) for k, (_, p, d) in best.items()}
-
-
-def results_table(results: Path = RESULTS) -> str:
     rows = []
-    for name, (path, data) in sorted(newest_results(results).items()):
+    for name, (_, path, data) in sorted(best.items()):
         try:
             headline = HEADLINES[name](data)
         except (KeyError, IndexError, TypeError, ValueError) as err:
@@ -389,7 +373,7 @@ def main(argv: Any = None) -> int:
     old = readme.read_text(encoding="utf-8")
     new = render_readme(old)
     if args.check:
-        print("README.md is up to date" if new == old else "README.md is stale: run python benchmarks/harness.py report")
+        print(f"README.md is {'up to date' if new == old else 'stale: run python benchmarks/harness.py report'}")
         return int(new != old)
     readme.write_text(new, encoding="utf-8")
     print(results_table())

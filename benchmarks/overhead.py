@@ -1,6 +1,5 @@
-"""Framework vs hand-written DDP, interleaved rounds: the same GraphSAGE training (model, optimizer, seeds,
-initial weights) as ``handwritten.py``'s tutorial-style DDP script and as ``Trainer(num_procs=2)`` on
-``workload.BenchTask``; median epoch (each run's first is warm-up) and rank 0's test metric.
+"""Framework vs hand-written DDP, interleaved rounds: the same GraphSAGE training (model, optimizer, seeds, initial
+weights) as ``workload.handwritten_rank``'s tutorial-style DDP and as ``Trainer(num_procs=2)`` on ``BenchTask``.
 
     python benchmarks/overhead.py --datasets tolokers                  # the issue's figure
     python benchmarks/overhead.py --join-arm --thread-arm --stop-arm   # ablations
@@ -9,16 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import os
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Dict, List
 from unittest import mock
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
-import handwritten
 import probe
 import workload
 
@@ -27,13 +21,10 @@ ACC_TOLERANCE = 0.01  # "equal metric": mean test metrics within 1 point (absolu
 
 
 def run_handwritten(graph: Any, args: Any, batch_size: int, **cfg: Any) -> Dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "hand.json")
-        cfg.update(workload.task_kwargs(args, batch_size), epochs=args.epochs, seed=0, out_file=out,
-                   threads=max(1, harness.available_cores() // args.world))
-        started = time.perf_counter()
-        handwritten.naive_spawn(graph, args.world, cfg)
-        return dict(json.loads(Path(out).read_text()), run_wall_s=time.perf_counter() - started)
+    cfg.update(workload.task_kwargs(args, batch_size), epochs=args.epochs, seed=0, evaluate=True,
+               threads=max(1, harness.available_cores() // args.world))
+    started = time.perf_counter()
+    return dict(workload.naive_spawn(graph, args.world, cfg), run_wall_s=time.perf_counter() - started)
 
 
 def run_graphtrainer(graph: Any, args: Any, batch_size: int, stop: bool = True) -> Dict[str, Any]:

@@ -1,15 +1,24 @@
-"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the training options, the graphs,
-the example's task (train only), one 2-rank fit with rank 0's epoch timer, and the arms' summary."""
+"""What the benchmarks train: graph sizes (``NODESxDEGREE``), the training options, the graphs, the
+example's task (train only), one 2-rank fit with rank 0's epoch timer, the arms' summary, and the
+hand-written DDP training graphtrainer is compared with, launched as the classic tutorials do."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import pickle
 import statistics
+import sys
+import tempfile
+import threading
 import time
 from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 from graphtrainer.callbacks import Callback
 from graphtrainer.examples.node_classification import NodeClassification
+from probe import Probe
 
 DATASETS = ("synthetic", "tolokers")
 
@@ -116,7 +125,7 @@ def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int,
 
 
 def build_graph(spec: Dict[str, Any]) -> Any:
-    """``{"dataset": "tolokers"}`` (features standardized as the example does, split 0 of 10) or
+    """``{"dataset": "tolokers"}`` (features standardized as the example does, split 0 of 10 as 1-D masks) or
     ``{"dataset": "synthetic", num_nodes, avg_degree, feat_dim, num_classes, seed}``."""
     from graphtrainer import datasets
 
@@ -129,18 +138,11 @@ def build_graph(spec: Dict[str, Any]) -> Any:
 
     graph = datasets.load("tolokers")
     standardize_features(graph)
-    for s in ("train", "val", "test"):
-        graph.ndata[f"{s}_mask"] = split_mask(graph, s).contiguous()
     return graph
 
 
-def split_mask(graph: Any, split: str) -> Any:
-    mask = graph.ndata[f"{split}_mask"]
-    return mask[:, 0] if mask.dim() > 1 else mask
-
-
 def split_ids(graph: Any, split: str) -> Any:
-    return split_mask(graph, split).nonzero(as_tuple=True)[0]
+    return graph.ndata[f"{split}_mask"].nonzero(as_tuple=True)[0]
 
 
 def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
@@ -194,9 +196,8 @@ def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[s
 
 def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bool = True,
         **trainer_kwargs: Any) -> Dict[str, Any]:
-    """One ``Trainer(num_procs=2, seed=0, ...)`` fit of ``task`` (keyword arguments override;
-    ``None`` drops one): rank 0's epoch times and step ends, the run's wall time and rank 0's
-    test metrics (:func:`evaluate`)."""
+    """One ``Trainer(num_procs=2, seed=0, ...)`` fit of ``task`` (keyword arguments override; ``None`` drops one):
+    rank 0's epoch times and step ends, the run's wall time and rank 0's test metrics (:func:`evaluate`)."""
     import tempfile
 
     from graphtrainer import Trainer
@@ -222,9 +223,8 @@ def steady(times: List[float]) -> List[float]:
 
 
 class EpochTimer(Callback):
-    """Rank 0's training-loop time per epoch, its CPU seconds (all threads: on a loaded machine
-    wall time measures the scheduler too) and each step's end (seconds from the epoch's start);
-    travels back to the caller as callback state."""
+    """Rank 0's training-loop time per epoch, its CPU seconds (all threads: on a loaded machine wall time measures
+    the scheduler too) and each step's end (seconds from the epoch's start); back to the caller as callback state."""
 
     logs_metrics = False  # its on_train_epoch_end only reads the clock: no second reduction
     FIELDS = ("times", "cpu", "steps", "step_ends")
@@ -254,3 +254,130 @@ class EpochTimer(Callback):
         self.times.append(time.perf_counter() - self._t0)
         self.cpu.append(time.process_time() - self._c0)
         self.steps.append(len(self.step_ends[-1]))
+
+
+# ---- the hand-written DDP loop (DGL's classic multi-GPU tutorial) and its naive spawn launch ----
+def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
+    """One rank on its graph unpickled from ``conn``: DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` per step.
+    ``cfg``: ``workload.task_kwargs``, epochs, threads, seed; optional probe_dir, pause_at, measure_steps (a
+    :class:`Probe`), max_steps, evaluate (test metrics), join (epochs in ``Join``); out_file: rank 0's record."""
+    import dgl
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.algorithms.join import Join
+    from torch.nn.parallel import DistributedDataParallel
+
+    from graphtrainer.models import SAGE
+
+    torch.set_num_threads(cfg["threads"])
+    dgl.utils.set_num_threads(cfg["threads"])
+    g = pickle.loads(conn.recv_bytes())
+    conn.close()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank)
+    torch.manual_seed(cfg["seed"])
+    model = DistributedDataParallel(SAGE(g.ndata["feat"].shape[1], cfg["hidden"], int(g.ndata["label"].max()) + 1,
+                                         num_layers=len(cfg["fanouts"]), dropout=cfg["dropout"]))
+    sampler = dgl.dataloading.NeighborSampler(list(cfg["fanouts"]), prefetch_node_feats=["feat"],
+                                              prefetch_labels=["label"])
+    loader = dgl.dataloading.DataLoader(g, split_ids(g, "train"), sampler, batch_size=cfg["batch_size"], shuffle=True,
+                                        drop_last=False, num_workers=0, use_ddp=True)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    probe = Probe(cfg["probe_dir"], cfg["pause_at"], cfg["measure_steps"]) if cfg.get("probe_dir") else None
+    if probe is not None:
+        probe.fit_start(rank)
+    max_steps = cfg.get("max_steps") or float("inf")
+    epoch_times: List[float] = []
+    step_ends: List[List[float]] = []  # per epoch: seconds from its start to each step's end
+    step = 0
+    while len(epoch_times) < cfg["epochs"] and step < max_steps:
+        model.train()
+        t0 = time.perf_counter()
+        step_ends.append([])
+        with (Join([model]) if cfg.get("join") else contextlib.nullcontext()):
+            for _, output_nodes, blocks in loader:
+                loss = F.cross_entropy(model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss.item()  # the tutorials' per-step read of the loss
+                step += 1
+                step_ends[-1].append(time.perf_counter() - t0)
+                if probe is not None:
+                    probe.step_end(rank, output_nodes.shape[0])
+                if step >= max_steps:
+                    break
+        epoch_times.append(time.perf_counter() - t0)
+    if rank == 0:
+        metrics = evaluate(model.module, g, split_ids(g, "test")) if cfg.get("evaluate") else {}
+        with open(cfg["out_file"], "w", encoding="utf-8") as fh:
+            json.dump({"epoch_times_s": epoch_times, "step_ends_s": step_ends, **metrics}, fh)
+    dist.barrier()
+    if not cfg.get("join"):  # torch 2.2 + gloo: freeing the reducer after Join's un-awaited all-reduces deadlocks
+        dist.destroy_process_group()
+    # No interpreter finalization: torch 2.15 can abort on a gloo thread still holding a tensor (pytorch#190489).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _naive_child(rank: int, world: int, port: int, conn: Any, cfg: Dict[str, Any]) -> None:
+    from graphtrainer.process.parent import die_with_parent
+
+    die_with_parent()  # not what tutorials do: it keeps a killed benchmark from leaving ranks behind
+    if cfg.get("fresh_thread"):  # overhead.py --thread-arm: train in a new thread, as graphtrainer's ranks do
+        worker = threading.Thread(target=handwritten_rank, args=(rank, world, port, conn, cfg), name="train")
+        worker.start()
+        worker.join()
+        sys.exit(1)  # handwritten_rank ends the process when done: its thread returned on an error (printed)
+    handwritten_rank(rank, world, port, conn, cfg)
+
+
+def naive_spawn(graph: Any, world: int, cfg: Dict[str, Any], teardown_timeout_s: float = 60.0) -> Dict[str, Any]:
+    """Run ``handwritten_rank`` on ``world`` ranks as the classic tutorials do: spawn, the graph pickled (as
+    ``mp.spawn`` does) and piped to every child (this process keeps no bytes), each unpickling its copy (``cfg
+    ["fresh_thread"]``: in a new thread); returns rank 0's epoch times, step ends and (``evaluate``) test metrics."""
+    import multiprocessing as mp
+
+    from graphtrainer.launch.environment import free_port
+
+    ctx = mp.get_context("spawn")
+    data = pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="gt-bench-naive-") as tmp:
+        cfg = dict(cfg, out_file=os.path.join(tmp, "rank0.json"))
+        procs, pipes = [], []
+        try:
+            for rank in range(world):
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_naive_child, args=(rank, world, port, recv, cfg), name=f"naive-rank{rank}")
+                proc.start()
+                procs.append(proc)
+                recv.close()
+                pipes.append(send)
+            for send in pipes:
+                send.send_bytes(data)
+                send.close()
+            del data
+            # No watchdog in the ranks, as in the tutorials; here one failed rank ends the others, and
+            # ranks still tearing down long after another finished (all passed the final barrier) are ended.
+            first_done = None
+            while any(p.exitcode is None for p in procs) and all(p.exitcode in (None, 0) for p in procs):
+                if first_done is None and any(p.exitcode == 0 for p in procs):
+                    first_done = time.monotonic()
+                if first_done is not None and time.monotonic() - first_done > teardown_timeout_s:
+                    print(f"[bench] naive spawn: ending the rank(s) still tearing down {teardown_timeout_s:.0f} s "
+                          "after another finished", file=sys.stderr, flush=True)
+                    break
+                next(p for p in procs if p.exitcode is None).join(0.2)
+        finally:
+            ended = [rank for rank, proc in enumerate(procs) if proc.exitcode is None]
+            for rank in ended:
+                procs[rank].kill()
+                procs[rank].join(5)
+        failed = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode != 0 and r not in ended}
+        if failed:
+            raise RuntimeError(f"naive spawn ranks failed (rank: exit code) {failed}"
+                               + (f"; rank(s) {ended} were then ended by the benchmark" if ended else ""))
+        with open(cfg["out_file"], encoding="utf-8") as fh:
+            return json.load(fh)

@@ -1,7 +1,7 @@
 """Dropout whose CPU mask costs the same on every tested torch.
 
 From torch 2.5 the CPU ``bernoulli_`` mask no longer uses MKL's vectorised generator
-(pytorch/pytorch#132395) and CPU dropout is about 9x slower (``benchmarks/stacks.py``: 0.5 vs
+(pytorch/pytorch#132395) and CPU dropout is about 9x slower (``benchmarks/arms.py stacks``: 0.5 vs
 4.7 ms for 3,000 x 128, one thread; the Tolokers example trained 1.31x slower). There a CPU
 mask is drawn as uniform numbers compared with ``p``: same keep probability, vectorised.
 Elsewhere (CUDA, older torch) this is torch's dropout. graphtrainer's models use it; the

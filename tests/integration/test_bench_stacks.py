@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/stacks.py (newest vs pinned set): the driver alternates the two
+"""Smoke test of ``benchmarks/arms.py stacks`` (newest vs pinned set): the driver alternates the two
 interpreters and reports their epoch times side by side. Here both arms are this suite's own
 interpreter, so the test checks the machinery, not a stack's speed."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_stacks_benchmark_runs_both_interpreters_interleaved(tmp_path):
     out = tmp_path / "stacks"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "stacks.py"), "--tiny", "--rounds", "1", "--dropouts", "0.5", "0",
+        [sys.executable, str(ROOT / "benchmarks" / "arms.py"), "stacks", "--tiny", "--rounds", "1", "--dropouts", "0.5", "0",
          "--out", str(out), "--pinned-python", sys.executable, "--newest-python", sys.executable],
         cwd=ROOT, env=env_without_launch(DGLBACKEND="pytorch"), capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -44,7 +44,7 @@ def test_stacks_benchmark_runs_both_interpreters_interleaved(tmp_path):
 
 def test_missing_interpreter_is_named_with_the_fix(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "stacks.py"), "--tiny", "--out", str(tmp_path),
+        [sys.executable, str(ROOT / "benchmarks" / "arms.py"), "stacks", "--tiny", "--out", str(tmp_path),
          "--newest-python", str(tmp_path / "nope" / "python")],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0

@@ -167,7 +167,7 @@ def test_small_collectives_tiny(tmp_path):
     ("fork_vs_spawn.py", ["--launchers", "gt-fork", "bogus"], ["gt-fork", "gt-forkserver", "gt-spawn", "naive-spawn"]),
     ("fork_vs_spawn.py", ["--datasets", "cora"], ["synthetic", "tolokers"]),
     ("overhead.py", ["--datasets", "bogus"], ["synthetic", "tolokers"]),
-    ("arms.py", ["bogus"], ["precision", "pyg_vs_blocks", "workers", "nn"]),
+    ("arms.py", ["bogus"], ["precision", "pyg_vs_blocks", "workers", "nn", "stacks"]),
 ])
 @pytest.mark.timeout(120)
 def test_unknown_choice_lists_the_choices(script, args, choices):
