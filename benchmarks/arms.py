@@ -8,14 +8,12 @@
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-import harness  # noqa: F401  (first: graphtrainer from this checkout, DGL on PyTorch)
+import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import torch
 import workload
 from graphtrainer import datasets
@@ -317,12 +315,7 @@ COMPARISONS: Dict[str, Callable[[List[str]], Dict[str, Any]]] = {
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    top = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="arms.py NAME --help: its options")
-    questions = (f"{name}: {str(f.__doc__).splitlines()[0].rstrip('.')}" for name, f in COMPARISONS.items())
-    top.add_argument("comparison", choices=list(COMPARISONS), help="; ".join(questions))
-    top.parse_args(argv[:1])  # an unknown or missing name: the choices, exit 2
-    return COMPARISONS[argv[0]](argv[1:])
+    return harness.subcommands(__doc__, COMPARISONS, argv)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,8 @@
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
-import sys
 import time
 from typing import Any, Dict, List
 
@@ -112,12 +110,7 @@ def binned_auroc(argv: List[str]) -> Dict[str, Any]:
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"layerwise": layerwise_inference, "binned_auroc": binned_auroc}
-    top = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="evaluation.py NAME --help: its options")
-    top.add_argument("question", choices=list(commands))
-    top.parse_args(argv[:1])  # an unknown or missing name: the choices, exit 2
-    return commands[argv[0]](argv[1:])
+    return harness.subcommands(__doc__, {"layerwise": layerwise_inference, "binned_auroc": binned_auroc}, argv)
 
 
 if __name__ == "__main__":

@@ -175,6 +175,17 @@ def base_parser(name: str, description: str, rounds: Optional[int] = None, tiny:
     return parser
 
 
+def subcommands(doc: str, commands: Dict[str, Callable[[List[str]], Any]], argv: Any = None) -> Any:
+    """``SCRIPT NAME [its options]``: runs ``commands[NAME]`` on the rest of ``argv``; a missing or
+    unknown name lists the choices, each with its docstring's first line, and exits 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = argparse.ArgumentParser(description=doc.splitlines()[0], epilog="NAME --help: its options")
+    questions = (f"{name}: {str(f.__doc__).splitlines()[0].rstrip('.')}" for name, f in commands.items())
+    top.add_argument("name", choices=list(commands), help="; ".join(questions))
+    top.parse_args(argv[:1])
+    return commands[argv[0]](argv[1:])
+
+
 # ---- interleaved rounds ------------------------------------------------------------
 def interleave(arms: Dict[str, Callable[[int], Dict[str, Any]]], rounds: int, label: str = "",
                show: Optional[Callable[[Dict[str, Any]], str]] = None, alternate: bool = False

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_stacks_benchmark_runs_both_interpreters_interleaved(tmp_path):
     out = tmp_path / "stacks"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "arms.py"), "stacks", "--tiny", "--rounds", "1", "--dropouts", "0.5", "0",
-         "--out", str(out), "--pinned-python", sys.executable, "--newest-python", sys.executable],
+        [sys.executable, str(ROOT / "benchmarks" / "arms.py"), "stacks", "--tiny", "--rounds", "1",
+         "--dropouts", "0.5", "0", "--out", str(out), "--pinned-python", sys.executable, "--newest-python", sys.executable],
         cwd=ROOT, env=env_without_launch(DGLBACKEND="pytorch"), capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stderr[-4000:]
     data = json.loads((out / "stacks.json").read_text())
