@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -117,7 +118,9 @@ def test_sigterm_to_a_distdgl_launcher_stops_the_ranks_which_checkpoint(tmp_path
     proc.send_signal(signal.SIGTERM)  # as a scheduler stops a job
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-3000:]
-    assert "fit stopped by SIGTERM (received by rank 1) at " in err
+    # The launcher passes SIGTERM to every rank; the agreement names the highest rank that had it
+    # by the exchange, which on a loaded machine may be rank 0 alone.
+    assert re.search(r"fit stopped by SIGTERM \(received by rank [01]\) at ", err), err[-3000:]
     assert list((tmp_path / "runs").glob("version_*/checkpoints/last.ckpt"))
     assert not rank_children()
     assert _segments() <= before  # the servers were stopped and their shared memory removed

@@ -80,7 +80,9 @@ def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, si
           f"{took:.2f} s after that")
     if sig == signal.SIGTERM:  # passed on to the ranks: they stop at the next batch and checkpoint
         assert proc.returncode == 75, err
-        assert "fit stopped by SIGTERM (received by rank 1) at " in err
+        # The launcher passes SIGTERM to every rank; the agreement names the highest rank that had it
+        # by the exchange, which on a loaded machine may be rank 0 alone.
+        assert re.search(r"fit stopped by SIGTERM \(received by rank [01]\) at ", err), err[-3000:]
         assert list((tmp_path / "runs").glob("version_*/checkpoints/last.ckpt"))
         assert list((tmp_path / "tmp").iterdir()) == []  # its temp folder went with it
 
