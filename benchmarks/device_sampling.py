@@ -17,6 +17,7 @@ import dgl
 from graphtrainer.data.device.batches import node_maps
 from graphtrainer.data.device.graph import device_graph
 from graphtrainer.data.device.sampler import DeviceSampler
+from graphtrainer.testing.op_count import OpCounter
 
 GRAPHS = {  # name: (size, feat_dim, fanouts, batch, hidden, train nodes)
     "50k": ("50kx10", 64, [10, 10], 512, 128, 30_000),
@@ -32,7 +33,8 @@ def sync(device: Any) -> None:
 
 
 def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any]:
-    """Median ms per batch of each sampler, batch by batch in turn on the same seeds."""
+    """Median ms per batch of each sampler, batch by batch in turn on the same seeds, the torch ops
+    one batch of the torch sampler dispatches, and on a GPU a profile of 3 batches."""
     _, _, fanouts, batch, *_ = GRAPHS[name]
     sampler = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
     mine = DeviceSampler.from_dgl(sampler, graph)
@@ -45,17 +47,23 @@ def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any
         seeds = ids[(i * batch) % max(1, ids.numel() - batch):][:batch]
         started = time.perf_counter()
         inputs, _, blocks = sampler.sample(graph, seeds)
-        graph.ndata["feat"][inputs], graph.ndata["label"][seeds]  # what DGL's loader gathers
-        dgl_done = time.perf_counter()
-        sync(device)
-        floyd_start = time.perf_counter()
+        graph.ndata["feat"].index_select(0, inputs), graph.ndata["label"][seeds]  # as DGL's loader gathers
+        dgl_done = time.perf_counter()  # (the device is idle: the last batch ended synchronised)
         mine.sample(dg, maps, {"_N": seeds.to(device)}, torch.Generator(device=device).manual_seed(i))
         sync(device)
-        rows.append((1e3 * (dgl_done - started), 1e3 * (time.perf_counter() - floyd_start),
+        rows.append((1e3 * (dgl_done - started), 1e3 * (time.perf_counter() - dgl_done),
                      sum(b.num_edges() for b in blocks)))
     dgl_ms, floyd_ms, edges = zip(*rows[2:])  # the first 2 warm up: allocator, kernels
     ms = {"dgl": harness.median(dgl_ms), "floyd": harness.median(floyd_ms)}
-    return {"ms": ms, "edges_per_batch": harness.median(edges), "torch_vs_dgl": ms["floyd"] / ms["dgl"]}
+    with OpCounter() as counter:
+        mine.sample(dg, maps, {"_N": ids[:batch].to(device)}, torch.Generator(device=device).manual_seed(0))
+    out = {"ms": ms, "edges_per_batch": harness.median(edges), "torch_ops": counter.total}
+    if device.type == "cuda":  # the kernels' time against the host's, which launches them
+        with torch.profiler.profile() as prof:
+            for i in range(3):
+                mine.sample(dg, maps, {"_N": ids[:batch].to(device)}, torch.Generator(device).manual_seed(i))
+        out["profile"] = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25)
+    return out
 
 
 class StepClock(workload.EpochTimer):
@@ -68,11 +76,6 @@ class StepClock(workload.EpochTimer):
         super().__init__()
         self.warm, self.gpu = warm, []
 
-    def on_train_epoch_start(self, trainer: Any, task: Any) -> None:
-        if task.device.type == "cuda":  # a GPU rank may have run in this process: each arm its own peak
-            torch.cuda.reset_peak_memory_stats(task.device)
-        super().on_train_epoch_start(trainer, task)
-
     def on_train_batch_end(self, trainer: Any, task: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if len(self.step_ends[-1]) + 1 == self.warm:
             sync(task.device)
@@ -81,8 +84,11 @@ class StepClock(workload.EpochTimer):
     def on_train_epoch_end(self, trainer: Any, task: Any) -> None:
         sync(task.device)
         super().on_train_epoch_end(trainer, task)
-        peak = torch.cuda.max_memory_allocated(task.device) if task.device.type == "cuda" else 0
-        self.gpu.append({"peak_bytes": peak, "mode": task.train_loader.sampling_mode})
+        cuda = task.device.type == "cuda"
+        self.gpu.append({"peak_bytes": torch.cuda.max_memory_allocated(task.device) if cuda else 0,
+                         "mode": task.train_loader.sampling_mode})
+        if cuda:  # the next arm that trains on the GPU in this process: its own peak
+            torch.cuda.reset_peak_memory_stats(task.device)
 
 
 class TrainTask(workload.BenchTask):
@@ -136,9 +142,10 @@ def train_part(graphs: Dict[str, Any], args: Any) -> Dict[str, Any]:
 def render(results: Dict[str, Any], device: str) -> str:
     text = f"Device: {device}\n\nPer batch (median ms; sampling plus gathering features and labels):\n\n"
     text += harness.markdown_table(
-        ["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "Floyd / DGL"],
+        ["graph on device", "edges/batch", "DGL (CPU)", "torch, Floyd", "Floyd / DGL", "torch ops/batch"],
         [[key, f"{r['edges_per_batch']:,.0f}", f"{r['ms']['dgl']:.2f}", f"{r['ms']['floyd']:.2f}",
-          harness.fmt_ratio(r["torch_vs_dgl"])] for key, r in results["per_batch"].items()])
+          harness.fmt_ratio(r["ms"]["floyd"] / r["ms"]["dgl"]), r.get("torch_ops", "")]
+         for key, r in results["per_batch"].items()])
     for name, arms in results["training"].items():
         ok = {k: v for k, v in arms.items() if "error" not in v}
         cpu_best = max([v["seeds_per_s"] for v in ok.values() if v["mode"] != "device"] or [float("nan")])
@@ -151,6 +158,8 @@ def render(results: Dict[str, Any], device: str) -> str:
         if dev and share:
             text += (f"\n\nSampling share of a device-arm step: {share['ms']['floyd']:.2f} ms of "
                      f"{dev['step_ms']:.2f} ms ({100 * share['ms']['floyd'] / dev['step_ms']:.0f}%)")
+    text += "".join(f"\n\nProfile of 3 batches, {k}:\n\n```\n{r['profile']}\n```"
+                    for k, r in results["per_batch"].items() if "profile" in r)
     return text if results["training"] else text + "\n\nTraining part: not run (needs --gpu and a CUDA device)."
 
 
@@ -178,7 +187,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
     # (the training part first, before this process touches CUDA: the ranks fork)
     devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
     for name, graph in graphs.items() if args.per_batch else ():
-        for device in devices[1:] if name == "products" else devices:  # the CPU compares on 50k; products: the GPU
+        for device in (devices[1:] or devices) if name == "products" else devices:  # products: the GPU if any
             results["per_batch"][f"{name} on {device}"] = per_batch(graph, name, device, args.batches)
     device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({harness.machine_info().get('cpu_model')})"
     plot = harness.bar_plot({f"{k}\n{m}": v for k, r in results["per_batch"].items() for m, v in r["ms"].items()},

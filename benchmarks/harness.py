@@ -324,7 +324,9 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "gpu": lambda d: f"{d['device']}: " + ", ".join(f"{k} {v['seeds_per_s']:,.0f} seeds/s" for k, v in d["gpu"].items()
                                                     if "seeds_per_s" in v),
     "device_sampling": lambda d: f"{d['device']}: " + "; ".join(
-        f"{g} {k} {v['seeds_per_s']:,.0f} seeds/s" for g, arms in d["training"].items() for k, v in arms.items()),
+        [f"{g} {k} {v['seeds_per_s']:,.0f} seeds/s" for g, arms in d["training"].items() for k, v in arms.items()]
+        + [f"{k}: torch / DGL {r['ms']['floyd'] / r['ms']['dgl']:.2f}x, {r.get('torch_ops')} ops"
+           for k, r in d["per_batch"].items()]),
     "pyg_vs_blocks": lambda d: ", ".join(f"{k} {v:.2f}x" for k, v in d["ratios"].items()) + " epoch time",
     "small_collectives": lambda d: ", ".join(
         f"{k} {v:,.0f} us" for k, v in d["us_per_call"]["2"].items()) + " (2 ranks)",

@@ -4,7 +4,7 @@ product; weighted sums and maxima gather a row per edge and reduce by destinatio
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 
@@ -12,17 +12,25 @@ from .blocks import TorchBlock, TorchHeteroBlock
 from .convert import csc_tensors, is_dgl_graph
 
 
-class Structure(NamedTuple):
+class Structure:
     """A graph's in-edges: ``indptr`` over destinations, ``indices`` (sources), ``edge_ids``
-    (the graph's id of each CSC position), node counts, and whether it is a block."""
+    (the graph's id of each CSC position), node counts, whether it is a block, and ``dst``:
+    the destination of each CSC position (int64: scatter indices must be), made on first use
+    (a sum by sparse product needs none, and on a GPU each kernel not launched counts)."""
 
-    indptr: torch.Tensor
-    indices: torch.Tensor
-    edge_ids: torch.Tensor
-    num_src: int
-    num_dst: int
-    is_block: bool
-    dst: torch.Tensor  # the destination of each CSC position (int64: scatter indices must be)
+    __slots__ = ("indptr", "indices", "edge_ids", "num_src", "num_dst", "is_block", "_dst")
+
+    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, edge_ids: torch.Tensor, num_src: int,
+                 num_dst: int, is_block: bool, dst: Union[torch.Tensor, Callable[[], torch.Tensor]]):
+        self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
+        self.num_src, self.num_dst, self.is_block = num_src, num_dst, is_block
+        self._dst = dst
+
+    @property
+    def dst(self) -> torch.Tensor:
+        if callable(self._dst):
+            self._dst = self._dst()
+        return self._dst
 
     @property
     def num_edges(self) -> int:
@@ -51,7 +59,7 @@ def structure(graph: Any, layer: str) -> Structure:
     naming ``layer`` for anything else."""
     if isinstance(graph, TorchBlock):
         return Structure(graph.indptr, graph.indices, graph.edge_ids, graph.num_src, graph.num_dst,
-                         graph.is_block, graph.dst_index())
+                         graph.is_block, graph.dst_index)
     if isinstance(graph, TorchHeteroBlock) or (is_dgl_graph(graph) and len(graph.canonical_etypes) > 1):
         raise ValueError(f"{layer} got a graph with relations {list(graph.canonical_etypes)}: one layer handles "
                          "one relation; wrap one layer per relation in graphtrainer.nn.HeteroGraphConv")
@@ -64,8 +72,11 @@ def structure(graph: Any, layer: str) -> Structure:
         num_src, num_dst = graph.num_src_nodes(), graph.num_dst_nodes()
     else:
         num_src, num_dst = graph.num_nodes(etype[0]), graph.num_nodes(etype[2])
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=indices.device),
-                                  (indptr[1:] - indptr[:-1]).long(), output_size=indices.numel())
+
+    def dst() -> torch.Tensor:
+        return torch.repeat_interleave(torch.arange(num_dst, device=indices.device),
+                                       (indptr[1:] - indptr[:-1]).long(), output_size=indices.numel())
+
     return Structure(indptr, indices, eids, num_src, num_dst, bool(graph.is_block), dst)
 
 

@@ -132,6 +132,20 @@ def test_pyg_vs_blocks_tiny(tmp_path):
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_device_sampling_tiny_with_its_training_arms_on_cpu_ranks(tmp_path):
+    """The per-batch part and (``--cpu-arms``) every training arm the GPU run has, on CPU ranks:
+    the script a GPU session runs first must not fail there for anything but the GPU."""
+    proc = run_bench("device_sampling.py", "--tiny", "--gpu", "--cpu-arms", "--out", str(tmp_path))
+    data = outputs(tmp_path, "device_sampling", proc)
+    (row,) = data["per_batch"].values()
+    assert positive(row["ms"]["dgl"]) and positive(row["ms"]["floyd"]) and positive(row["edges_per_batch"])
+    assert row["torch_ops"] > 0
+    arms = data["training"]["tiny"]
+    assert len(arms) == 4 and all(positive(arm["seeds_per_s"]) for arm in arms.values()), arms
+    assert [arm["mode"] for arm in arms.values()] == ["cpu", "device", "cpu", "cpu"]
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_tutorial_vs_task_tiny(tmp_path):
     proc = run_bench("tutorial_vs_task.py", "--tiny", "--out", str(tmp_path))
     data = outputs(tmp_path, "tutorial_vs_task", proc)

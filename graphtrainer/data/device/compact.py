@@ -19,11 +19,13 @@ _FAR = torch.iinfo(torch.int64).max
 
 
 class NodeMaps:
-    """Dense global-to-local ids per node type; entry ``num_nodes`` is a sink for masked slots."""
+    """Dense global-to-local ids per node type (-1: not in the batch); entry ``num_nodes`` is a
+    sink for masked slots, holding 0 for good so that a masked slot never reads as a new node."""
 
     def __init__(self, num_nodes: Dict[str, int], device: torch.device):
         self.size = dict(num_nodes)
-        self.local = {nt: torch.full((n + 1,), -1, dtype=torch.int64, device=device) for nt, n in num_nodes.items()}
+        self.local = {nt: torch.full((n + 1,), -1, dtype=torch.int64, device=device).index_fill_(0, torch.tensor(
+            [n], device=device), 0) for nt, n in num_nodes.items()}
         self.first = {nt: torch.full((n + 1,), _FAR, dtype=torch.int64, device=device) for nt, n in num_nodes.items()}
 
     def begin(self, seeds: Dict[str, torch.Tensor]) -> None:
@@ -34,15 +36,14 @@ class NodeMaps:
         """Clear what a batch set (its input nodes hold every node it mapped)."""
         for nt, ids in nodes.items():
             self.local[nt][ids] = -1
-            self.local[nt][-1] = -1
 
 
-def _squeeze(values: torch.Tensor, keep: torch.Tensor, size: int, target: torch.Tensor) -> torch.Tensor:
-    """``values[keep]`` of known ``size`` without a wait: a scatter into ``size + 1`` slots,
-    the last taking what is not kept. ``target``: ``cumsum(keep) - 1``."""
-    out = torch.empty(size + 1, dtype=values.dtype, device=values.device)
-    out.scatter_(0, torch.where(keep, target, size), values)
-    return out[:size]
+def _squeeze(values: torch.Tensor, keep: torch.Tensor, size: int, kept: torch.Tensor) -> torch.Tensor:
+    """``values[..., keep]`` of known ``size`` without a wait: a scatter into ``size + 1`` slots,
+    the first taking what is not kept. ``kept``: ``cumsum(keep)``."""
+    out = torch.empty((*values.shape[:-1], size + 1), dtype=values.dtype, device=values.device)
+    out.scatter_(-1, torch.where(keep, kept, 0).expand_as(values), values)
+    return out[..., 1:]
 
 
 class _TypeCandidates:
@@ -51,25 +52,32 @@ class _TypeCandidates:
     def __init__(self, maps: NodeMaps, nt: str, parts: List[Sampled]):
         dev = maps.local[nt].device
         sink = maps.size[nt]
-        src = torch.cat([p.src for p in parts]) if parts else torch.empty(0, dtype=torch.int64, device=dev)
-        valid = torch.cat([p.valid if p.valid is not None else torch.ones_like(p.src, dtype=torch.bool)
-                           for p in parts]) if parts else torch.empty(0, dtype=torch.bool, device=dev)
-        slots = torch.where(valid, src, sink)
+        if len(parts) == 1:
+            src, valid = parts[0].src, parts[0].valid
+        else:
+            src = torch.cat([p.src for p in parts]) if parts else torch.empty(0, dtype=torch.int64, device=dev)
+            valid = torch.cat([p.valid if p.valid is not None else torch.ones_like(p.src, dtype=torch.bool)
+                               for p in parts]) if parts else None
+        slots = src if valid is None else torch.where(valid, src, sink)
         local, first = maps.local[nt], maps.first[nt]
-        new = valid & (local[slots] < 0)
+        new = local.index_select(0, slots) < 0  # the sink holds 0
         number = torch.arange(slots.numel(), device=dev)
-        first.scatter_reduce_(0, torch.where(new, slots, sink), number, "amin")
-        self.is_first = new & (first[slots] == number)
+        # Every slot's number goes in (a node seen before has no new slot to compare with).
+        first.scatter_reduce_(0, slots, number, "amin")
+        self.is_first = new & (first.index_select(0, slots) == number)
         first.index_fill_(0, slots, _FAR)
-        self.order = torch.cumsum(self.is_first, 0) - 1
+        self.kept = torch.cumsum(self.is_first, 0)
         self.slots, self.nt, self.maps = slots, nt, maps
 
-    def assign(self, num_dst: int) -> torch.Tensor:
-        """Local ids of every slot once the new nodes are numbered after the ``num_dst`` destinations."""
+    def count(self) -> torch.Tensor:
+        """The number of new nodes, as a 0-d tensor (read in the layer's one wait)."""
+        return self.kept[-1] if self.kept.numel() else torch.zeros((), dtype=torch.int64, device=self.kept.device)
+
+    def assign(self, num_dst: int, new: torch.Tensor) -> torch.Tensor:
+        """Local ids of every slot once the ``new`` nodes are numbered after the ``num_dst`` destinations."""
         local = self.maps.local[self.nt]
-        local.index_put_((torch.where(self.is_first, self.slots, self.maps.size[self.nt]),), num_dst + self.order)
-        local[-1] = -1
-        return local[self.slots]
+        local[new] = torch.arange(num_dst, num_dst + new.numel(), device=new.device)
+        return local.index_select(0, self.slots)
 
 
 def compact_layer(maps: NodeMaps, dst: Dict[str, torch.Tensor], sampled: Dict[EType, Sampled]
@@ -78,18 +86,21 @@ def compact_layer(maps: NodeMaps, dst: Dict[str, torch.Tensor], sampled: Dict[ET
     ``(indptr, local source ids, graph edge ids)`` in CSC order."""
     by_type = {nt: [(et, s) for et, s in sampled.items() if et[0] == nt] for nt in dst}
     cands = {nt: _TypeCandidates(maps, nt, [s for _, s in parts]) for nt, parts in by_type.items()}
-    edge_counts = [s.counts.sum() if s.valid is not None else torch.tensor(s.src.numel(), device=s.src.device)
-                   for s in sampled.values()]
-    sizes = torch.stack([c.is_first.sum() for c in cands.values()] + edge_counts).tolist()  # the one wait
+    indptrs = {}
+    for et, s in sampled.items():
+        indptrs[et] = torch.zeros(s.counts.numel() + 1, dtype=torch.int64, device=s.counts.device)
+        torch.cumsum(s.counts, 0, out=indptrs[et][1:])
+    # The one wait: new nodes per type, then edges per relation.
+    sizes = torch.stack([c.count() for c in cands.values()] + [p[-1] for p in indptrs.values()]).tolist()
     new_counts = dict(zip(cands, sizes[:len(cands)]))
     num_edges = dict(zip(sampled, sizes[len(cands):]))
 
     src_nodes: Dict[str, torch.Tensor] = {}
     local_ids: Dict[str, torch.Tensor] = {}
     for nt, c in cands.items():
-        new = _squeeze(c.slots, c.is_first, new_counts[nt], c.order)
+        new = _squeeze(c.slots, c.is_first, new_counts[nt], c.kept)
         src_nodes[nt] = torch.cat([dst[nt], new])
-        local_ids[nt] = c.assign(dst[nt].numel())
+        local_ids[nt] = c.assign(dst[nt].numel(), new)
 
     edges = {}
     offsets = {nt: 0 for nt in dst}
@@ -98,12 +109,9 @@ def compact_layer(maps: NodeMaps, dst: Dict[str, torch.Tensor], sampled: Dict[ET
         lo = offsets[nt]
         offsets[nt] = lo + s.src.numel()
         ids = local_ids[nt][lo:lo + s.src.numel()]
-        indptr = torch.zeros(s.counts.numel() + 1, dtype=torch.int64, device=ids.device)
-        torch.cumsum(s.counts, 0, out=indptr[1:])
         if s.valid is None:
-            edges[et] = (indptr, ids, s.eid)
+            edges[et] = (indptrs[et], ids, s.eid)
         else:
-            target = torch.cumsum(s.valid, 0) - 1
-            m = num_edges[et]
-            edges[et] = (indptr, _squeeze(ids, s.valid, m, target), _squeeze(s.eid, s.valid, m, target))
+            both = _squeeze(torch.stack([ids, s.eid]), s.valid, num_edges[et], torch.cumsum(s.valid, 0))
+            edges[et] = (indptrs[et], both[0], both[1])
     return src_nodes, edges

@@ -24,10 +24,18 @@ class Relation:
     indices: torch.Tensor
     eids: torch.Tensor
     _position: Optional[torch.Tensor] = field(default=None, repr=False)
+    _degrees: Optional[torch.Tensor] = field(default=None, repr=False)
 
     @property
     def num_edges(self) -> int:
         return int(self.indices.numel())
+
+    @property
+    def degrees(self) -> torch.Tensor:
+        """In-degree of every destination (kept: one gather per layer instead of three)."""
+        if self._degrees is None:
+            self._degrees = self.indptr.diff()
+        return self._degrees
 
     def position_of(self, eids: torch.Tensor) -> torch.Tensor:
         """CSC positions of graph edge ids (the inverse of ``eids``, built on first use:
@@ -78,10 +86,10 @@ def relations_of(graph: Any) -> Iterable[EType]:
 
 
 def structure_bytes(graph: Any) -> int:
-    """Bytes the structure takes on the device: int64 ``indptr``, ``indices`` and ``eids``."""
+    """Bytes the structure takes on the device: int64 ``indptr``, in-degrees, ``indices`` and ``eids``."""
     total = 0
     for et in relations_of(graph):
-        total += 8 * (graph.num_nodes(et[2]) + 1) + 16 * graph.num_edges(et)
+        total += 8 * (2 * graph.num_nodes(et[2]) + 1) + 16 * graph.num_edges(et)
     return total
 
 

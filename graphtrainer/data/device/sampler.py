@@ -120,7 +120,7 @@ class DeviceSampler:
                                  (self.labels, blocks[-1].dstdata, seeds)):
             for nt, names in (keys or {}).items():
                 for key in names:
-                    value = dg.ndata[nt][key][ids[nt]]
+                    value = dg.ndata[nt][key].index_select(0, ids[nt])
                     if dg.hetero:
                         where.setdefault(key, {})[nt] = value
                     else:
@@ -129,9 +129,9 @@ class DeviceSampler:
             for et, names in (self.edge_feats or {}).items():
                 for key in names:
                     if dg.hetero:
-                        block.edata.setdefault(key, {})[et] = dg.edata[et][key][block.edata[EID][et]]
+                        block.edata.setdefault(key, {})[et] = dg.edata[et][key].index_select(0, block.edata[EID][et])
                     else:
-                        block.edata[key] = dg.edata[et][key][block.edata[EID]]
+                        block.edata[key] = dg.edata[et][key].index_select(0, block.edata[EID])
 
 
 def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.Tensor],

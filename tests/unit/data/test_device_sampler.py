@@ -13,8 +13,9 @@ import dgl
 
 from graphtrainer.data.device.batches import node_maps
 from graphtrainer.data.device.graph import device_graph
-from graphtrainer.data.device.neighbors import Excluded, floyd, sample_layer
+from graphtrainer.data.device.neighbors import Excluded, floyd, floyd_sequential, sample_layer
 from graphtrainer.data.device.sampler import DeviceSampler, Unsupported
+from graphtrainer.testing.op_count import OpCounter
 
 DEV = torch.device(os.environ.get("GRAPHTRAINER_SAMPLER_DEVICE", "cpu"))
 
@@ -124,6 +125,41 @@ def test_floyd_draws_distinct_offsets_below_the_degree():
             assert row.unique().numel() == 7 and int(row.min()) >= 0 and int(row.max()) < d
         else:
             assert row.tolist() == list(range(7))
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 10, 15, 16, 33])
+def test_floyd_in_one_pass_takes_what_floyds_rounds_take(k):
+    """The pointer-doubling draw gives exactly the offsets of Floyd's round-by-round loop on the
+    same random numbers: degrees below, at and just above ``k`` (where rounds collide most)."""
+    gen = torch.Generator().manual_seed(k)
+    deg = torch.cat([torch.randint(0, 3 * k + 3, (3000,), generator=gen),
+                     torch.randint(k, k + 3, (3000,), generator=gen),
+                     torch.tensor([0, 1, k, k + 1, 10**6])]).to(DEV)
+    one_pass = floyd(deg, k, torch.Generator(DEV).manual_seed(1))
+    assert torch.equal(one_pass, floyd_sequential(deg, k, torch.Generator(DEV).manual_seed(1)))
+    assert ((one_pass < deg.unsqueeze(1)).sum(1) == deg.clamp(max=k)).all()
+
+
+def test_a_batch_launches_as_many_ops_for_8_seeds_as_for_256_and_few_more_for_a_larger_fanout():
+    """Vectorised over the batch: no op per seed, and no round of ops per draw (a fanout of 32
+    adds only Floyd's pointer-doubling steps, at most 3 ops each, over a fanout of 2). On a GPU
+    each op is a kernel the host launches: the host bounded the sampler on an H100."""
+    g = skewed_graph()
+    s = {k: DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler([k, k], prefetch_node_feats=["feat"]), g)
+         for k in (2, 32)}
+    dg = device_graph(g, DEV, s[2].node_keys(), {})
+
+    def ops(k, n):
+        seeds = {g.ntypes[0]: torch.arange(13, 13 + n, device=DEV)}
+        s[k].sample(dg, node_maps(dg), seeds, torch.Generator(DEV).manual_seed(0))  # constants made once
+        with OpCounter() as counter:
+            s[k].sample(dg, node_maps(dg), seeds, torch.Generator(DEV).manual_seed(1))
+        return counter.kernels
+
+    assert ops(2, 8) == ops(2, 256)
+    assert ops(32, 8) == ops(32, 256)
+    layers, extra_steps = 2, (31).bit_length() - (1).bit_length()
+    assert ops(2, 256) < ops(32, 256) <= ops(2, 256) + layers * 3 * extra_steps
 
 
 def chi_square(counts: torch.Tensor, expected: float) -> float:
