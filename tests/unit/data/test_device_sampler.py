@@ -162,6 +162,20 @@ def test_a_batch_launches_as_many_ops_for_8_seeds_as_for_256_and_few_more_for_a_
     assert ops(2, 256) < ops(32, 256) <= ops(2, 256) + layers * 3 * extra_steps
 
 
+@pytest.mark.parametrize("fanouts,replace,waits", [([5, 3, 4], False, 3), ([5, 3], True, 2), ([-1, 4], False, 3)])
+def test_a_layer_waits_for_the_device_once_and_a_whole_neighbourhood_once_more(fanouts, replace, waits):
+    """The host reads one value set per layer (its sizes), plus the edge count of a fanout of -1
+    (its slots are laid out by it): on a GPU each read is a synchronisation."""
+    g = skewed_graph()
+    s = DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler(fanouts, replace=replace, prefetch_labels=["label"]), g)
+    dg = device_graph(g, DEV, s.node_keys(), {})
+    seeds = {g.ntypes[0]: torch.arange(5, 60, device=DEV)}
+    s.sample(dg, node_maps(dg), seeds, torch.Generator(DEV).manual_seed(0))  # constants made once
+    with OpCounter() as counter:
+        s.sample(dg, node_maps(dg), seeds, torch.Generator(DEV).manual_seed(1))
+    assert counter.host_reads == waits, counter.by_op
+
+
 def chi_square(counts: torch.Tensor, expected: float) -> float:
     return float(((counts.double() - expected) ** 2 / expected).sum())
 
