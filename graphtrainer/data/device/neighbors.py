@@ -16,8 +16,9 @@ Excluded edges (link prediction) are taken out first: a destination draws among 
 other edges, the ``r``-th found by two binary searches over the sorted excluded positions.
 
 Slots are laid out destination-major (``[n, k]`` flattened for a fanout, segments for
-``-1``); a slot whose offset is not below the destination's degree is invalid. Nothing here waits for the device,
-except a fanout of ``-1``, whose number of edges must be known to lay the slots out.
+``-1``); a slot whose offset is not below the destination's degree is invalid. Nothing here
+waits for the device, except a fanout of ``-1``, whose number of edges must be known to lay
+the slots out.
 """
 from __future__ import annotations
 
@@ -97,24 +98,12 @@ def floyd(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
     repeat = torch.zeros_like(draws, dtype=torch.bool)
     repeat.scatter_(1, order[:, 1:], values[:, 1:] == values[:, :-1])
     link = (draws - base).clamp_(min=0)
-    for r in range((k - 1).bit_length()):
+    rounds = (k - 1).bit_length()
+    for r in range(rounds):
         repeat |= repeat.gather(1, link)
-        if r < (k - 1).bit_length() - 1:
+        if r < rounds - 1:
             link = link.gather(1, link)
     return torch.where(repeat, base + steps, draws)
-
-
-def floyd_sequential(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
-    """:func:`floyd` a round at a time, as Floyd wrote it (the reference its tests compare with)."""
-    n, dev = deg.numel(), deg.device
-    steps = torch.arange(k, device=dev)
-    base = (deg.unsqueeze(1) - k).clamp(min=0)
-    draws = (torch.rand((n, k), generator=gen, device=dev, dtype=torch.float64) * (base + steps + 1)).to(torch.int64)
-    out = draws.clone()
-    for j in range(1, k):
-        taken = (out[:, :j] == draws[:, j:j + 1]).any(1)
-        out[:, j] = torch.where(taken, base[:, 0] + j, draws[:, j])
-    return out
 
 
 def sort_keys(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:

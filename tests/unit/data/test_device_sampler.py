@@ -13,7 +13,7 @@ import dgl
 
 from graphtrainer.data.device.batches import node_maps
 from graphtrainer.data.device.graph import device_graph
-from graphtrainer.data.device.neighbors import Excluded, floyd, floyd_sequential, sample_layer
+from graphtrainer.data.device.neighbors import Excluded, floyd, sample_layer
 from graphtrainer.data.device.sampler import DeviceSampler, Unsupported
 from graphtrainer.testing.op_count import OpCounter
 
@@ -125,6 +125,19 @@ def test_floyd_draws_distinct_offsets_below_the_degree():
             assert row.unique().numel() == 7 and int(row.min()) >= 0 and int(row.max()) < d
         else:
             assert row.tolist() == list(range(7))
+
+
+def floyd_sequential(deg: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    """``floyd`` a round at a time, as Floyd wrote it: the reference the one-pass draw must equal."""
+    n, dev = deg.numel(), deg.device
+    steps = torch.arange(k, device=dev)
+    base = (deg.unsqueeze(1) - k).clamp(min=0)
+    draws = (torch.rand((n, k), generator=gen, device=dev, dtype=torch.float64) * (base + steps + 1)).to(torch.int64)
+    out = draws.clone()
+    for j in range(1, k):
+        taken = (out[:, :j] == draws[:, j:j + 1]).any(1)
+        out[:, j] = torch.where(taken, base[:, 0] + j, draws[:, j])
+    return out
 
 
 @pytest.mark.parametrize("k", [1, 2, 5, 10, 15, 16, 33])
