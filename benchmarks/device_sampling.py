@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from typing import Any, Dict, List, Tuple
+from unittest import mock
 
 import torch
 
@@ -15,7 +16,8 @@ import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import workload
 import dgl
 from graphtrainer.data.device.batches import node_maps
-from graphtrainer.data.device.graph import device_graph
+from graphtrainer.data.device.graph import device_graph, drop_copies, structure_bytes
+from graphtrainer.data.device.mode import BUDGET_ENV
 from graphtrainer.data.device.sampler import DeviceSampler
 from graphtrainer.testing.op_count import OpCounter
 
@@ -38,6 +40,7 @@ def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any
     _, _, fanouts, batch, *_ = GRAPHS[name]
     sampler = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
     mine = DeviceSampler.from_dgl(sampler, graph)
+    drop_copies(graph)  # not a training arm's (its features may be on the host)
     dg = device_graph(graph, device, mine.node_keys(), {})
     maps = node_maps(dg)  # built once, as a loader does
     ids = workload.split_ids(graph, "train")
@@ -86,7 +89,8 @@ class StepClock(workload.EpochTimer):
         super().on_train_epoch_end(trainer, task)
         cuda = task.device.type == "cuda"
         self.gpu.append({"peak_bytes": torch.cuda.max_memory_allocated(task.device) if cuda else 0,
-                         "mode": task.train_loader.sampling_mode})
+                         "mode": task.train_loader.sampling_mode,
+                         "host_data": bool(getattr(task.train_loader.device_sampling, "host_note", ""))})
         if cuda:  # the next arm that trains on the GPU in this process: its own peak
             torch.cuda.reset_peak_memory_stats(task.device)
 
@@ -102,12 +106,16 @@ class TrainTask(workload.BenchTask):
         return self.train_loader
 
 
-def train_arm(graph: Any, name: str, steps: int, warm: int, workers: int = 0, **trainer_kwargs: Any) -> Dict:
+def train_arm(graph: Any, name: str, steps: int, warm: int, workers: int = 0, host_feats: bool = False,
+              **trainer_kwargs: Any) -> Dict:
     _, _, fanouts, batch, hidden, _ = GRAPHS[name]
     task = TrainTask(graph, fanouts=fanouts, hidden=hidden, batch_size=batch, lr=3e-3, dropout=0.5)
     task.workers, clock = workers, StepClock(warm)
     trainer_kwargs.setdefault("num_procs", None)  # a GPU rank: gpus=1 alone
-    workload.fit(graph, task, 1, clock, evaluate_test=False, limit_train_batches=warm + steps, **trainer_kwargs)
+    room = structure_bytes(graph) + 24 * graph.num_nodes()  # host_feats: room for the id maps and labels, no more
+    drop_copies(graph)  # a rank in this process: each arm makes its own copy
+    with mock.patch.dict("os.environ", {BUDGET_ENV: str(room)} if host_feats else {}):
+        workload.fit(graph, task, 1, clock, evaluate_test=False, limit_train_batches=warm + steps, **trainer_kwargs)
     timed, seconds = clock.steps[0] - warm, clock.times[0] - clock.step_ends[0][warm - 1]
     return dict(clock.gpu[0], steps=timed, seconds=seconds, step_ms=1e3 * seconds / timed,
                 seeds_per_s=(trainer_kwargs.get("num_procs") or 1) * batch * timed / seconds)
@@ -120,6 +128,7 @@ def train_part(graphs: Dict[str, Any], args: Any) -> Dict[str, Any]:
     plan = [("2 CPU ranks (DGL sampling)", dict(num_procs=2, sampling="cpu", launcher="fork")),
             (DEVICE_ARM, dict(one, sampling="device")),
             ("GPU rank, DGL sampling on the CPU", dict(one, sampling="cpu"))]
+    plan += [(f"{DEVICE_ARM}, features gathered on the host", dict(one, sampling="device", host_feats=True))]
     plan += [(f"GPU rank, DGL sampling, {w} workers", dict(one, sampling="cpu", workers=w)) for w in args.workers]
     out: Dict[str, Dict[str, Any]] = {name: {} for name in graphs}
     for label, kwargs in plan:
@@ -151,8 +160,9 @@ def render(results: Dict[str, Any], device: str) -> str:
         cpu_best = max([v["seeds_per_s"] for v in ok.values() if v["mode"] != "device"] or [float("nan")])
         text += f"\n\nTraining, {name} graph ({GRAPHS[name][0]}): seeds/s\n\n" + harness.markdown_table(
             ["arm", "sampled on", "seeds/s", "step (ms)", "peak GPU memory (GiB)", "vs best CPU-sampling arm"],
-            [[k, "device" if v["mode"] == "device" else "CPU", f"{v['seeds_per_s']:,.0f}", f"{v['step_ms']:.1f}",
-              f"{v['peak_bytes'] / 2**30:.2f}", harness.fmt_ratio(v["seeds_per_s"] / cpu_best)]
+            [[k, "CPU" if v["mode"] != "device" else "device, features on host" if v.get("host_data") else "device",
+              f"{v['seeds_per_s']:,.0f}", f"{v['step_ms']:.1f}", f"{v['peak_bytes'] / 2**30:.2f}",
+              harness.fmt_ratio(v["seeds_per_s"] / cpu_best)]
              if "error" not in v else [k, v["error"], "", "", "", ""] for k, v in arms.items()])
         dev, share = ok.get(DEVICE_ARM), results["per_batch"].get(f"{name} on cuda:0")
         if dev and share:

@@ -230,9 +230,7 @@ class EpochTimer(Callback):
     FIELDS = ("times", "cpu", "steps", "step_ends")
 
     def __init__(self) -> None:
-        self.times: List[float] = []
-        self.cpu: List[float] = []
-        self.steps: List[int] = []
+        self.times, self.cpu, self.steps = [], [], []  # type: List[float], List[float], List[int]
         self.step_ends: List[List[float]] = []
         self._t0 = self._c0 = 0.0
 

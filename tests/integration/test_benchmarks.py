@@ -141,8 +141,9 @@ def test_device_sampling_tiny_with_its_training_arms_on_cpu_ranks(tmp_path):
     assert positive(row["ms"]["dgl"]) and positive(row["ms"]["floyd"]) and positive(row["edges_per_batch"])
     assert row["torch_ops"] > 0
     arms = data["training"]["tiny"]
-    assert len(arms) == 4 and all(positive(arm["seeds_per_s"]) for arm in arms.values()), arms
-    assert [arm["mode"] for arm in arms.values()] == ["cpu", "device", "cpu", "cpu"]
+    assert len(arms) == 5 and all(positive(arm["seeds_per_s"]) for arm in arms.values()), arms
+    assert [(arm["mode"], arm["host_data"]) for arm in arms.values()] == [
+        ("cpu", False), ("device", False), ("cpu", False), ("device", True), ("cpu", False)]
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)

@@ -76,6 +76,32 @@ def test_refusals_name_the_part_and_auto_falls_back_saying_so(monkeypatch, capsy
     assert "NodeLoader samples on cpu (structure and gathered data" in capsys.readouterr().err
 
 
+def _structure_and_labels(g):
+    from graphtrainer.data.device.graph import structure_bytes
+
+    return structure_bytes(g) + 16 * g.num_nodes() + g.ndata["label"].numel() * g.ndata["label"].element_size()
+
+
+def test_when_only_the_structure_fits_auto_samples_on_the_cpu_naming_device_and_device_keeps_data_on_the_host(
+        monkeypatch, capsys):
+    g = make_graph()
+    monkeypatch.setenv(mode.BUDGET_ENV, str(_structure_and_labels(g)))
+    monkeypatch.setattr(mode, "auto_samples_on", lambda device: True)  # as on a GPU rank
+    auto = NodeLoader(g, torch.arange(20), default_sampler(g, [3]), 8)
+    assert mode.place(auto, CPU, "auto", announce=True) == "cpu"
+    err = capsys.readouterr().err
+    assert "samples on the CPU because the graph's structure and gathered data need" in err, err
+    assert "Trainer(sampling='device') samples there and gathers 'feat'" in err, err
+    dev = NodeLoader(g, torch.arange(20), default_sampler(g, [3]), 8)
+    assert mode.place(dev, CPU, "device", announce=True) == "device"
+    assert "sampling='device': NodeLoader samples on cpu" in capsys.readouterr().err
+    assert "gathered on the host per batch: 'feat'" in dev.device_sampling.host_note
+    small = make_graph()
+    monkeypatch.setenv(mode.BUDGET_ENV, str(_structure_and_labels(small) - small.ndata["label"].numel() * 8 - 1))
+    with pytest.raises(ValueError, match=r"structure and gathered data need .* more than the"):
+        mode.place(NodeLoader(small, torch.arange(20), default_sampler(small, [3]), 8), CPU, "device", announce=False)
+
+
 class _Steps(SageTask):
     def training_step(self, batch, batch_idx):
         raise AssertionError("a batch was trained although the loader was refused")
@@ -89,7 +115,7 @@ def test_a_graph_over_the_memory_budget_is_refused_before_the_first_batch(monkey
     with pytest.raises(RankFailedError) as err:
         trainer.fit(_Steps(make_graph()))
     text = str(err.value)
-    assert "need" in text and "more than the 0.00 GiB allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" in text, text
+    assert "need" in text and "more than the 0.0 MiB allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" in text, text
     assert "Trainer(sampling='cpu')" in text and "a batch was trained" not in text
     assert not rank_children()
 
@@ -108,6 +134,19 @@ def test_device_sampling_runs_repeat_and_fork_equals_spawn(root_dir):
     assert fork == _history(root_dir, "fork")
     assert fork == _history(root_dir, "spawn")
     assert fork != _history(root_dir, "fork", seed=4)  # the batches do follow the seed
+    assert not rank_children()
+
+
+@pytest.mark.timeout(300)
+def test_features_gathered_on_the_host_give_the_history_of_features_on_the_device(monkeypatch, root_dir, capfd):
+    """A budget with room for the structure and labels, not the features: they are gathered on
+    the host per batch (rank 0 says so), into the same batches (on CPU ranks the host is the
+    device; a GPU runs this path in tests/unit/data/test_device_sampler.py)."""
+    on_device = _history(root_dir, "fork")
+    monkeypatch.setenv(mode.BUDGET_ENV, str(_structure_and_labels(make_graph())))
+    assert _history(root_dir, "fork") == on_device
+    err = capfd.readouterr().err
+    assert err.count("gathered on the host per batch: 'feat'") == 1, err[-3000:]
     assert not rank_children()
 
 
@@ -261,6 +300,6 @@ def test_loaders_of_one_graph_share_its_copy_and_its_memory_budget(monkeypatch):
     assert bytes_to_copy(g, CPU, *keys) == 0
     assert mode.place(val, CPU, "device", announce=False) == "device"
     assert train.device_sampling.graph is val.device_sampling.graph
-    other = make_graph(num_nodes=200, seed=1)  # another graph needs a copy of its own: over the budget
+    other = make_graph(num_nodes=300, seed=1)  # another graph needs a copy of its own: its structure is over
     with pytest.raises(ValueError, match="more than the"):
         mode.place(NodeLoader(other, torch.arange(40), default_sampler(other, [3]), 8), CPU, "device", announce=False)

@@ -18,7 +18,7 @@ import torch
 from ..hetero import split_flat
 from ..workers import batch_seed
 from .compact import NodeMaps
-from .graph import DeviceGraph, device_graph
+from .graph import DeviceGraph, Keys, device_graph
 from .sampler import DeviceSampler
 
 def node_maps(dg: DeviceGraph) -> NodeMaps:
@@ -43,12 +43,14 @@ def batch_ranges(n: int, batch_size: int, drop_last: bool) -> Iterator[Tuple[int
 
 class DeviceNodeBatches:
     """``(input_nodes, output_nodes, blocks)`` batches of a share, sampled on ``device``.
-    ``types``: the heterograph's ``(type, offset, count)`` spans of the flat ids (or None)."""
+    ``types``: the heterograph's ``(type, offset, count)`` spans of the flat ids (or None);
+    ``on_host``: node and edge data keys gathered on the host."""
 
     def __init__(self, graph: Any, sampler: DeviceSampler, batch_size: int, drop_last: bool,
-                 types: Optional[Sequence[Tuple[str, int, int]]], device: torch.device):
+                 types: Optional[Sequence[Tuple[str, int, int]]], device: torch.device,
+                 on_host: Tuple[Keys, Keys] = ({}, {})):
         self.sampler, self.batch_size, self.drop_last, self.types = sampler, batch_size, drop_last, types
-        self.graph = device_graph(graph, device, sampler.node_keys(), sampler.edge_keys())
+        self.graph = device_graph(graph, device, sampler.node_keys(), sampler.edge_keys(), on_host)
         self.device = device
 
     def seeds(self, ids: torch.Tensor) -> Dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from ...nn.blocks import TorchBlock, TorchHeteroBlock
 from ..edge_loader import PerEdgeUniform, edge_hash
 from ..hetero import split_flat
 from .batches import batch_generator, batch_ranges, node_maps
-from .graph import EType, device_graph
+from .graph import EType, Keys, device_graph
 from .sampler import DeviceSampler, Unsupported
 
 
@@ -72,12 +72,13 @@ class DeviceEdgeBatches:
     """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`'s batches of its share, on a
     homogeneous graph or a heterograph (typed seed edges, ``exclude="reverse_types"``)."""
 
-    def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device):
+    def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device,
+                 on_host: Tuple[Keys, Keys] = ({}, {})):
         if loader.negatives is not None and not isinstance(loader.negatives, PerEdgeUniform):
             raise Unsupported(f"negatives={type(loader.negatives).__name__}: the device sampler draws uniform "
                               "negatives (negatives=k)")
         self.loader, self.sampler, self.device = loader, sampler, device
-        self.graph = device_graph(loader.graph, device, sampler.node_keys(), sampler.edge_keys())
+        self.graph = device_graph(loader.graph, device, sampler.node_keys(), sampler.edge_keys(), on_host)
         self.pairs = None if loader.pairs is None else tuple(p.to(device) for p in loader.pairs)
         rev = loader.reverse_eids
         self.reverse = rev.to(device) if rev is not None and loader.exclude == "reverse_id" else None

@@ -1,6 +1,8 @@
 """The graph as the device sampler reads it: each relation's CSC in-edges and the data the loaders
-gather, copied to one device once per rank. Sizes are counted first (:func:`structure_bytes`,
-:func:`data_bytes`), so ``sampling="auto"`` can decide, and ``"device"`` refuse, beforehand.
+gather, copied to one device once per rank. Sizes are counted first (:func:`plan_copy`), so
+``sampling="auto"`` can decide, and ``"device"`` refuse, beforehand. Data that does not fit
+beside the structure may stay on the host: its rows are gathered there, into pinned memory,
+and copied over (:func:`gather`).
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ class Relation:
 
 class DeviceGraph:
     """Structure (one :class:`Relation` per canonical edge type), node counts per type, and the
-    node and edge data gathered into batches, all on ``device``."""
+    node and edge data gathered into batches, on ``device`` (data that did not fit: on the host)."""
 
     def __init__(self, relations: Dict[EType, Relation], num_nodes: Dict[str, int],
                  ndata: Dict[str, Dict[str, torch.Tensor]], edata: Dict[EType, Dict[str, torch.Tensor]],
@@ -67,18 +69,17 @@ class DeviceGraph:
     def ntypes(self) -> list:
         return list(self.num_nodes)
 
-    def add_data(self, graph: Any, node_keys: Keys, edge_keys: Keys) -> None:
-        """Copy data a later loader gathers that an earlier one did not."""
-        for nt, keys in node_keys.items():
-            have = self.ndata.setdefault(nt, {})
-            for key in keys:
-                if key not in have:
-                    have[key] = graph.nodes[nt].data[key].to(self.device)
-        for et, keys in edge_keys.items():
-            have = self.edata.setdefault(et, {})
-            for key in keys:
-                if key not in have:
-                    have[key] = graph.edges[et].data[key].to(self.device)
+    def add_data(self, graph: Any, node_keys: Keys, edge_keys: Keys, on_host: Tuple[Keys, Keys] = ({}, {})) -> None:
+        """Copy data a later loader gathers that an earlier one did not; keys in ``on_host``
+        (node keys, edge keys) stay the graph's own host tensors."""
+        for data, have_all, wanted, host in ((graph.nodes, self.ndata, node_keys, on_host[0]),
+                                             (graph.edges, self.edata, edge_keys, on_host[1])):
+            for t, keys in wanted.items():
+                have = have_all.setdefault(t, {})
+                for key in keys:
+                    if key not in have:
+                        value = data[t].data[key]
+                        have[key] = value if key in host.get(t, ()) else value.to(self.device)
 
 
 def relations_of(graph: Any) -> Iterable[EType]:
@@ -108,13 +109,64 @@ def data_bytes(graph: Any, node_keys: Keys, edge_keys: Keys) -> int:
 def bytes_to_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys) -> int:
     """Bytes :func:`device_graph` would add on ``device``: the structure and the id maps
     (``16 x nodes``) unless a loader copied them already, and the data not there yet."""
+    plan = plan_copy(graph, device, node_keys, edge_keys, allowed=None)
+    return plan.structure + plan.data
+
+
+@dataclass
+class CopyPlan:
+    """What a loader adds to its graph's copy on a device: ``structure`` bytes (with the id
+    maps; 0 once copied), ``data`` bytes of gathered data that go there, and the keys (node
+    keys, edge keys) and bytes of the data that stay on the host."""
+
+    structure: int
+    data: int
+    on_host: Tuple[Keys, Keys]
+    host_bytes: int
+
+    def names_on_host(self) -> str:
+        return ", ".join(f"{k!r}" for keys in self.on_host for ks in keys.values() for k in ks)
+
+
+def plan_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,
+              allowed: Optional[int]) -> CopyPlan:
+    """Which data not copied yet fits within ``allowed`` bytes beside the structure, smallest
+    first (labels before features); the rest stays on the host (``allowed=None``: all fits)."""
     copy = _COPIES.get(graph, {}).get(str(device))
-    if copy is None:
-        return structure_bytes(graph) + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes) \
-            + data_bytes(graph, node_keys, edge_keys)
-    missing_nodes = {nt: tuple(k for k in keys if k not in copy.ndata.get(nt, {})) for nt, keys in node_keys.items()}
-    missing_edges = {et: tuple(k for k in keys if k not in copy.edata.get(et, {})) for et, keys in edge_keys.items()}
-    return data_bytes(graph, missing_nodes, missing_edges)
+    structure = 0 if copy is not None else structure_bytes(graph) + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes)
+    have = ({}, {}) if copy is None else (copy.ndata, copy.edata)
+    missing = []  # (bytes, is_edge, type, key)
+    for is_edge, (wanted, view) in enumerate(((node_keys, graph.nodes), (edge_keys, graph.edges))):
+        for t, keys in wanted.items():
+            for k in keys:
+                if k not in have[is_edge].get(t, {}):
+                    value = view[t].data[k]
+                    missing.append((value.numel() * value.element_size(), is_edge, t, k))
+    room = None if allowed is None else allowed - structure
+    data = host_bytes = 0
+    on_host: Tuple[Keys, Keys] = ({}, {})
+    for size, is_edge, t, k in sorted(missing, key=lambda m: m[0]):
+        if room is None or data + size <= room:
+            data += size
+        else:
+            host_bytes += size
+            on_host[is_edge][t] = on_host[is_edge].get(t, ()) + (k,)
+    return CopyPlan(structure, data, on_host, host_bytes)
+
+
+def gather(data: torch.Tensor, ids: torch.Tensor, host_ids: Dict[int, torch.Tensor]) -> torch.Tensor:
+    """Rows ``ids`` of ``data``, on the device of ``ids``. Data kept on the host is gathered
+    there into pinned memory and copied without the host waiting (torch's pinned-memory cache
+    keeps that buffer until its copy is done); ``host_ids`` holds each ``ids`` copied to the host
+    once per batch (one wait)."""
+    if data.device == ids.device:
+        return data.index_select(0, ids)
+    if id(ids) not in host_ids:
+        host_ids[id(ids)] = ids.to(data.device)
+    pinned = ids.device.type == "cuda"
+    out = torch.empty((ids.numel(), *data.shape[1:]), dtype=data.dtype, pin_memory=pinned)
+    torch.index_select(data, 0, host_ids[id(ids)], out=out)
+    return out.to(ids.device, non_blocking=pinned)
 
 
 def _relation(graph: Any, etype: EType, device: torch.device) -> Relation:
@@ -129,8 +181,16 @@ def _relation(graph: Any, etype: EType, device: torch.device) -> Relation:
 _COPIES: "weakref.WeakKeyDictionary[Any, Dict[str, DeviceGraph]]" = weakref.WeakKeyDictionary()
 
 
-def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys) -> DeviceGraph:
-    """``graph``'s structure and the data named by the keys on ``device``, copied once per rank."""
+def drop_copies(graph: Any) -> None:
+    """Forget ``graph``'s copies in this process (a copy lives as long as its graph, so that a
+    later fit or test reuses it); the next loader copies again, with its own plan."""
+    _COPIES.pop(graph, None)
+
+
+def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,
+                 on_host: Tuple[Keys, Keys] = ({}, {})) -> DeviceGraph:
+    """``graph``'s structure and the data named by the keys on ``device``, copied once per rank
+    (but the keys ``on_host``: node keys, edge keys)."""
     per_device = _COPIES.setdefault(graph, {})
     copy = per_device.get(str(device))
     if copy is None:
@@ -138,5 +198,5 @@ def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: K
         copy = DeviceGraph(relations, {nt: graph.num_nodes(nt) for nt in graph.ntypes}, {}, {}, device,
                            hetero=len(graph.ntypes) > 1 or len(graph.canonical_etypes) > 1)
         per_device[str(device)] = copy
-    copy.add_data(graph, node_keys, edge_keys)
+    copy.add_data(graph, node_keys, edge_keys, on_host)
     return copy

@@ -2,10 +2,11 @@
 
 - ``"cpu"``: DGL's sampler on the CPU (in the rank or its workers);
 - ``"device"``: the torch sampler on the rank's device; a loader it cannot serve is refused
-  before the first batch, naming the part and the fix;
-- ``"auto"`` (default): on GPU ranks the device when the sampler is supported and the data
-  fit in :data:`DEVICE_SHARE` of its free memory, else the CPU (rank 0 says why); on CPU
-  ranks DGL's sampler (faster there: ``benchmarks/device_sampling.py``).
+  before the first batch, naming the part and the fix. Gathered data that does not fit beside
+  the structure stays on the host, gathered there per batch (rank 0 says which);
+- ``"auto"`` (default): on GPU ranks the device when the sampler is supported and the
+  structure and data fit in :data:`DEVICE_SHARE` of its free memory, else the CPU (rank 0
+  says why); on CPU ranks DGL's sampler (faster there: ``benchmarks/device_sampling.py``).
 
 ``GRAPHTRAINER_SAMPLING_BUDGET`` (bytes), when set, replaces the measured memory budget.
 """
@@ -17,7 +18,7 @@ from typing import Any, Tuple
 
 import torch
 
-from .graph import bytes_to_copy
+from .graph import plan_copy
 from .sampler import DeviceSampler, Unsupported
 
 SAMPLING_MODES = ("auto", "device", "cpu")
@@ -45,12 +46,13 @@ def budget(device: torch.device) -> Tuple[int, str]:
     return int(psutil.virtual_memory().available * DEVICE_SHARE), f"{DEVICE_SHARE:.0%} of available RAM"
 
 
-def _gb(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def device_batches(loader: Any, device: torch.device) -> Any:
-    """The device sampling of a node or edge loader, or :class:`Unsupported` naming why not."""
+def device_batches(loader: Any, device: torch.device, host_data: bool = False) -> Any:
+    """The device sampling of a node or edge loader, or :class:`Unsupported` naming why not.
+    ``host_data``: data that does not fit beside the structure stays on the host."""
     from .batches import DeviceNodeBatches
     from .edges import DeviceEdgeBatches
 
@@ -59,17 +61,26 @@ def device_batches(loader: Any, device: torch.device) -> Any:
                           "DGL's CPU sampling")
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
-    # What this loader adds: a later loader of the same graph (validation after training) shares the copy.
-    need = bytes_to_copy(graph, device, sampler.node_keys(), sampler.edge_keys())
     allowed, source = budget(device)
-    if need > allowed:
-        raise Unsupported(f"the graph's structure and gathered data need {_gb(need)} on {device}, more than "
-                          f"the {_gb(allowed)} allowed ({source})")
+    # What this loader adds: a later loader of the same graph (validation after training) shares the copy.
+    plan = plan_copy(graph, device, sampler.node_keys(), sampler.edge_keys(), allowed)
+    need = plan.structure + plan.data + plan.host_bytes
+    over = f"more than the {_size(allowed)} allowed ({source})"
+    if plan.structure > allowed or (plan.host_bytes and not host_data):
+        also = "" if plan.structure > allowed else (
+            f"; Trainer(sampling='device') samples there and gathers {plan.names_on_host()} "
+            f"({_size(plan.host_bytes)}) on the host")
+        raise Unsupported(f"the graph's structure and gathered data need {_size(need)} on {device}, {over}{also}")
     if hasattr(loader, "pairs"):
-        batches: Any = DeviceEdgeBatches(loader, sampler, device)
+        batches: Any = DeviceEdgeBatches(loader, sampler, device, plan.on_host)
     else:
-        batches = DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device)
-    batches.footprint = f"structure and gathered data {_gb(need)} of the {_gb(allowed)} allowed ({source})"
+        batches = DeviceNodeBatches(graph, sampler, loader.batch_size, loader.drop_last, loader.spans, device,
+                                    plan.on_host)
+    batches.footprint = f"structure and gathered data {_size(plan.structure + plan.data)} of the {_size(allowed)} " \
+                        f"allowed ({source})"
+    batches.host_note = "" if not plan.host_bytes else (
+        f"; gathered on the host per batch: {plan.names_on_host()} ({_size(plan.host_bytes)}), since with it "
+        f"the copy would need {_size(need)}, {over}")
     return batches
 
 
@@ -80,7 +91,8 @@ def auto_samples_on(device: torch.device) -> bool:
 
 def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
     """Set and return where ``loader`` samples (``"device"``, or ``"cpu"``, also for other
-    loaders, left alone). ``announce``: say what ``"auto"`` chose on a GPU."""
+    loaders, left alone). ``announce``: say what ``"auto"`` chose on a GPU, and which data
+    ``"device"`` gathers on the host."""
     if not hasattr(loader, "use_device_sampling"):
         return "cpu"
     if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):
@@ -88,7 +100,7 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
         return "cpu"
     name = type(loader).__name__
     try:
-        batches = device_batches(loader, device)
+        batches = device_batches(loader, device, host_data=mode == "device")
     except Unsupported as why:
         if mode == "device":
             raise ValueError(f"sampling='device' cannot sample this {name} on {device}: {why}. Fix: change that, "
@@ -99,6 +111,7 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
                   "Trainer(sampling='cpu') says so without this line", file=sys.stderr)
         return "cpu"
     loader.use_device_sampling(batches)
-    if announce and mode == "auto":
-        print(f"[graphtrainer] sampling='auto': {name} samples on {device} ({batches.footprint})", file=sys.stderr)
+    if announce and (mode == "auto" or batches.host_note):
+        print(f"[graphtrainer] sampling={mode!r}: {name} samples on {device} ({batches.footprint}){batches.host_note}",
+              file=sys.stderr)
     return "device"

@@ -3,7 +3,8 @@
 :class:`DeviceSampler` does what DGL's ``NeighborSampler.sample_blocks`` does, giving
 :class:`~graphtrainer.nn.blocks.TorchBlock` (``TorchHeteroBlock``) in DGL's layout: ``blocks[i]``
 sampled with ``fanouts[i]``, graph ids in ``srcdata``/``dstdata``/``edata["_ID"]``, and prefetched
-features gathered on the device (``blocks[0].srcdata``, ``blocks[-1].dstdata``, every ``edata``).
+features gathered on the device (``blocks[0].srcdata``, ``blocks[-1].dstdata``, every ``edata``;
+data kept on the host is gathered there and copied over).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from ...nn.blocks import TorchBlock, TorchHeteroBlock
 from .compact import NodeMaps, compact_layer
-from .graph import DeviceGraph, EType, Keys
+from .graph import DeviceGraph, EType, Keys, gather
 from .neighbors import Excluded, Sampled, sample_layer
 
 NID, EID = "_ID", "_ID"
@@ -116,11 +117,12 @@ class DeviceSampler:
 
     def _gather(self, dg: DeviceGraph, blocks: list, inputs: Dict[str, torch.Tensor],
                 seeds: Dict[str, torch.Tensor]) -> None:
+        host_ids: Dict[int, torch.Tensor] = {}  # ids copied to the host, for data kept there
         for keys, where, ids in ((self.node_feats, blocks[0].srcdata, inputs),
                                  (self.labels, blocks[-1].dstdata, seeds)):
             for nt, names in (keys or {}).items():
                 for key in names:
-                    value = dg.ndata[nt][key].index_select(0, ids[nt])
+                    value = gather(dg.ndata[nt][key], ids[nt], host_ids)
                     if dg.hetero:
                         where.setdefault(key, {})[nt] = value
                     else:
@@ -129,9 +131,9 @@ class DeviceSampler:
             for et, names in (self.edge_feats or {}).items():
                 for key in names:
                     if dg.hetero:
-                        block.edata.setdefault(key, {})[et] = dg.edata[et][key].index_select(0, block.edata[EID][et])
+                        block.edata.setdefault(key, {})[et] = gather(dg.edata[et][key], block.edata[EID][et], host_ids)
                     else:
-                        block.edata[key] = dg.edata[et][key].index_select(0, block.edata[EID])
+                        block.edata[key] = gather(dg.edata[et][key], block.edata[EID], host_ids)
 
 
 def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.Tensor],

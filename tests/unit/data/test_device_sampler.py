@@ -12,7 +12,7 @@ import graphtrainer  # noqa: F401  (DGL's compatibility layer first)
 import dgl
 
 from graphtrainer.data.device.batches import node_maps
-from graphtrainer.data.device.graph import device_graph
+from graphtrainer.data.device.graph import device_graph, plan_copy, structure_bytes
 from graphtrainer.data.device.neighbors import Excluded, floyd, sample_layer
 from graphtrainer.data.device.sampler import DeviceSampler, Unsupported
 from graphtrainer.testing.op_count import OpCounter
@@ -94,6 +94,49 @@ def test_features_labels_and_edge_data_are_gathered():
     assert torch.equal(blocks[-1].dstdata["label"], g.ndata["label"][seeds])
     for b in blocks:
         assert torch.equal(b.edata["w"], g.edata["w"][b.edata["_ID"]])
+
+
+def test_data_kept_on_the_host_is_gathered_there_into_the_same_batch_on_the_device():
+    """Features and edge data left on the host (they did not fit beside the structure) give the
+    batch that data on the device gives, every gathered tensor on the sampler's device (on a
+    GPU: gathered into pinned memory and copied over)."""
+    prefetch = dict(prefetch_node_feats=["feat"], prefetch_labels=["label"], prefetch_edge_feats=["w"])
+    s = DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler([4, 4], **prefetch), skewed_graph())
+    seeds = {"_N": torch.tensor([10, 11, 40, 41]).to(DEV)}
+    batches = []
+    for on_host in (({}, {}), ({"_N": ("feat",)}, {("_N", "_E", "_N"): ("w",)})):
+        g = skewed_graph()  # a graph of its own: its own copy on the device
+        dg = device_graph(g, DEV, s.node_keys(), s.edge_keys(), on_host)
+        kept = [dg.ndata["_N"]["feat"], dg.edata[("_N", "_E", "_N")]["w"]]
+        assert all(t.device == (torch.device("cpu") if on_host[0] else DEV) for t in kept)
+        assert dg.ndata["_N"]["label"].device == DEV
+        batches.append(s.sample(dg, node_maps(dg), seeds, torch.Generator(DEV).manual_seed(0)))
+    (inputs, blocks), (inputs_h, blocks_h) = batches
+    assert torch.equal(inputs["_N"], inputs_h["_N"])
+    pairs = [(blocks[0].srcdata["feat"], blocks_h[0].srcdata["feat"]),
+             (blocks[-1].dstdata["label"], blocks_h[-1].dstdata["label"])]
+    pairs += [(a.edata["w"], b.edata["w"]) for a, b in zip(blocks, blocks_h)]
+    for on_device, via_host in pairs:
+        assert via_host.device == DEV and torch.equal(on_device, via_host)
+    g = skewed_graph()
+    assert torch.equal(blocks_h[0].srcdata["feat"].cpu(), g.ndata["feat"][inputs_h["_N"].cpu()])
+
+
+def test_a_copy_plan_puts_the_smallest_data_beside_the_structure_and_the_rest_on_the_host():
+    g = skewed_graph()
+    g.ndata["feat"] = torch.randn(300, 16)
+    keys = ({"_N": ("feat", "label")}, {("_N", "_E", "_N"): ("w",)})
+    structure = structure_bytes(g) + 16 * g.num_nodes()
+    sizes = {"label": 8 * 300, "w": 4 * g.num_edges(), "feat": 4 * 16 * 300}
+    everything = plan_copy(g, DEV, *keys, allowed=None)
+    assert (everything.structure, everything.data, everything.host_bytes) == (structure, sum(sizes.values()), 0)
+    room = structure + sizes["label"] + sizes["w"]  # not feat, the largest
+    plan = plan_copy(g, DEV, *keys, allowed=room)
+    assert plan.on_host == ({"_N": ("feat",)}, {}) and plan.host_bytes == sizes["feat"]
+    assert plan.data == room - structure and plan.names_on_host() == "'feat'"
+    nothing = plan_copy(g, DEV, *keys, allowed=structure)
+    assert nothing.data == 0 and nothing.host_bytes == sum(sizes.values())
+    assert sorted(nothing.on_host[0]["_N"]) == ["feat", "label"] and nothing.on_host[1] == {("_N", "_E", "_N"): ("w",)}
 
 
 def test_excluded_edges_never_appear_and_the_rest_fill_the_fanout():
