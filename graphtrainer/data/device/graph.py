@@ -125,7 +125,9 @@ class CopyPlan:
     host_bytes: int
 
     def names_on_host(self) -> str:
-        return ", ".join(f"{k!r}" for keys in self.on_host for ks in keys.values() for k in ks)
+        """``'feat'``, or ``'user/feat'`` where the type is not a homogeneous graph's."""
+        return ", ".join(repr(k if t in ("_N", ("_N", "_E", "_N")) else f"{t[1] if isinstance(t, tuple) else t}/{k}")
+                         for keys in self.on_host for t, ks in keys.items() for k in ks)
 
 
 def plan_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,

@@ -297,6 +297,16 @@ def test_heterograph_per_relation_fanouts():
         assert torch.equal(blocks[0].srcdata["feat"][nt], g.nodes[nt].data["feat"][inputs[nt]])
 
 
+def test_a_heterographs_data_left_on_the_host_is_named_with_its_type():
+    g = dgl.heterograph({("user", "buys", "item"): (torch.tensor([0, 1]), torch.tensor([1, 0])),
+                         ("item", "bought-by", "user"): (torch.tensor([1, 0]), torch.tensor([0, 1]))})
+    g.nodes["user"].data["feat"] = torch.randn(2, 8)
+    g.edges["buys"].data["w"] = torch.randn(2, 8)
+    keys = ({"user": ("feat",)}, {("user", "buys", "item"): ("w",)})
+    plan = plan_copy(g, DEV, *keys, allowed=structure_bytes(g) + 16 * 4)
+    assert plan.names_on_host() == "'user/feat', 'buys/w'" and plan.host_bytes == 2 * 64
+
+
 def test_samplers_it_cannot_reproduce_are_named():
     g = skewed_graph()
 
