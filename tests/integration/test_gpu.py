@@ -260,14 +260,15 @@ def _dgl_installed() -> bool:
 NEEDS_DGL = pytest.mark.skipif(not _dgl_installed(), reason="DGL is not installed here")
 
 
-def _fit_shape(tmp_path, name, case, where, *args):
+def _fit_shape(tmp_path, name, case, where, *args, env=None):
     out = tmp_path / name
     out.mkdir()
     path = os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, str(DGL_SCRIPT), "--case", case, "--where", where, "--out", str(out), *args],
-                          env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=280)
+                          env=dict(os.environ, PYTHONPATH=path, **(env or {})), capture_output=True, text=True,
+                          timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return json.loads((out / "fit.json").read_text())
+    return dict(json.loads((out / "fit.json").read_text()), stderr=proc.stderr)
 
 
 def _assert_same_history(ref, got, label):
@@ -368,6 +369,26 @@ def test_device_sampling_on_gpu_trains_each_shape_and_repeats(tmp_path, case):
     assert first["ranks"][0] == {"kinds": sorted(CASES[case][2]), "devices": ["cuda:0"], "params": ["cuda:0"]}
     _assert_same_history(first["history"], again["history"], f"{case}, sampled on the GPU twice")
     assert all(math.isfinite(v) for row in first["history"] for v in row.values())
+
+
+@NEEDS_CUDA
+@NEEDS_DGL
+@pytest.mark.timeout(600)
+def test_features_gathered_on_the_host_train_as_features_on_the_gpu(tmp_path):
+    """A memory budget with room for the structure and labels only: the features stay on the host
+    and each batch's rows come over from pinned memory. The batches are the same (each has its
+    own seeded generator), so the history is the same within float32 tolerance."""
+    from graphtrainer.data.device.graph import structure_bytes
+    from graphtrainer.data.device.mode import BUDGET_ENV
+    from tasks import make_graph  # the "node" case's graph
+
+    g = make_graph()
+    room = structure_bytes(g) + 24 * g.num_nodes()  # the id maps and int64 labels, not the features
+    on_gpu = _fit_shape(tmp_path, "gpu", "node", "gpu1", "--sampling", "device")
+    on_host = _fit_shape(tmp_path, "host", "node", "gpu1", "--sampling", "device", env={BUDGET_ENV: str(room)})
+    assert "gathered on the host per batch: 'feat'" in on_host["stderr"], on_host["stderr"][-3000:]
+    assert "gathered on the host" not in on_gpu["stderr"]
+    _assert_same_history(on_gpu["history"], on_host["history"], "features gathered on the host")
 
 
 @NEEDS_CUDA
