@@ -16,7 +16,7 @@ import harness  # first: graphtrainer from this checkout, DGL on PyTorch
 import workload
 import dgl
 from graphtrainer.data.device.batches import node_maps
-from graphtrainer.data.device.graph import device_graph, drop_copies, structure_bytes
+from graphtrainer.data.device.graph import bytes_to_copy, device_graph, drop_copies
 from graphtrainer.data.device.mode import BUDGET_ENV
 from graphtrainer.data.device.sampler import DeviceSampler
 from graphtrainer.testing.op_count import OpCounter
@@ -112,8 +112,8 @@ def train_arm(graph: Any, name: str, steps: int, warm: int, workers: int = 0, ho
     task = TrainTask(graph, fanouts=fanouts, hidden=hidden, batch_size=batch, lr=3e-3, dropout=0.5)
     task.workers, clock = workers, StepClock(warm)
     trainer_kwargs.setdefault("num_procs", None)  # a GPU rank: gpus=1 alone
-    room = structure_bytes(graph) + 24 * graph.num_nodes()  # host_feats: room for the id maps and labels, no more
     drop_copies(graph)  # a rank in this process: each arm makes its own copy
+    room = bytes_to_copy(graph, torch.device("cpu"), {"_N": ("label",)}, {})  # host_feats: structure and labels only
     with mock.patch.dict("os.environ", {BUDGET_ENV: str(room)} if host_feats else {}):
         workload.fit(graph, task, 1, clock, evaluate_test=False, limit_train_batches=warm + steps, **trainer_kwargs)
     timed, seconds = clock.steps[0] - warm, clock.times[0] - clock.step_ends[0][warm - 1]

@@ -77,9 +77,9 @@ def test_refusals_name_the_part_and_auto_falls_back_saying_so(monkeypatch, capsy
 
 
 def _structure_and_labels(g):
-    from graphtrainer.data.device.graph import structure_bytes
+    from graphtrainer.data.device.graph import bytes_to_copy
 
-    return structure_bytes(g) + 16 * g.num_nodes() + g.ndata["label"].numel() * g.ndata["label"].element_size()
+    return bytes_to_copy(g, CPU, {"_N": ("label",)}, {})
 
 
 def test_when_only_the_structure_fits_auto_samples_on_the_cpu_naming_device_and_device_keeps_data_on_the_host(

@@ -378,12 +378,11 @@ def test_features_gathered_on_the_host_train_as_features_on_the_gpu(tmp_path):
     """A memory budget with room for the structure and labels only: the features stay on the host
     and each batch's rows come over from pinned memory. The batches are the same (each has its
     own seeded generator), so the history is the same within float32 tolerance."""
-    from graphtrainer.data.device.graph import structure_bytes
+    from graphtrainer.data.device.graph import bytes_to_copy
     from graphtrainer.data.device.mode import BUDGET_ENV
     from tasks import make_graph  # the "node" case's graph
 
-    g = make_graph()
-    room = structure_bytes(g) + 24 * g.num_nodes()  # the id maps and int64 labels, not the features
+    room = bytes_to_copy(make_graph(), torch.device("cpu"), {"_N": ("label",)}, {})  # the labels, not the features
     on_gpu = _fit_shape(tmp_path, "gpu", "node", "gpu1", "--sampling", "device")
     on_host = _fit_shape(tmp_path, "host", "node", "gpu1", "--sampling", "device", env={BUDGET_ENV: str(room)})
     assert "gathered on the host per batch: 'feat'" in on_host["stderr"], on_host["stderr"][-3000:]
