@@ -16,8 +16,13 @@ import time
 from typing import Any, Dict, List
 
 import harness  # first: graphtrainer from this checkout, DGL on PyTorch
+from graphtrainer import Trainer, datasets  # before dgl: the newest stack's compatibility layer
+import dgl
+import torch
+import torch.nn.functional as F
 from graphtrainer.callbacks import Callback
-from graphtrainer.examples.node_classification import NodeClassification
+from graphtrainer.evaluation.ranking import roc_auc
+from graphtrainer.examples.node_classification import NodeClassification, standardize_features
 from probe import Probe
 
 DATASETS = ("synthetic", "tolokers")
@@ -26,9 +31,8 @@ DATASETS = ("synthetic", "tolokers")
 def parse_size(text: str) -> Dict[str, int]:
     """``NODESxDEGREE`` with k/M suffixes, e.g. ``2Mx10`` (2,000,000 nodes, ~20M edges)."""
     def num(s: str) -> int:
-        s = s.strip()
-        mult = {"k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}.get(s[-1:], 1)
-        return int(float(s[:-1] if mult > 1 else s) * mult)
+        mult = {"k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}.get(s.strip()[-1:], 1)
+        return int(float(s.strip()[:-1] if mult > 1 else s) * mult)
 
     try:
         nodes, _, deg = text.partition("x")
@@ -127,15 +131,11 @@ def graph_specs(datasets: List[str], sizes: List[Dict[str, int]], feat_dim: int,
 def build_graph(spec: Dict[str, Any]) -> Any:
     """``{"dataset": "tolokers"}`` (features standardized as the example does, split 0 of 10 as 1-D masks) or
     ``{"dataset": "synthetic", num_nodes, avg_degree, feat_dim, num_classes, seed}``."""
-    from graphtrainer import datasets
-
     if spec["dataset"] == "synthetic":
         return datasets.synthetic(spec["num_nodes"], spec["avg_degree"], spec["feat_dim"],
                                   spec.get("num_classes", 8), spec.get("seed", 0))
     if spec["dataset"] != "tolokers":
         raise ValueError(f"unknown dataset {spec['dataset']!r}: choose one of {DATASETS}")
-    from graphtrainer.examples.node_classification import standardize_features
-
     graph = datasets.load("tolokers")
     standardize_features(graph)
     return graph
@@ -147,8 +147,6 @@ def split_ids(graph: Any, split: str) -> Any:
 
 def cap_train(graph: Any, cap: int, seed: int = 0) -> int:
     """Keep a seeded random ``cap`` of the training nodes (the train mask is rewritten)."""
-    import torch
-
     ids = split_ids(graph, "train")
     if ids.numel() > cap:
         keep = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(seed))[:cap]]
@@ -164,8 +162,6 @@ class BenchTask(NodeClassification):
         return None
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
-        import torch.nn.functional as F
-
         logits, labels = self._forward(batch)
         loss = F.cross_entropy(logits, labels)
         self.log("train_loss", loss)
@@ -175,11 +171,6 @@ class BenchTask(NodeClassification):
 def evaluate(model: Any, graph: Any, ids: Any, batch_size: int = 4096) -> Dict[str, float]:
     """Test metrics over ``ids`` with every neighbour, in this process: ``test_acc``, and
     ``test_auc`` (ROC-AUC of class 1) for binary labels."""
-    import dgl
-    import torch
-
-    from graphtrainer.evaluation.ranking import roc_auc
-
     sampler = dgl.dataloading.MultiLayerFullNeighborSampler(len(model.layers), prefetch_node_feats=["feat"],
                                                             prefetch_labels=["label"])
     model.eval()
@@ -198,10 +189,6 @@ def fit(graph: Any, task: Any, epochs: int, timer: Any = None, evaluate_test: bo
         **trainer_kwargs: Any) -> Dict[str, Any]:
     """One ``Trainer(num_procs=2, seed=0, ...)`` fit of ``task`` (keyword arguments override; ``None`` drops one):
     rank 0's epoch times and step ends, the run's wall time and rank 0's test metrics (:func:`evaluate`)."""
-    import tempfile
-
-    from graphtrainer import Trainer
-
     timer = timer or EpochTimer()
     with tempfile.TemporaryDirectory() as tmp:
         kwargs = dict(dict(num_procs=2, seed=0, enable_model_summary=False, default_root_dir=tmp), **trainer_kwargs)
@@ -259,10 +246,7 @@ def handwritten_rank(rank: int, world: int, port: int, conn: Any, cfg: Dict[str,
     """One rank on its graph unpickled from ``conn``: DDP, ``DataLoader(use_ddp=True)``, ``loss.item()`` per step.
     ``cfg``: ``workload.task_kwargs``, epochs, threads, seed; optional probe_dir, pause_at, measure_steps (a
     :class:`Probe`), max_steps, evaluate (test metrics), join (epochs in ``Join``); out_file: rank 0's record."""
-    import dgl
-    import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.distributed.algorithms.join import Join
     from torch.nn.parallel import DistributedDataParallel
 
