@@ -83,8 +83,9 @@ class DeviceEdgeBatches:
         rev = loader.reverse_eids
         self.reverse = rev.to(device) if rev is not None and loader.exclude == "reverse_id" else None
         graph = loader.graph
+        reverse_etypes = getattr(loader, "reverse_etypes", None) if loader.exclude == "reverse_types" else None
         self.reverse_types = {graph.to_canonical_etype(a): graph.to_canonical_etype(b)
-                              for a, b in (getattr(loader, "reverse_etypes", None) or {}).items()}
+                              for a, b in (reverse_etypes or {}).items()}
         self.offsets = {et: offset for et, offset, _ in (loader.spans or [])}
 
     def typed_ids(self, ids: torch.Tensor) -> Dict[EType, torch.Tensor]:

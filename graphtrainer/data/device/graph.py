@@ -25,6 +25,8 @@ class Relation:
     indptr: torch.Tensor
     indices: torch.Tensor
     eids: torch.Tensor
+    #: The largest in-degree (read on the host when copied): a larger fanout draws as many.
+    max_degree: int = 0
     _position: Optional[torch.Tensor] = field(default=None, repr=False)
     _degrees: Optional[torch.Tensor] = field(default=None, repr=False)
 
@@ -64,6 +66,8 @@ class DeviceGraph:
         self.relations, self.num_nodes = relations, num_nodes
         self.ndata, self.edata = ndata, edata
         self.device, self.hetero = device, hetero
+        #: The graph's tensors each key was copied from, to notice a key given new data.
+        self.sources: Dict[Tuple[bool, Any, str], "weakref.ref[torch.Tensor]"] = {}
 
     @property
     def ntypes(self) -> list:
@@ -72,14 +76,32 @@ class DeviceGraph:
     def add_data(self, graph: Any, node_keys: Keys, edge_keys: Keys, on_host: Tuple[Keys, Keys] = ({}, {})) -> None:
         """Copy data a later loader gathers that an earlier one did not; keys in ``on_host``
         (node keys, edge keys) stay the graph's own host tensors."""
-        for data, have_all, wanted, host in ((graph.nodes, self.ndata, node_keys, on_host[0]),
-                                             (graph.edges, self.edata, edge_keys, on_host[1])):
+        for is_edge, (data, have_all, wanted, host) in enumerate(((graph.nodes, self.ndata, node_keys, on_host[0]),
+                                                                  (graph.edges, self.edata, edge_keys, on_host[1]))):
             for t, keys in wanted.items():
                 have = have_all.setdefault(t, {})
                 for key in keys:
                     if key not in have:
                         value = data[t].data[key]
                         have[key] = value if key in host.get(t, ()) else value.to(self.device)
+                        self.sources[(bool(is_edge), t, key)] = weakref.ref(value)
+
+    def device_bytes(self) -> int:
+        """Bytes this copy holds on its device: structure, id maps and the data not left on the host."""
+        data = [v for per_type in (*self.ndata.values(), *self.edata.values()) for v in per_type.values()
+                if v.device == self.device]
+        return sum(8 * (2 * rel.indptr.numel() - 1) + 16 * rel.num_edges for rel in self.relations.values()) + \
+            16 * sum(self.num_nodes.values()) + sum(v.numel() * v.element_size() for v in data)
+
+    def is_current(self, graph: Any) -> bool:
+        """Whether ``graph`` still has the nodes, edges and data tensors this copy was made from
+        (data changed in place is not noticed: :func:`drop_copies` then)."""
+        if any(graph.num_nodes(nt) != n for nt, n in self.num_nodes.items()) or \
+                any(graph.num_edges(et) != rel.num_edges for et, rel in self.relations.items()):
+            return False
+        views = (graph.nodes, graph.edges)
+        return all(source() is not None and source() is views[is_edge][t].data.get(key)
+                   for (is_edge, t, key), source in self.sources.items())
 
 
 def relations_of(graph: Any) -> Iterable[EType]:
@@ -134,7 +156,7 @@ def plan_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys
               allowed: Optional[int]) -> CopyPlan:
     """Which data not copied yet fits within ``allowed`` bytes beside the structure, smallest
     first (labels before features); the rest stays on the host (``allowed=None``: all fits)."""
-    copy = _COPIES.get(graph, {}).get(str(device))
+    copy = _current_copy(graph, device)
     structure = 0 if copy is not None else structure_bytes(graph) + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes)
     have = ({}, {}) if copy is None else (copy.ndata, copy.edata)
     missing = []  # (bytes, is_edge, type, key)
@@ -176,7 +198,9 @@ def _relation(graph: Any, etype: EType, device: torch.device) -> Relation:
 
     indptr, indices, eids = csc_tensors(graph, etype if len(graph.canonical_etypes) > 1 else None,
                                         layer="sampling='device'")
-    return Relation(indptr.to(device, torch.int64), indices.to(device, torch.int64), eids.to(device, torch.int64))
+    max_degree = int(indptr.diff().max()) if indptr.numel() > 1 else 0
+    return Relation(indptr.to(device, torch.int64), indices.to(device, torch.int64), eids.to(device, torch.int64),
+                    max_degree)
 
 
 # One copy per (graph, device) in a rank: the training and evaluation loaders share it.
@@ -189,12 +213,28 @@ def drop_copies(graph: Any) -> None:
     _COPIES.pop(graph, None)
 
 
+def _current_copy(graph: Any, device: torch.device) -> Optional[DeviceGraph]:
+    """``graph``'s copy on ``device``, unless the graph changed since (then it is dropped)."""
+    per_device = _COPIES.get(graph, {})
+    copy = per_device.get(str(device))
+    if copy is not None and not copy.is_current(graph):
+        del per_device[str(device)]
+        return None
+    return copy
+
+
+def copied_bytes(graph: Any, device: torch.device) -> int:
+    """Bytes ``graph``'s current copy already holds on ``device`` (0 without one)."""
+    copy = _current_copy(graph, device)
+    return 0 if copy is None else copy.device_bytes()
+
+
 def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,
                  on_host: Tuple[Keys, Keys] = ({}, {})) -> DeviceGraph:
     """``graph``'s structure and the data named by the keys on ``device``, copied once per rank
-    (but the keys ``on_host``: node keys, edge keys)."""
+    (but the keys ``on_host``: node keys, edge keys); copied again once the graph changed."""
+    copy = _current_copy(graph, device)
     per_device = _COPIES.setdefault(graph, {})
-    copy = per_device.get(str(device))
     if copy is None:
         relations = {et: _relation(graph, et, device) for et in relations_of(graph)}
         copy = DeviceGraph(relations, {nt: graph.num_nodes(nt) for nt in graph.ntypes}, {}, {}, device,

@@ -18,7 +18,7 @@ from typing import Any, Tuple
 
 import torch
 
-from .graph import plan_copy
+from .graph import copied_bytes, plan_copy
 from .sampler import DeviceSampler, Unsupported
 
 SAMPLING_MODES = ("auto", "device", "cpu")
@@ -62,6 +62,8 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
     allowed, source = budget(device)
+    if source == f"${BUDGET_ENV}":  # a fixed total: a copy made for an earlier loader counts against it
+        allowed -= copied_bytes(graph, device)  # (measured free memory has shrunk by that copy already)
     # What this loader adds: a later loader of the same graph (validation after training) shares the copy.
     plan = plan_copy(graph, device, sampler.node_keys(), sampler.edge_keys(), allowed)
     need = plan.structure + plan.data + plan.host_bytes

@@ -146,7 +146,8 @@ def sample_layer(rel: Relation, seeds: torch.Tensor, fanout: int, replace: bool,
             counts = torch.where(deg > 0, fanout, 0)
             u = torch.rand((n, fanout), generator=gen, device=dev, dtype=torch.float64)
             rank = (u * deg.unsqueeze(1)).to(torch.int64)
-        else:
+        else:  # no destination has more than max_degree edges to draw: slots beyond are empty
+            fanout = min(fanout, rel.max_degree)
             counts = deg.clamp(max=fanout)
             rank = (floyd if method == "floyd" else sort_keys)(deg, fanout, gen)
         begin = start.unsqueeze(1)

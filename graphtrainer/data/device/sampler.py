@@ -4,7 +4,8 @@
 :class:`~graphtrainer.nn.blocks.TorchBlock` (``TorchHeteroBlock``) in DGL's layout: ``blocks[i]``
 sampled with ``fanouts[i]``, graph ids in ``srcdata``/``dstdata``/``edata["_ID"]``, and prefetched
 features gathered on the device (``blocks[0].srcdata``, ``blocks[-1].dstdata``, every ``edata``;
-data kept on the host is gathered there and copied over).
+data kept on the host is gathered there and copied over). A sampler that prefetches nothing gets
+every node and edge data key there, as DGL's blocks show them all.
 """
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def _keys(spec: Any, graph: Any, edges: bool) -> Keys:
     if len(types) == 1:
         return {types[0]: keys}
     return {t: tuple(k for k in keys if k in view[t].data) for t in types if any(k in view[t].data for k in keys)}
+
+
+def _all_keys(view: Any, types: Any) -> Keys:
+    """Every data key of every type (but the graph's own ``_ID``)."""
+    out = {t: tuple(k for k in view[t].data.keys() if k != NID) for t in types}
+    return {t: keys for t, keys in out.items() if keys}
 
 
 @dataclass
@@ -80,8 +87,12 @@ class DeviceSampler:
                 if missing:  # DGL needs every relation too
                     raise Unsupported(f"{name}: a per-relation fanout must name every relation, missing {missing}")
             fanouts.append(f if isinstance(f, dict) else int(f))
-        return cls(fanouts, bool(sampler.replace), _keys(sampler.prefetch_node_feats, graph, False),
-                   _keys(sampler.prefetch_labels, graph, False), _keys(sampler.prefetch_edge_feats, graph, True))
+        feats, labels = _keys(sampler.prefetch_node_feats, graph, False), _keys(sampler.prefetch_labels, graph, False)
+        edge_feats = _keys(sampler.prefetch_edge_feats, graph, True)
+        if not (feats or labels or edge_feats):  # DGL's blocks show every key (read on access): gather them all
+            feats = labels = _all_keys(graph.nodes, graph.ntypes)
+            edge_feats = _all_keys(graph.edges, graph.canonical_etypes)
+        return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats)
 
     def node_keys(self) -> Keys:
         out: Dict[Any, Tuple[str, ...]] = {}

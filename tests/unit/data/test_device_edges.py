@@ -104,3 +104,23 @@ def test_heterograph_typed_seeds_and_reverse_types():
             assert not banned & set(b.edata["_ID"][("item", "bought-by", "user")].tolist())
         for nt in g.ntypes:
             assert torch.equal(blocks[-1].dstdata["_ID"][nt], pos.srcdata["_ID"][nt])
+
+
+def test_exclude_self_keeps_the_reverse_relation_as_dgl_does():
+    """``exclude="self"`` with ``reverse_etypes`` given (for a later switch, say) leaves the
+    reverse edges in the blocks, as DGL's sampler does; only "reverse_types" takes them out."""
+    gen = torch.Generator().manual_seed(4)
+    u, i = torch.randint(0, 12, (200,), generator=gen), torch.randint(0, 8, (200,), generator=gen)
+    g = dgl.heterograph({("user", "buys", "item"): (u, i), ("item", "bought-by", "user"): (i, u)})
+    kwargs = dict(negatives=None, exclude="self", reverse_etypes={"buys": "bought-by", "bought-by": "buys"}, seed=0)
+    seeds = {"buys": torch.arange(200)}
+    bought_by = ("item", "bought-by", "user")
+    reverse_edges = {"cpu": 0, "device": 0}
+    for where, loader in (("cpu", EdgeLoader(g, seeds, [-1], 200, **kwargs)),
+                          ("device", _on_device(EdgeLoader(g, seeds, [-1], 200, **kwargs)))):
+        for batch in loader:
+            blocks = batch[-1]
+            reverse_edges[where] += blocks[0].num_edges(bought_by) if where == "cpu" else \
+                int(blocks[0].edata["_ID"][bought_by].numel())
+            assert blocks[0].num_edges(("user", "buys", "item")) == 0  # the seed edges themselves: out
+    assert reverse_edges["device"] == reverse_edges["cpu"] > 0

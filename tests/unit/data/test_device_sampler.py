@@ -18,6 +18,7 @@ from graphtrainer.data.device.sampler import DeviceSampler, Unsupported
 from graphtrainer.testing.op_count import OpCounter
 
 DEV = torch.device(os.environ.get("GRAPHTRAINER_SAMPLER_DEVICE", "cpu"))
+CPU_DEVICE = torch.device("cpu")
 
 
 def skewed_graph(seed: int = 0, n: int = 300) -> dgl.DGLGraph:
@@ -94,6 +95,55 @@ def test_features_labels_and_edge_data_are_gathered():
     assert torch.equal(blocks[-1].dstdata["label"], g.ndata["label"][seeds])
     for b in blocks:
         assert torch.equal(b.edata["w"], g.edata["w"][b.edata["_ID"]])
+
+
+@pytest.mark.parametrize("sampler", [dgl.dataloading.MultiLayerFullNeighborSampler(2),
+                                     dgl.dataloading.NeighborSampler([4, 4])])
+def test_a_sampler_that_prefetches_nothing_gathers_every_key_dgls_blocks_show(sampler):
+    g = skewed_graph()
+    g.ndata["train_mask"] = torch.arange(g.num_nodes()) % 2 == 0
+    s = DeviceSampler.from_dgl(sampler, g)
+    dg = device_graph(g, DEV, s.node_keys(), s.edge_keys())
+    seeds = torch.tensor([10, 11, 40])
+    _, blocks = s.sample(dg, node_maps(dg), {"_N": seeds.to(DEV)}, torch.Generator(DEV).manual_seed(0))
+    src_ids, dst_ids = blocks[0].srcdata["_ID"], blocks[-1].dstdata["_ID"]
+    for key in ("feat", "label", "train_mask"):  # what a DGL user reads off blocks without prefetching
+        assert torch.equal(blocks[0].srcdata[key], g.ndata[key][src_ids.cpu()].to(DEV))
+        assert torch.equal(blocks[-1].dstdata[key], g.ndata[key][dst_ids.cpu()].to(DEV))
+    for b in blocks:
+        assert torch.equal(b.edata["w"], g.edata["w"][b.edata["_ID"].cpu()].to(DEV))
+
+
+def test_a_fanout_above_every_in_degree_draws_only_as_many_slots_as_the_largest(monkeypatch):
+    """Without replacement a fanout of a million takes what -1 takes, in slots as wide as the
+    largest in-degree (200 here), not a million per destination."""
+    from graphtrainer.data.device import neighbors
+
+    widths = []
+    real = neighbors.floyd
+    monkeypatch.setattr(neighbors, "floyd", lambda deg, k, gen: widths.append(k) or real(deg, k, gen))
+    g = skewed_graph()
+    seeds = torch.tensor([0, 10, 11, 12, 50])
+    _, blocks = sample(g, [10**6], seeds)
+    check_block(g, blocks[0], -1)
+    assert widths == [200]
+
+
+def test_a_graph_given_new_data_or_nodes_is_copied_again():
+    """The copy lives as long as the graph; a second fit in the same process after
+    ``g.ndata["feat"] = ...`` or ``g.add_nodes`` must not sample the old graph."""
+    g = skewed_graph()
+    s = DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler([3], prefetch_node_feats=["feat"]), g)
+    first = device_graph(g, DEV, s.node_keys(), {})
+    assert device_graph(g, DEV, s.node_keys(), {}) is first  # unchanged: shared
+    g.ndata["feat"] = torch.ones(g.num_nodes(), 4)
+    second = device_graph(g, DEV, s.node_keys(), {})
+    assert second is not first and torch.equal(second.ndata["_N"]["feat"].cpu(), g.ndata["feat"])
+    assert plan_copy(g, DEV, s.node_keys(), {}, None).structure == 0  # the new copy counts as made
+    g.add_nodes(5, {"feat": torch.zeros(5, 4), "label": torch.zeros(5, dtype=torch.int64)})
+    assert plan_copy(g, DEV, s.node_keys(), {}, None).structure > 0  # the old copy no longer counts
+    third = device_graph(g, DEV, s.node_keys(), {})
+    assert third.num_nodes["_N"] == 305 and third.relations[g.canonical_etypes[0]].indptr.numel() == 306
 
 
 def test_data_kept_on_the_host_is_gathered_there_into_the_same_batch_on_the_device():
@@ -320,3 +370,22 @@ def test_samplers_it_cannot_reproduce_are_named():
             DeviceSampler.from_dgl(sampler, g)
     full = DeviceSampler.from_dgl(dgl.dataloading.MultiLayerFullNeighborSampler(2), g)
     assert full.fanouts == [-1, -1]
+
+
+def test_a_fixed_budget_counts_the_copy_an_earlier_loader_made(monkeypatch):
+    """With GRAPHTRAINER_SAMPLING_BUDGET (a total), a second loader of the same graph that adds
+    data must fit beside the first one's copy, not in the whole budget again."""
+    from graphtrainer.data.device import graph as device_graph_module
+    from graphtrainer.data.device import mode
+    from graphtrainer.data.node_loader import NodeLoader
+
+    g = skewed_graph()
+    g.ndata["other"] = torch.randn(g.num_nodes(), 64)
+    first = NodeLoader(g, torch.arange(20), dgl.dataloading.NeighborSampler([3], prefetch_node_feats=["feat"]), 4)
+    second = NodeLoader(g, torch.arange(20), dgl.dataloading.NeighborSampler([3], prefetch_node_feats=["other"]), 4)
+    device_graph_module.drop_copies(g)
+    need_first = device_graph_module.bytes_to_copy(g, CPU_DEVICE, {"_N": ("feat",)}, {})
+    monkeypatch.setenv(mode.BUDGET_ENV, str(need_first + 1000))  # room for the first copy, not for 'other'
+    assert mode.place(first, CPU_DEVICE, "device", announce=False) == "device"
+    batches = mode.device_batches(second, CPU_DEVICE, host_data=True)
+    assert "'other'" in batches.host_note  # kept on the host: it does not fit beside the first copy
