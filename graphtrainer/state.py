@@ -235,6 +235,21 @@ class RunView:
         return self.state.rank
 
     @property
+    def global_rank(self) -> int:
+        """The rank (Lightning's name)."""
+        return self.state.rank
+
+    @property
+    def local_rank(self) -> int:
+        """The rank's number on its machine."""
+        return self.state.local_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        """True on rank 0 (Lightning's name)."""
+        return self.state.rank == 0
+
+    @property
     def world_size(self) -> int:
         return self.state.world_size
 

@@ -15,9 +15,10 @@ from .data.pyg_loader import PygLoader, check_batch_format, check_pyg_ready, wit
 from .distdgl.graph import is_dist_graph
 from .distdgl.loader import DistEdgeLoader, DistNodeLoader
 from .loop.context import StepLog
+from .loop.loggers import is_plain
 from .loop.optim import OptimizersSpec
-from .nn.collection import apply_to_leaves
-from .nn.pyg import is_pyg_data
+from .loop.stages import EVALUATION
+from .nn.transfer import move_to_device
 from .state import RunView
 
 
@@ -39,18 +40,32 @@ class GraphTask:
         train_dataloader()
         val_dataloader()
         on_fit_start()
+        on_train_start()
         for each epoch:
             on_train_epoch_start()
             for each training batch:     # inside torch's Join context (uneven inputs)
+                on_train_batch_start(batch, batch_idx)   # batch already on the device
                 training_step(batch, batch_idx)
-                # backward, (clip), optimizer step, step-interval schedulers
+                on_before_backward(loss)     # divided by accumulate_grad_batches
+                # backward (DDP's gradient all-reduce)
+                on_after_backward()
+                # every accumulate_grad_batches batches and at the epoch's last:
+                for each optimizer:
+                    on_before_optimizer_step(optimizer)  # unscaled ("16-mixed"), before clipping
+                # clip, optimizer steps
+                for each optimizer:
+                    on_before_zero_grad(optimizer)
+                # zero_grad, step-interval schedulers
                 on_train_batch_end(outputs, batch, batch_idx)
             # validation, every check_val_every_n_epoch epochs:
             on_validation_epoch_start()
             for each validation batch:   # under no_grad, in eval mode
+                on_validation_batch_start(batch, batch_idx)
                 validation_step(batch, batch_idx)
+                on_validation_batch_end(outputs, batch, batch_idx)
             on_validation_epoch_end()
             on_train_epoch_end()
+        on_train_end()
         on_fit_end()
         teardown("fit")
 
@@ -62,7 +77,9 @@ class GraphTask:
         val_dataloader()
         on_validation_epoch_start()
         for each batch:              # under no_grad, in eval mode
+            on_validation_batch_start(batch, batch_idx)
             validation_step(batch, batch_idx)
+            on_validation_batch_end(outputs, batch, batch_idx)
         on_validation_epoch_end()
         teardown(stage)
 
@@ -153,15 +170,28 @@ class GraphTask:
     def teardown(self, stage: str) -> None: ...
     def on_fit_start(self) -> None: ...
     def on_fit_end(self) -> None: ...
+    def on_train_start(self) -> None: ...
+    def on_train_end(self) -> None: ...
     def on_train_epoch_start(self) -> None: ...
     def on_train_epoch_end(self) -> None: ...
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None: ...
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
+    def on_before_backward(self, loss: torch.Tensor) -> None: ...
+    def on_after_backward(self) -> None: ...
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None: ...
     def on_validation_epoch_start(self) -> None: ...
     def on_validation_epoch_end(self) -> None: ...
+    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
     def on_test_epoch_start(self) -> None: ...
     def on_test_epoch_end(self) -> None: ...
+    def on_test_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
     def on_predict_epoch_start(self) -> None: ...
     def on_predict_epoch_end(self) -> None: ...
+    def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None: ...
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None: ...
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None: ...
 
@@ -231,7 +261,7 @@ class GraphTask:
         args = {k: v for k, v in caller.f_locals.items() if k not in ("self", "__class__")}
         if names:
             args = {k: v for k, v in args.items() if k in names}
-        self.hparams.update({k: v for k, v in args.items() if _is_plain(v)})
+        self.hparams.update({k: v for k, v in args.items() if is_plain(v)})
 
     def node_dataloader(self, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
@@ -349,12 +379,8 @@ class GraphTask:
 GraphTask.transfer_batch_to_device.graphtrainer_default = True  # type: ignore[attr-defined]
 
 
-_REQUIRED = {
-    "fit": ("training_step", "train_dataloader", "configure_optimizers"),
-    "validate": ("validation_step", "val_dataloader"),
-    "test": ("test_step", "test_dataloader"),
-    "predict": ("predict_step", "predict_dataloader"),
-}
+_REQUIRED = {"fit": ("training_step", "train_dataloader", "configure_optimizers"),
+             **{stage.name: (f"{stage.hook}_step", stage.loader_method) for stage in EVALUATION.values()}}
 
 
 def check_task(task: Any, stage: str) -> None:
@@ -372,27 +398,3 @@ def check_task(task: Any, stage: str) -> None:
                                   "or assign self.model in __init__")
     if check_batch_format(task.batch_format) == "pyg":
         check_pyg_ready(getattr(task, "graph", None))
-
-
-def _is_plain(value: Any) -> bool:
-    if isinstance(value, (bool, int, float, str, type(None))):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
-    return False
-
-
-def move_to_device(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor and graph inside on ``device`` (a no-op for those already there)."""
-    def move(obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
-            return obj.to(device, non_blocking=True)
-        return obj if getattr(obj, "device", None) == device else obj.to(device)
-
-    return apply_to_leaves(batch, move, _movable)
-
-
-def _movable(obj: Any) -> bool:  # PyG's Data has no .device
-    return isinstance(obj, torch.Tensor) or (hasattr(obj, "to") and (hasattr(obj, "device") or is_pyg_data(obj)))

@@ -28,6 +28,7 @@ from .launch.local import LocalLauncher
 from .loop.ddp import check_ddp_kwargs
 from .loop.loggers import absorb_logger_states, check_logger
 from .loop.context import RankContext
+from .loop.lightning_names import check_lightning_names
 from .loop.runtime import run_rank
 from .state import RunResult, RunState, RunView, TrainerConfig
 from .nn.sparse_embedding import check_sparse_embeddings, check_sparse_training
@@ -226,6 +227,11 @@ class Trainer(RunView):
             allocator=allocator_option(allocator), pin_cpus=options.flag("pin_cpus", pin_cpus))
         self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks: {type(cb).__module__}.{type(cb).__name__} is not a "
+                                "graphtrainer.callbacks.Callback; subclass that (its hooks take (trainer, task, ...)), "
+                                "or use graphtrainer's own (ModelCheckpoint, EarlyStopping, LearningRateMonitor)")
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
         if enable_model_summary and not any(isinstance(c, ModelSummary) for c in self.callbacks):
@@ -292,6 +298,8 @@ class Trainer(RunView):
     def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:
         """Run ``stage`` through :meth:`_launcher`'s launcher; bring rank 0's result here."""
         check_task(task, stage)
+        external = detect_external_launch()
+        check_lightning_names(task, self.callbacks, warn=external is None or external.rank == 0)
         check_sparse_embeddings(task)
         if stage == "fit":
             check_sparse_training(task)

@@ -13,7 +13,7 @@ from ..checkpoint.content import load_checkpoint
 from ..state import RunResult
 from .batches import batch_limit, batch_transfer, check_loaders, for_evaluation, with_last
 from .context import RankContext
-from .hooks import build_model, call_hook, model_as, result
+from .hooks import build_model, call_hook, model_as, result, used_hooks
 from .precision import Precision
 from .stages import Stage
 
@@ -32,6 +32,8 @@ def eval_epoch(ctx: RankContext, stage: Stage, loader: Any) -> Tuple[Dict[str, f
     outputs: List[Any] = []
     step = stage.step(task)
     precision = state.precision or Precision("32", state.device)
+    start, end = f"on_{stage.hook}_batch_start", f"on_{stage.hook}_batch_end"
+    hooks = used_hooks(ctx, (start, end))
     try:
         with model_as(task, module):
             call_hook(ctx, f"on_{stage.hook}_epoch_start")
@@ -41,9 +43,13 @@ def eval_epoch(ctx: RankContext, stage: Stage, loader: Any) -> Tuple[Dict[str, f
                 for batch_idx, batch, _ in with_last(transfer.batches(loader), limit, f"the {stage.hook} loader"):
                     batch = transfer.to_device(batch)
                     log.begin_step(f"{stage.hook}_step", batch)
+                    if start in hooks:
+                        call_hook(ctx, start, batch, batch_idx)
                     heartbeat.beat(f"{stage.hook}_step", batch_idx)
                     with precision.autocast():
                         out = step(batch, batch_idx)
+                    if end in hooks:
+                        call_hook(ctx, end, out, batch, batch_idx)
                     if stage.keeps_outputs:
                         outputs.append(out)
             log.end_steps()

@@ -3,16 +3,17 @@
 The hooks run in the order written in :class:`~graphtrainer.GraphTask`'s docstring; the
 loops, with what decides each turn::
 
-    setup: DDP, optimizers (and the resumed state), loaders, on_fit_start
+    setup: DDP, optimizers (and the resumed state), loaders, on_fit_start, on_train_start
     while not stop.done():                      # max_epochs, or an agreed stop
         epoch start: seed, loader epoch, batch counts agreed (Join if they differ)
         for each batch:
+            on_train_batch_start
             step(batch)                         # TrainingStep: forward, backward, optimizer
             on_train_batch_end, step log, mid-epoch validation
             stop.at_step()                      # max_steps; a signal agreed by the ranks
         epoch end: metrics reduced, validation, on_train_epoch_end, schedulers, history
         stop.at_epoch_end()                     # one all-reduce: stop? next batch counts
-    on_fit_end, teardown
+    on_train_end, on_fit_end, teardown
 
 Collectives per training epoch besides DDP's and the task's own: the metric reduction (one
 all-reduce once the logged names are known) and :class:`~graphtrainer.loop.stopping.StopController`'s
@@ -20,6 +21,7 @@ agreement, plus a signal exchange every ``AGREE_EVERY_S`` of training in long ep
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple
 
@@ -89,6 +91,7 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
         with model_as(ctx.task, ddp if ddp is not None else module), preemption.stop_signals():
             fit = _setup(ctx, module, ddp, checkpoint, trace)
             state.profiler.start_fit()
+            call_hook(ctx, "on_train_start")
             while not fit.stop.done():
                 _train_epoch(fit)
                 if fit.stopped_after is not None:
@@ -98,6 +101,7 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
                 if fit.stop.preempted:
                     preemption.stop_run(ctx, 0)
             with ctx.section("fit end"):
+                call_hook(ctx, "on_train_end")
                 call_hook(ctx, "on_fit_end")
                 call_hook(ctx, "teardown", "fit")
     finally:
@@ -166,9 +170,14 @@ def _loader_epoch(fit: _Fit, epoch: int) -> Tuple[Optional[int], Optional[int]]:
 
 def _train_batches(fit: _Fit) -> None:
     ctx, state, log = fit.ctx, fit.state, fit.ctx.step_log
+    starts = "on_train_batch_start" in fit.step.hooks
     for batch_idx, batch, is_last in _batches(fit):
         log.begin_step("training_step", batch)
         log.metrics.start_step()
+        if starts and _ends_epoch(call_hook(ctx, "on_train_batch_start", batch, batch_idx)):
+            warnings.warn(f"{type(ctx.task).__name__}.on_train_batch_start returned -1, which ends the epoch in "
+                          "Lightning; graphtrainer trains on (ranks stop together): set "
+                          "self.trainer.should_stop = True to stop after this epoch", UserWarning)
         out, stepped = fit.step(batch, batch_idx, is_last)
         with ctx.section("on_train_batch_end"):
             call_hook(ctx, "on_train_batch_end", out, batch, batch_idx)
@@ -184,6 +193,10 @@ def _train_batches(fit: _Fit) -> None:
             break
     log.end_steps()
     fit.stop.end_steps()
+
+
+def _ends_epoch(returned: Any) -> bool:
+    return isinstance(returned, int) and returned == -1
 
 
 def _batches(fit: _Fit) -> Iterator[Tuple[int, Any, bool]]:

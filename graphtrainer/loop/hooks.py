@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, List, Optional
+from typing import Any, FrozenSet, Iterable, Iterator, List, Optional
 
 from torch import nn
 
@@ -12,15 +12,27 @@ from .context import RankContext
 
 
 def call_hook(ctx: RankContext, hook: str, *args: Any, callbacks: Optional[Iterable[Any]] = None,
-              task_too: bool = True) -> None:
-    """``hook`` of ``callbacks`` (all active ones by default), in order, then the task's.
-    Callbacks get ``(ctx, task, *args)``: the context is their ``trainer``."""
+              task_too: bool = True) -> Any:
+    """``hook`` of ``callbacks`` (all active ones by default), in order, then the task's, whose
+    return value it returns. Callbacks get ``(ctx, task, *args)``: the context is their ``trainer``."""
     heartbeat.beat(hook)
     with ctx.section(f"hook {hook}"):
         for cb in ctx.active_callbacks if callbacks is None else callbacks:
             getattr(cb, hook)(ctx, ctx.task, *args)
-        if task_too:
-            getattr(ctx.task, hook)(*args)
+        return getattr(ctx.task, hook)(*args) if task_too else None
+
+
+#: Hooks called per batch or per optimizer step, during ``fit`` or an evaluation.
+PER_BATCH_HOOKS = ("on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+                   "on_before_zero_grad", *(f"on_{s}_batch_{e}" for s in ("validation", "test", "predict")
+                                            for e in ("start", "end")))
+
+
+def used_hooks(ctx: RankContext, hooks: Iterable[str]) -> FrozenSet[str]:
+    """Those of ``hooks`` that the task or an active callback overrides. The loops call their
+    per-batch hooks only then, so a run without them pays nothing per batch."""
+    return frozenset(h for h in hooks if _overrides(ctx.task, h, "GraphTask")
+                     or any(_overrides(cb, h, "Callback") for cb in ctx.active_callbacks))
 
 
 def call_after_reduction(ctx: RankContext, hook: str) -> None:

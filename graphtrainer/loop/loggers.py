@@ -201,3 +201,14 @@ def trainer_settings(config: Any) -> Dict[str, Any]:
         if f.name != "logger":  # logger objects are not settings
             out[f.name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
     return out
+
+
+def is_plain(value: Any) -> bool:
+    """A value a hyper-parameter file holds: numbers, strings, None, and lists and dicts of them."""
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_plain(v) for k, v in value.items())
+    return False

@@ -33,11 +33,14 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def step(self, optimizers: List[torch.optim.Optimizer], clip: Optional[Callable[[], None]]) -> None:
-        """Unscale (float16), clip, step every optimizer."""
+    def step(self, optimizers: List[torch.optim.Optimizer], clip: Optional[Callable[[], None]],
+             before_step: Optional[Callable[[torch.optim.Optimizer], None]] = None) -> None:
+        """Unscale (float16), ``before_step`` each optimizer, clip, step every optimizer."""
         if self.scaler is not None:
             for opt in optimizers:
                 self.scaler.unscale_(opt)
+        for opt in optimizers if before_step is not None else ():
+            before_step(opt)
         if clip is not None:
             clip()
         for opt in optimizers:

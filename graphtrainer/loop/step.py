@@ -10,6 +10,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import heartbeat
 from .context import RankContext
+from .hooks import PER_BATCH_HOOKS, call_hook, used_hooks
 from .nonfinite import NonFiniteLosses
 from .optim import step_schedulers
 from .profiler import TorchTrace
@@ -29,6 +30,8 @@ class TrainingStep:
         self.nonfinite = NonFiniteLosses(config.detect_anomaly)
         self.clip = _clipper(module, config.gradient_clip_val, config.gradient_clip_algorithm)
         self._micro = 0
+        #: The per-batch hooks the task or a callback overrides (only those are called).
+        self.hooks = used_hooks(ctx, PER_BATCH_HOOKS)
 
     def start_epoch(self) -> None:
         self._micro = 0
@@ -47,11 +50,14 @@ class TrainingStep:
                 out = ctx.task.training_step(batch, batch_idx)
             loss = loss_of(ctx.task, out)
             self.nonfinite.check(loss, batch_idx, state)
+            scaled = loss / acc if acc > 1 else loss
+            self._call("on_before_backward", scaled)
             # Computing gradients is this rank's own work; it waits on its peers only once DDP
             # has launched its last bucket's all-reduce (marked by loop.ddp's comm hook).
             heartbeat.beat("backward", batch_idx)
             with section("backward"):
-                precision.backward(loss / acc if acc > 1 else loss)
+                precision.backward(scaled)
+            self._call("on_after_backward")
         state.last_loss = loss.detach()
         if stepping:
             self._step(batch_idx)
@@ -62,12 +68,20 @@ class TrainingStep:
         heartbeat.beat("optimizer step", batch_idx)
         self._micro = 0
         with self.ctx.section("optimizer"):
-            state.precision.step(state.optimizers, self.clip)
+            before = "on_before_optimizer_step" in self.hooks
+            state.precision.step(state.optimizers, self.clip,
+                                 (lambda opt: call_hook(self.ctx, "on_before_optimizer_step", opt)) if before else None)
             for opt in state.optimizers:
+                self._call("on_before_zero_grad", opt)
                 opt.zero_grad(set_to_none=True)
         state.global_step += 1
         step_schedulers(state.lr_schedulers, "step", state.global_step, {})
         self.trace.step()
+
+
+    def _call(self, hook: str, *args: Any) -> None:
+        if hook in self.hooks:
+            call_hook(self.ctx, hook, *args)
 
 
 def _clipper(module: nn.Module, value: Optional[float], algorithm: str) -> Optional[Callable[[], None]]:

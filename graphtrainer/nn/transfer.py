@@ -237,3 +237,17 @@ class BatchTransfer:
             self.streams.current().synchronize()
             self.wait_seconds += time.perf_counter() - started
         return moved
+
+
+def move_to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor and graph inside on ``device`` (a no-op for those already there)."""
+    def move(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device, non_blocking=True)
+        return obj if getattr(obj, "device", None) == device else obj.to(device)
+
+    return apply_to_leaves(batch, move, _movable)
+
+
+def _movable(obj: Any) -> bool:  # PyG's Data has no .device
+    return isinstance(obj, torch.Tensor) or (hasattr(obj, "to") and (hasattr(obj, "device") or is_pyg_data(obj)))

@@ -165,13 +165,17 @@ def _records(out: Path, stage: str, world: int) -> List[List[str]]:
 # ---- tests -----------------------------------------------------------------------------------
 def test_docstring_blocks_parse():
     fit_block, eval_block = docstring_blocks()
-    fit = expand(fit_block, {"epoch": 1, "training batch": 1, "validation batch": 1})
-    assert fit[:6] == ["setup", "configure_model", "configure_optimizers", "train_dataloader",
-                       "val_dataloader", "on_fit_start"]
-    assert fit[-2:] == ["on_fit_end", "teardown"]
+    fit = expand(fit_block, {"epoch": 1, "training batch": 1, "validation batch": 1, "optimizer": 2})
+    assert fit[:7] == ["setup", "configure_model", "configure_optimizers", "train_dataloader",
+                       "val_dataloader", "on_fit_start", "on_train_start"]
+    assert fit[8:16] == ["on_train_batch_start", "training_step", "on_before_backward", "on_after_backward",
+                         "on_before_optimizer_step", "on_before_optimizer_step", "on_before_zero_grad",
+                         "on_before_zero_grad"]
+    assert fit[-3:] == ["on_train_end", "on_fit_end", "teardown"]
+    batch = ["on_validation_batch_start", "validation_step", "on_validation_batch_end"]
     assert expand(eval_block, {"batch": 2}) == [
-        "setup", "configure_model", "val_dataloader", "on_validation_epoch_start", "validation_step",
-        "validation_step", "on_validation_epoch_end", "teardown"]
+        "setup", "configure_model", "val_dataloader", "on_validation_epoch_start", *batch, *batch,
+        "on_validation_epoch_end", "teardown"]
 
 
 @pytest.mark.timeout(90)
@@ -184,7 +188,8 @@ def test_hook_order_fit_validate_test_predict_two_ranks(root_dir, tmp_path):
 
     fit_block, eval_block = docstring_blocks()
     expected = with_callbacks(expand(fit_block, {"epoch": EPOCHS, "training batch": TRAIN_BATCHES,
-                                                 "validation batch": VAL_BATCHES}), monitor_marker=True)
+                                                 "validation batch": VAL_BATCHES, "optimizer": 1}),
+                              monitor_marker=True)
     records = _records(tmp_path, "fit", 2)
     assert records[0] == expected
     assert records[1] == expected
