@@ -311,7 +311,7 @@ class GraphTask:
         else:
             loader = NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
                                 seed=seed, **dataloader_kwargs)
-        return with_batch_format(loader, batch_format or self.batch_format)
+        return with_batch_format(loader, self.batch_format if batch_format is None else batch_format)
 
     def edge_dataloader(self, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
@@ -355,7 +355,7 @@ class GraphTask:
             loader = EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
                                 reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 **dataloader_kwargs)
-        return with_batch_format(loader, batch_format or self.batch_format)
+        return with_batch_format(loader, self.batch_format if batch_format is None else batch_format)
 
     def graph_dataloader(self, dataset: Any, batch_size: int, indices: Any = None, *, shuffle: bool = True,
                          drop_last: bool = False, seed: Optional[int] = None) -> GraphLoader:

@@ -8,6 +8,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Set
 from .. import comm
 from .formats import sampler_formats
 from .hetero import check_typed_ids, flatten, type_spans
+from .pyg_loader import require_dgl_graph
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
 from .workers import BatchSampling
@@ -99,6 +100,7 @@ def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", 
     import dgl  # here, not at the top: the engine imports without DGL for plain-torch tasks
 
     fanouts = check_fanouts(fanouts)
+    require_dgl_graph(graph)
     if len(graph.ntypes) > 1:
         # Per type: DGL would fail on a type without the feature.
         feats = {nt: [feat_key] for nt in graph.ntypes if feat_key in graph.nodes[nt].data} or None

@@ -9,7 +9,7 @@ from typing import Any, Iterator, List, Tuple
 
 import torch
 
-from ..nn.pyg import PYG_INSTALL, pyg_data_class, to_pyg
+from ..nn.pyg import PYG_INSTALL, is_pyg_data, pyg_data_class, to_pyg
 from .sharded_loader import ShardedLoader
 
 BATCH_FORMATS = ("dgl", "pyg")
@@ -26,6 +26,7 @@ def check_pyg_ready(graph: Any = None, typed: bool = False) -> None:
     """Raise before any batch (and, from ``Trainer.fit``, before any rank starts) when
     ``batch_format="pyg"`` cannot work: torch-geometric missing, or a heterograph (or typed ids)."""
     pyg_data_class()
+    require_dgl_graph(graph)
     ntypes = list(getattr(graph, "ntypes", None) or [])
     etypes = list(getattr(graph, "canonical_etypes", None) or [])
     if typed or len(ntypes) > 1 or len(etypes) > 1:
@@ -33,6 +34,15 @@ def check_pyg_ready(graph: Any = None, typed: bool = False) -> None:
                          f"{len(etypes)} edge types (PyG's HeteroData batches are not built here). Fix: keep DGL's "
                          "batches (batch_format='dgl') with graphtrainer.nn.HeteroGraphConv, or train on "
                          "dgl.to_homogeneous(graph)")
+
+
+def require_dgl_graph(graph: Any) -> None:
+    """A PyG ``Data`` where a DGL graph belongs is refused, with the conversion (PyG users' habit)."""
+    if is_pyg_data(graph):
+        raise TypeError("the graph is a torch_geometric Data: graphtrainer's loaders sample a DGLGraph and give "
+                        "PyG batches with batch_format='pyg'. Convert it once: g = dgl.graph((data.edge_index[0], "
+                        "data.edge_index[1]), num_nodes=data.num_nodes); g.ndata['feat'] = data.x; "
+                        "g.ndata['label'] = data.y")
 
 
 class PygLoader(ShardedLoader):

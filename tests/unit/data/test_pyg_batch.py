@@ -247,3 +247,20 @@ def test_fit_refuses_pyg_batches_before_any_rank_starts(monkeypatch, root_dir):
     with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[pyg\]'"):
         trainer.fit(_PygTask(random_graph(29)))
     assert not rank_children() and not any(root_dir.iterdir())  # nothing launched, no run folder
+
+
+def test_a_pyg_data_graph_and_a_falsy_batch_format_are_refused_naming_the_fix(root_dir):
+    from conftest import rank_children
+
+    g = random_graph(31)
+    data = Data(x=g.ndata["feat"], y=g.ndata["label"], edge_index=torch.stack(g.edges()), num_nodes=g.num_nodes())
+    trainer = graphtrainer.Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir)
+    with pytest.raises(TypeError, match=r"torch_geometric Data.*dgl.graph\(\(data.edge_index\[0\]"):
+        trainer.fit(_PygTask(data))
+    assert not rank_children() and not any(root_dir.iterdir())  # before any rank started
+    task = _PygTask(g)
+    with pytest.raises(TypeError, match="torch_geometric Data"):  # the loader helpers too, in any format
+        task.node_dataloader(torch.arange(4), [2], 2, graph=data, batch_format="dgl")
+    for falsy in ("", 0, False):  # not read as "use the task's format"
+        with pytest.raises(ValueError, match=f"batch_format={falsy!r}"):
+            task.node_dataloader(torch.arange(4), [2], 2, batch_format=falsy)
