@@ -68,6 +68,7 @@ class DeviceGraph:
         self.device, self.hetero = device, hetero
         #: The graph's tensors each key was copied from, to notice a key given new data.
         self.sources: Dict[Tuple[bool, Any, str], "weakref.ref[torch.Tensor]"] = {}
+        self.host_keys: set = set()  # (is_edge, type, key) of data left on the host
 
     @property
     def ntypes(self) -> list:
@@ -85,11 +86,13 @@ class DeviceGraph:
                         value = data[t].data[key]
                         have[key] = value if key in host.get(t, ()) else value.to(self.device)
                         self.sources[(bool(is_edge), t, key)] = weakref.ref(value)
+                        if key in host.get(t, ()):
+                            self.host_keys.add((bool(is_edge), t, key))
 
     def device_bytes(self) -> int:
         """Bytes this copy holds on its device: structure, id maps and the data not left on the host."""
-        data = [v for per_type in (*self.ndata.values(), *self.edata.values()) for v in per_type.values()
-                if v.device == self.device]
+        data = [v for is_edge, all_data in enumerate((self.ndata, self.edata)) for t, per_type in all_data.items()
+                for k, v in per_type.items() if (bool(is_edge), t, k) not in self.host_keys]
         return sum(8 * (2 * rel.indptr.numel() - 1) + 16 * rel.num_edges for rel in self.relations.values()) + \
             16 * sum(self.num_nodes.values()) + sum(v.numel() * v.element_size() for v in data)
 

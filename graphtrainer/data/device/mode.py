@@ -68,7 +68,7 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     plan = plan_copy(graph, device, sampler.node_keys(), sampler.edge_keys(), allowed)
     need = plan.structure + plan.data + plan.host_bytes
     over = f"more than the {_size(allowed)} allowed ({source})"
-    if plan.structure > allowed or (plan.host_bytes and not host_data):
+    if (plan.structure and plan.structure > allowed) or (plan.host_bytes and not host_data):
         also = "" if plan.structure > allowed else (
             f"; Trainer(sampling='device') samples there and gathers {plan.names_on_host()} "
             f"({_size(plan.host_bytes)}) on the host")
