@@ -123,7 +123,7 @@ def check_fanouts(fanouts: Any) -> List[Any]:
     for layer, fanout in enumerate(fanouts):
         values = fanout.values() if isinstance(fanout, dict) else [fanout]
         for value in values:
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (value < 1 and value != -1):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < -1:
                 raise ValueError(f"fanouts={fanouts!r}: layer {layer} has fanout {value!r}; each fanout must be "
-                                 "a positive number of neighbours, or -1 for all of them")
+                                 "a number of neighbours (0: none, as for a relation left out), or -1 for all")
     return fanouts

@@ -76,6 +76,33 @@ def test_refusals_name_the_part_and_auto_falls_back_saying_so(monkeypatch, capsy
     assert "NodeLoader samples on cpu (structure and gathered data" in capsys.readouterr().err
 
 
+def test_what_no_sampler_can_run_and_dgls_own_loader_are_named_not_passed_on(monkeypatch):
+    g = make_graph()
+    dgl_loader = dgl.dataloading.DataLoader(g, torch.arange(20), default_sampler(g, [3]), batch_size=8)
+    with pytest.raises(ValueError, match=r"cannot sample DGL's own DataLoader.*self.node_dataloader"):
+        mode.place(dgl_loader, CPU, "device", announce=False)
+    assert mode.place(dgl_loader, CPU, "auto", announce=False) == "cpu"  # as built, where it is asked
+    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0, 1]), torch.tensor([1, 0])),
+                              ("b", "s", "a"): (torch.tensor([0]), torch.tensor([1]))})
+    partial = dgl.dataloading.NeighborSampler([{("a", "r", "b"): 2}])
+    for where in ("device", "auto"):  # DGL refuses it too: no fallback, a ValueError that names the fix
+        monkeypatch.setattr(mode, "auto_samples_on", lambda device: True)
+        with pytest.raises(ValueError, match=r"every relation.*missing \[\('b', 's', 'a'\)\].*0 to leave one out"):
+            mode.place(NodeLoader(hetero, {"a": torch.tensor([0, 1])}, partial, 2), CPU, where, announce=False)
+    off = dgl.dataloading.NeighborSampler([{("a", "r", "b"): 2, ("b", "s", "a"): 0}])  # 0: a relation left out
+    loader = NodeLoader(hetero, {"a": torch.tensor([0, 1]), "b": torch.tensor([0, 1])}, off, 4)
+    assert mode.place(loader, CPU, "device", announce=False) == "device"
+    blocks = next(iter(loader))[-1]
+    assert blocks[0].num_edges(("b", "s", "a")) == 0 and blocks[0].num_edges(("a", "r", "b")) == 2
+
+
+@pytest.mark.parametrize("raw", ["1GB", "abc", "-5"])
+def test_a_malformed_budget_names_the_variable(monkeypatch, raw):
+    monkeypatch.setenv(mode.BUDGET_ENV, raw)
+    with pytest.raises(ValueError, match=f"GRAPHTRAINER_SAMPLING_BUDGET={raw!r}: give the bytes.*or unset it"):
+        mode.budget(CPU)
+
+
 def _structure_and_labels(g):
     from graphtrainer.data.device.graph import bytes_to_copy
 

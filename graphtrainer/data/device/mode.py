@@ -36,8 +36,16 @@ def check_sampling(value: str) -> str:
 
 def budget(device: torch.device) -> Tuple[int, str]:
     """Bytes the sampler's copy may take on ``device``, and where that figure comes from."""
-    if os.environ.get(BUDGET_ENV):
-        return int(float(os.environ[BUDGET_ENV])), f"${BUDGET_ENV}"
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if raw:
+        try:
+            value = int(float(raw))
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise ValueError(f"{BUDGET_ENV}={raw!r}: give the bytes the sampler's copy may take, e.g. 8e9 for 8 GB, "
+                             f"or unset it to use {DEVICE_SHARE:.0%} of the device's free memory")
+        return value, f"${BUDGET_ENV}"
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * DEVICE_SHARE), f"{DEVICE_SHARE:.0%} of {device}'s free memory"
@@ -47,6 +55,8 @@ def budget(device: torch.device) -> Tuple[int, str]:
 
 
 def _size(n: int) -> str:
+    if n < 2**20 // 10:
+        return f"{max(n, 0):,} bytes"
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
@@ -57,8 +67,7 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     from .edges import DeviceEdgeBatches
 
     if getattr(loader, "dataloader_kwargs", None):
-        raise Unsupported(f"DataLoader options {sorted(loader.dataloader_kwargs)} (e.g. num_workers) are for "
-                          "DGL's CPU sampling")
+        raise Unsupported(f"DataLoader options {sorted(loader.dataloader_kwargs)} are for DGL's CPU sampling")
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
     allowed, source = budget(device)
@@ -72,6 +81,8 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
         also = "" if plan.structure > allowed else (
             f"; Trainer(sampling='device') samples there and gathers {plan.names_on_host()} "
             f"({_size(plan.host_bytes)}) on the host")
+        if source.startswith("$"):
+            also += f"; or raise ${BUDGET_ENV} (bytes), or unset it"
         raise Unsupported(f"the graph's structure and gathered data need {_size(need)} on {device}, {over}{also}")
     if hasattr(loader, "pairs"):
         batches: Any = DeviceEdgeBatches(loader, sampler, device, plan.on_host)
@@ -96,6 +107,10 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
     loaders, left alone). ``announce``: say what ``"auto"`` chose on a GPU, and which data
     ``"device"`` gathers on the host."""
     if not hasattr(loader, "use_device_sampling"):
+        if mode == "device" and type(loader).__module__.startswith("dgl."):
+            raise ValueError(f"sampling='device' cannot sample DGL's own {type(loader).__name__} (it samples as "
+                             "it was built, on the CPU). Fix: return self.node_dataloader(ids, sampler, batch_size) "
+                             "or self.edge_dataloader(...), or use Trainer(sampling='cpu')")
         return "cpu"
     if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):
         loader.use_device_sampling(None)
@@ -105,8 +120,9 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
         batches = device_batches(loader, device, host_data=mode == "device")
     except Unsupported as why:
         if mode == "device":
-            raise ValueError(f"sampling='device' cannot sample this {name} on {device}: {why}. Fix: change that, "
-                             "or use Trainer(sampling='cpu') (or 'auto', which falls back to the CPU)") from None
+            raise ValueError(f"sampling='device' cannot sample this {name} on {device}: {why}. Fix: change that "
+                             "part (docs/gpus.md lists what the device sampler reads), or use "
+                             "Trainer(sampling='cpu') (or 'auto', which falls back to the CPU)") from None
         loader.use_device_sampling(None)
         if announce:
             print(f"[graphtrainer] sampling='auto': {name} samples on the CPU because {why}; "

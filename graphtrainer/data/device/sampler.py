@@ -84,8 +84,9 @@ class DeviceSampler:
             if isinstance(f, dict):
                 f = {graph.to_canonical_etype(et): int(k) for et, k in f.items()}
                 missing = [et for et in graph.canonical_etypes if et not in f]
-                if missing:  # DGL needs every relation too
-                    raise Unsupported(f"{name}: a per-relation fanout must name every relation, missing {missing}")
+                if missing:  # DGL needs every relation too: no fallback can run it
+                    raise ValueError(f"{name}: a per-relation fanout must name every relation (DGL's sampler needs "
+                                     f"them all too); missing {missing}: give them a fanout, 0 to leave one out")
             fanouts.append(f if isinstance(f, dict) else int(f))
         feats, labels = _keys(sampler.prefetch_node_feats, graph, False), _keys(sampler.prefetch_labels, graph, False)
         edge_feats = _keys(sampler.prefetch_edge_feats, graph, True)
