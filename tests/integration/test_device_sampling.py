@@ -142,7 +142,8 @@ def test_a_graph_over_the_memory_budget_is_refused_before_the_first_batch(monkey
     with pytest.raises(RankFailedError) as err:
         trainer.fit(_Steps(make_graph()))
     text = str(err.value)
-    assert "need" in text and "more than the 0.0 MiB allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" in text, text
+    assert "need" in text and "more than the 1,000 bytes allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" in text, text
+    assert "raise $GRAPHTRAINER_SAMPLING_BUDGET (bytes) or unset it" in text
     assert "Trainer(sampling='cpu')" in text and "a batch was trained" not in text
     assert not rank_children()
 

@@ -93,7 +93,8 @@ class DeviceGraph:
         """Bytes this copy holds on its device: structure, id maps and the data not left on the host."""
         data = [v for is_edge, all_data in enumerate((self.ndata, self.edata)) for t, per_type in all_data.items()
                 for k, v in per_type.items() if (bool(is_edge), t, k) not in self.host_keys]
-        return sum(8 * (2 * rel.indptr.numel() - 1) + 16 * rel.num_edges for rel in self.relations.values()) + \
+        return sum(8 * (2 * rel.indptr.numel() - 1) + 16 * rel.num_edges
+                   + (0 if rel._position is None else 8 * rel.num_edges) for rel in self.relations.values()) + \
             16 * sum(self.num_nodes.values()) + sum(v.numel() * v.element_size() for v in data)
 
     def is_current(self, graph: Any) -> bool:
@@ -156,11 +157,13 @@ class CopyPlan:
 
 
 def plan_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,
-              allowed: Optional[int]) -> CopyPlan:
+              allowed: Optional[int], edge_index: bool = False) -> CopyPlan:
     """Which data not copied yet fits within ``allowed`` bytes beside the structure, smallest
-    first (labels before features); the rest stays on the host (``allowed=None``: all fits)."""
+    first (labels before features); the rest stays on the host (``allowed=None``: all fits).
+    ``edge_index``: an edge loader's, which also indexes the structure by edge id."""
     copy = _current_copy(graph, device)
     structure = 0 if copy is not None else structure_bytes(graph) + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes)
+    structure += position_bytes(graph, device) if edge_index else 0
     have = ({}, {}) if copy is None else (copy.ndata, copy.edata)
     missing = []  # (bytes, is_edge, type, key)
     for is_edge, (wanted, view) in enumerate(((node_keys, graph.nodes), (edge_keys, graph.edges))):
@@ -224,6 +227,14 @@ def _current_copy(graph: Any, device: torch.device) -> Optional[DeviceGraph]:
         del per_device[str(device)]
         return None
     return copy
+
+
+def position_bytes(graph: Any, device: torch.device) -> int:
+    """Bytes the edge-id index (:meth:`Relation.position_of`, built for edge loaders) adds on
+    ``device``: ``8 x edges`` of each relation that does not have it yet."""
+    copy = _current_copy(graph, device)
+    return sum(8 * graph.num_edges(et) for et in relations_of(graph)
+               if copy is None or copy.relations[et]._position is None)
 
 
 def copied_bytes(graph: Any, device: torch.device) -> int:

@@ -124,3 +124,22 @@ def test_exclude_self_keeps_the_reverse_relation_as_dgl_does():
                 int(blocks[0].edata["_ID"][bought_by].numel())
             assert blocks[0].num_edges(("user", "buys", "item")) == 0  # the seed edges themselves: out
     assert reverse_edges["device"] == reverse_edges["cpu"] > 0
+
+
+def test_an_edge_loader_counts_its_edge_id_index_in_the_budget():
+    """Edge loaders over edge ids index the structure by edge id (8 bytes per edge): counted
+    before the copy, and in the copy once built, so a fixed budget sees it."""
+    from graphtrainer.data.device.graph import drop_copies, plan_copy, position_bytes
+
+    g, reverse = _symmetric()
+    drop_copies(g)
+    node_plan = plan_copy(g, CPU, {"_N": ("feat",)}, {}, None)
+    loader = EdgeLoader(g, torch.arange(0, 600, 3), [3], 32, negatives=1, exclude="self", seed=1)
+    batches = mode.device_batches(loader, CPU)
+    assert f"data {node_plan.structure + 8 * g.num_edges() + node_plan.data:,} bytes of" in batches.footprint
+    copy = batches.graph
+    before = copy.device_bytes()
+    loader.use_device_sampling(batches)
+    next(iter(loader))  # builds the index
+    assert copy.device_bytes() == before + 8 * g.num_edges()
+    assert position_bytes(g, CPU) == 0
