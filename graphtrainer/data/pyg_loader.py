@@ -5,6 +5,7 @@ the split, epochs, evaluation mode, ``len`` and formats stay the wrapped loader'
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterator, List, Tuple
 
 import torch
@@ -54,8 +55,16 @@ class PygLoader(ShardedLoader):
     """
 
     def __init__(self, loader: ShardedLoader, feat_key: str = "feat", label_key: str = "label"):
-        check_pyg_ready(getattr(loader, "graph", None), typed=getattr(loader, "typed", None) is not None)
+        graph = getattr(loader, "graph", None)
+        check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
         self.inner, self.feat_key, self.label_key = loader, feat_key, label_key
+        ndata = getattr(graph, "ndata", None)
+        if ndata is not None and hasattr(ndata, "keys") and feat_key not in ndata.keys():
+            others = sorted(k for k in ndata.keys() if k != "_ID")
+            warnings.warn(f"the graph has no node data {feat_key!r} (it has {others}), so these PyG batches carry "
+                          f"no x: x is g.ndata[{feat_key!r}] and y is g.ndata[{label_key!r}] (rename, e.g. "
+                          f"g.ndata[{feat_key!r}] = g.ndata.pop('x')); a featureless model reads n_id", UserWarning,
+                          stacklevel=3)
 
     def __getattr__(self, name: str) -> Any:
         # Everything not defined here is the wrapped loader's (graph, sampler, ids, epoch, ...).

@@ -264,3 +264,11 @@ def test_a_pyg_data_graph_and_a_falsy_batch_format_are_refused_naming_the_fix(ro
     for falsy in ("", 0, False):  # not read as "use the task's format"
         with pytest.raises(ValueError, match=f"batch_format={falsy!r}"):
             task.node_dataloader(torch.arange(4), [2], 2, batch_format=falsy)
+
+
+def test_a_graph_without_feat_warns_that_batches_carry_no_x():
+    g = random_graph(37)
+    g.ndata["x"] = g.ndata.pop("feat")  # PyG's names
+    with pytest.warns(UserWarning, match=r"no node data 'feat' \(it has \['label', 'x'\]\).*no x.*ndata.pop\('x'\)"):
+        loader = PygLoader(NodeLoader(g, torch.arange(8), default_sampler(g, [2]), 4))
+    assert next(iter(loader)).x is None  # what the warning says
