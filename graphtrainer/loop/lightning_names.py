@@ -34,9 +34,8 @@ NOT_CALLED: Dict[str, str] = {
     "lr_scheduler_step": _NO_LOOP,
     "configure_gradient_clipping": _NO_LOOP,
     "configure_callbacks": "Trainer(callbacks=[...])",
-    "on_validation_model_eval": "nothing: evaluation puts the model in eval mode and back itself",
-    "on_validation_model_train": "nothing: evaluation puts the model in eval mode and back itself",
-    "on_test_model_eval": "nothing: evaluation puts the model in eval mode and back itself",
+    **{f"on_{stage}_model_{mode}": "nothing: evaluation puts the model in eval mode and back itself"
+       for stage in ("validation", "test", "predict") for mode in ("eval", "train")},
     "on_init_start": "__init__ or setup(stage)",
     "on_init_end": "__init__ or setup(stage)",
     "on_pretrain_routine_start": "setup('fit') or on_fit_start()",

@@ -78,7 +78,6 @@ class TrainingStep:
         step_schedulers(state.lr_schedulers, "step", state.global_step, {})
         self.trace.step()
 
-
     def _call(self, hook: str, *args: Any) -> None:
         if hook in self.hooks:
             call_hook(self.ctx, hook, *args)
