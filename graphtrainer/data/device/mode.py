@@ -71,8 +71,10 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
     allowed, source = budget(device)
-    if source == f"${BUDGET_ENV}":  # a fixed total: a copy made for an earlier loader counts against it
-        allowed -= copied_bytes(graph, device)  # (measured free memory has shrunk by that copy already)
+    copied = copied_bytes(graph, device) if source == f"${BUDGET_ENV}" else 0
+    if copied:  # a fixed total: a copy made for an earlier loader counts against it
+        allowed -= copied  # (measured free memory has shrunk by that copy already)
+        source += f", less the {_size(copied)} an earlier loader's copy holds"
     # What this loader adds: a later loader of the same graph (validation after training) shares the copy.
     plan = plan_copy(graph, device, sampler.node_keys(), sampler.edge_keys(), allowed,
                      edge_index=hasattr(loader, "pairs") and (loader.pairs is None or loader.exclude is not None))
@@ -83,7 +85,7 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
             f"; Trainer(sampling='device') samples there and gathers {plan.names_on_host()} "
             f"({_size(plan.host_bytes)}) on the host")
         if source.startswith("$"):
-            also += f"; raise {source} (bytes) or unset it"
+            also += f"; raise ${BUDGET_ENV} (bytes) or unset it"
         raise Unsupported(f"the graph's structure and gathered data need {_size(need)} on {device}, {over}{also}")
     if hasattr(loader, "pairs"):
         batches: Any = DeviceEdgeBatches(loader, sampler, device, plan.on_host)
