@@ -380,7 +380,7 @@ def test_a_fixed_budget_counts_the_copy_an_earlier_loader_made(monkeypatch):
     from graphtrainer.data.node_loader import NodeLoader
 
     g = skewed_graph()
-    g.ndata["other"] = torch.randn(g.num_nodes(), 64)
+    g.ndata["other"] = torch.randn(g.num_nodes(), 8)  # fits the whole budget, not what the first copy leaves
     first = NodeLoader(g, torch.arange(20), dgl.dataloading.NeighborSampler([3], prefetch_node_feats=["feat"]), 4)
     second = NodeLoader(g, torch.arange(20), dgl.dataloading.NeighborSampler([3], prefetch_node_feats=["other"]), 4)
     device_graph_module.drop_copies(g)
