@@ -26,7 +26,7 @@ class Relation:
     indices: torch.Tensor
     eids: torch.Tensor
     #: The largest in-degree (read on the host when copied): a larger fanout draws as many.
-    max_degree: int = 0
+    max_degree: int
     _position: Optional[torch.Tensor] = field(default=None, repr=False)
     _degrees: Optional[torch.Tensor] = field(default=None, repr=False)
 
@@ -83,17 +83,17 @@ class DeviceGraph:
                 have = have_all.setdefault(t, {})
                 for key in keys:
                     if key not in have:
-                        value = data[t].data[key]
-                        have[key] = value if key in host.get(t, ()) else value.to(self.device)
+                        value, kept = data[t].data[key], key in host.get(t, ())
+                        have[key] = value if kept else value.to(self.device)
                         self.sources[(bool(is_edge), t, key)] = weakref.ref(value)
-                        if key in host.get(t, ()):
+                        if kept:
                             self.host_keys.add((bool(is_edge), t, key))
 
     def device_bytes(self) -> int:
         """Bytes this copy holds on its device: structure, id maps and the data not left on the host."""
         data = [v for is_edge, all_data in enumerate((self.ndata, self.edata)) for t, per_type in all_data.items()
                 for k, v in per_type.items() if (bool(is_edge), t, k) not in self.host_keys]
-        return sum(8 * (2 * rel.indptr.numel() - 1) + 16 * rel.num_edges
+        return sum(relation_bytes(rel.indptr.numel() - 1, rel.num_edges)
                    + (0 if rel._position is None else 8 * rel.num_edges) for rel in self.relations.values()) + \
             16 * sum(self.num_nodes.values()) + sum(v.numel() * v.element_size() for v in data)
 
@@ -114,10 +114,12 @@ def relations_of(graph: Any) -> Iterable[EType]:
 
 def structure_bytes(graph: Any) -> int:
     """Bytes the structure takes on the device: int64 ``indptr``, in-degrees, ``indices`` and ``eids``."""
-    total = 0
-    for et in relations_of(graph):
-        total += 8 * (2 * graph.num_nodes(et[2]) + 1) + 16 * graph.num_edges(et)
-    return total
+    return sum(relation_bytes(graph.num_nodes(et[2]), graph.num_edges(et)) for et in relations_of(graph))
+
+
+def relation_bytes(num_dst: int, num_edges: int) -> int:
+    """One relation's structure: int64 ``indptr`` and in-degrees per destination, ``indices`` and ``eids``."""
+    return 8 * (2 * num_dst + 1) + 16 * num_edges
 
 
 def data_bytes(graph: Any, node_keys: Keys, edge_keys: Keys) -> int:
