@@ -69,8 +69,9 @@ class DeviceNodeBatches:
             gen = batch_generator(self.device, seed, rank, epoch, i)
             seeds = self.seeds(share[lo:hi])
             inputs, blocks = self.sampler.sample(self.graph, maps, seeds, gen)
+            ids = self.graph.ids
             if self.types is None:
-                yield inputs[self.graph.ntypes[0]], next(iter(seeds.values())), blocks
+                yield ids(inputs[self.graph.ntypes[0]]), ids(next(iter(seeds.values()))), blocks
             else:
                 given = [nt for nt, _, _ in self.types]
-                yield inputs, {nt: seeds[nt] for nt in given}, blocks
+                yield {nt: ids(v) for nt, v in inputs.items()}, {nt: ids(seeds[nt]) for nt in given}, blocks

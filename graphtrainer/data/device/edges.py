@@ -137,13 +137,16 @@ class DeviceEdgeBatches:
 
     def _pair(self, edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
               eids: Optional[Dict[EType, torch.Tensor]]) -> Any:
+        ids = self.graph.ids
         if not self.graph.hetero:
             (u, v), = edges.values()
-            return pair_graph(u, v, nodes[self.graph.ntypes[0]], None if eids is None else next(iter(eids.values())))
+            return pair_graph(u, v, ids(nodes[self.graph.ntypes[0]]),
+                              None if eids is None else ids(next(iter(eids.values()))))
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
         every = {et: edges.get(et, (empty, empty)) for et in self.graph.relations}
-        full_eids = None if eids is None else {et: eids.get(et, empty) for et in self.graph.relations}
-        return hetero_pair_graph(every, nodes, full_eids)
+        full_eids = None if eids is None else {et: ids(eids.get(et, empty)) for et in self.graph.relations}
+        return hetero_pair_graph(every, {nt: ids(v) for nt, v in nodes.items()}, full_eids)
 
     def _one(self, inputs: Dict[str, torch.Tensor]) -> Any:
-        return inputs if self.graph.hetero else inputs[self.graph.ntypes[0]]
+        ids = self.graph.ids
+        return {nt: ids(v) for nt, v in inputs.items()} if self.graph.hetero else ids(inputs[self.graph.ntypes[0]])

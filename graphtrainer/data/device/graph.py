@@ -62,8 +62,9 @@ class DeviceGraph:
 
     def __init__(self, relations: Dict[EType, Relation], num_nodes: Dict[str, int],
                  ndata: Dict[str, Dict[str, torch.Tensor]], edata: Dict[EType, Dict[str, torch.Tensor]],
-                 device: torch.device, hetero: bool):
+                 device: torch.device, hetero: bool, idtype: torch.dtype = torch.int64):
         self.relations, self.num_nodes = relations, num_nodes
+        self.idtype = idtype  # the graph's: ids handed out are in it, as DGL's (sampling works in int64)
         self.ndata, self.edata = ndata, edata
         self.device, self.hetero = device, hetero
         #: The graph's tensors each key was copied from, to notice a key given new data.
@@ -73,6 +74,10 @@ class DeviceGraph:
     @property
     def ntypes(self) -> list:
         return list(self.num_nodes)
+
+    def ids(self, values: torch.Tensor) -> torch.Tensor:
+        """Node or edge ids in the graph's id type (a no-op on int64 graphs)."""
+        return values if values.dtype == self.idtype else values.to(self.idtype)
 
     def add_data(self, graph: Any, node_keys: Keys, edge_keys: Keys, on_host: Tuple[Keys, Keys] = ({}, {})) -> None:
         """Copy data a later loader gathers that an earlier one did not; keys in ``on_host``
@@ -254,7 +259,7 @@ def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: K
     if copy is None:
         relations = {et: _relation(graph, et, device) for et in relations_of(graph)}
         copy = DeviceGraph(relations, {nt: graph.num_nodes(nt) for nt in graph.ntypes}, {}, {}, device,
-                           hetero=len(graph.ntypes) > 1 or len(graph.canonical_etypes) > 1)
+                           hetero=len(graph.ntypes) > 1 or len(graph.canonical_etypes) > 1, idtype=graph.idtype)
         per_device[str(device)] = copy
     copy.add_data(graph, node_keys, edge_keys, on_host)
     return copy

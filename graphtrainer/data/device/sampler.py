@@ -153,12 +153,14 @@ def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.T
     def one(et: EType, with_data: bool) -> TorchBlock:
         indptr, indices, eids = edges[et]
         local = torch.arange(indices.numel(), device=indices.device)
-        kwargs = dict(srcdata={NID: src[et[0]]}, dstdata={NID: dst[et[2]]}, edata={EID: eids}) if with_data else {}
+        kwargs = dict(srcdata={NID: dg.ids(src[et[0]])}, dstdata={NID: dg.ids(dst[et[2]])},
+                      edata={EID: dg.ids(eids)}) if with_data else {}
         return TorchBlock(indptr, indices, local, src[et[0]].numel(), dst[et[2]].numel(), **kwargs)
 
     if not dg.hetero:
         return one(next(iter(edges)), True)
     return TorchHeteroBlock({et: one(et, False) for et in edges},
                             {nt: ids.numel() for nt, ids in src.items()}, {nt: ids.numel() for nt, ids in dst.items()},
-                            srcdata={NID: dict(src)}, dstdata={NID: dict(dst)},
-                            edata={EID: {et: e[2] for et, e in edges.items()}})
+                            srcdata={NID: {nt: dg.ids(v) for nt, v in src.items()}},
+                            dstdata={NID: {nt: dg.ids(v) for nt, v in dst.items()}},
+                            edata={EID: {et: dg.ids(e[2]) for et, e in edges.items()}})

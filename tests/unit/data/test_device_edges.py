@@ -143,3 +143,32 @@ def test_an_edge_loader_counts_its_edge_id_index_in_the_budget():
     next(iter(loader))  # builds the index
     assert copy.device_bytes() == before + 8 * g.num_edges()
     assert position_bytes(g, CPU) == 0
+
+
+def test_an_int32_graph_gets_int32_ids_as_from_dgl():
+    """DGL hands out an int32 graph's ids in int32 (``g.find_edges`` refuses int64 ones there);
+    the device path samples in int64 and hands them out in the graph's id type, same values."""
+    from graphtrainer.data.node_loader import NodeLoader, default_sampler
+
+    g64, _ = _symmetric()
+    g32 = g64.int()
+    batches = {}
+    for g in (g64, g32):
+        nodes = NodeLoader(g, torch.arange(0, 60, 2), default_sampler(g, [3, 3]), 8)
+        assert mode.place(nodes, CPU, "device", announce=False) == "device"
+        edges = _on_device(EdgeLoader(g, torch.arange(0, 600, 7), [3], 32, negatives=1, exclude="self", seed=1))
+        batches[g.idtype] = (list(nodes), list(edges))
+    for (nodes64, edges64), (nodes32, edges32) in [(batches[torch.int64], batches[torch.int32])]:
+        for (i64, o64, b64), (i32, o32, b32) in zip(nodes64, nodes32):
+            ids32 = [i32, o32] + [t for b in b32 for t in (b.srcdata["_ID"], b.dstdata["_ID"], b.edata["_ID"])]
+            ids64 = [i64, o64] + [t for b in b64 for t in (b.srcdata["_ID"], b.dstdata["_ID"], b.edata["_ID"])]
+            assert all(t.dtype == torch.int32 for t in ids32)
+            assert all(torch.equal(a.long(), b) for a, b in zip(ids32, ids64))
+            u, v = g32.find_edges(b32[0].edata["_ID"])  # refused for int64 ids on an int32 graph
+            assert torch.equal(u, b32[0].srcdata["_ID"][b32[0].edges()[0]])
+        for (i64, pos64, neg64, _), (i32, pos32, neg32, b32) in zip(edges64, edges32):
+            for a, b in ((i32, i64), (pos32.ndata["_ID"], pos64.ndata["_ID"]), (pos32.edata["_ID"], pos64.edata["_ID"]),
+                         (neg32.ndata["_ID"], neg64.ndata["_ID"])):
+                assert a.dtype == torch.int32 and torch.equal(a.long(), b)
+            assert torch.equal(torch.stack(g32.find_edges(pos32.edata["_ID"])).long(),
+                               torch.stack(_graph_ids(pos64)))
