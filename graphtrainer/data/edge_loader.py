@@ -67,8 +67,9 @@ class PerEdgeUniform:
         return self.draw(src, eids, g.num_nodes())
 
     def draw(self, src: torch.Tensor, keys: torch.Tensor, num_nodes: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        dst = edge_hash(self.seed, self.epoch, keys, self.k) % num_nodes
-        return src.repeat_interleave(self.k), dst.reshape(-1)
+        # int64 keys: the hash must not wrap around in an int32 graph's id type.
+        dst = edge_hash(self.seed, self.epoch, keys.long(), self.k) % num_nodes
+        return src.repeat_interleave(self.k), dst.reshape(-1).to(src.dtype)
 
 
 def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:
@@ -93,6 +94,60 @@ def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:
                          "graphtrainer.datasets.link_split (or add reverse edges as the second half "
                          "of the edge list and use torch.cat([arange(m, 2m), arange(m)])).")
     return rev
+
+
+def check_reverse_etypes(graph: Any, reverse_etypes: Dict[Any, Any]) -> Dict[Any, Any]:
+    """``reverse_etypes`` with canonical types, or a ``ValueError``: edge ``e`` of a relation's reverse
+    must run back along edge ``e`` of the relation, as ``exclude="reverse_types"`` assumes (DGL
+    does not check; a wrong map takes unrelated edges out of the blocks)."""
+    if not isinstance(reverse_etypes, dict):
+        raise ValueError(f"reverse_etypes: expected {{etype: its reverse etype}}, got {type(reverse_etypes).__name__}")
+    out = {}
+    for a, b in reverse_etypes.items():
+        try:
+            et, rev = graph.to_canonical_etype(a), graph.to_canonical_etype(b)
+        except Exception as exc:  # DGLError
+            raise ValueError(f"reverse_etypes: {a!r} -> {b!r}: {str(exc).splitlines()[0]}; the graph has "
+                             f"{graph.canonical_etypes}") from None
+        if (rev[0], rev[2]) != (et[2], et[0]) or graph.num_edges(et) != graph.num_edges(rev):
+            raise ValueError(f"reverse_etypes: {b!r} is not the reverse of {a!r}: {rev} against {et}, "
+                             f"{graph.num_edges(rev)} edges against {graph.num_edges(et)} (the reverse relation "
+                             "runs back from the destination type, edge e reversing edge e)")
+        (u, v), (ru, rv) = graph.edges(etype=et), graph.edges(etype=rev)
+        bad = ((u != rv) | (v != ru)).nonzero(as_tuple=True)[0]
+        if bad.numel():
+            e = int(bad[0])
+            raise ValueError(f"reverse_etypes: edge {e} of {rev} ({int(ru[e])}->{int(rv[e])}) does not reverse edge {e} "
+                             f"of {et} ({int(u[e])}->{int(v[e])}); {bad.numel()} of {u.numel()} differ. Build the "
+                             "reverse relation from the same edge list: {rel: (u, v), rev: (v, u)}")
+        out[et] = rev
+    return out
+
+
+def check_negatives(negatives: Any) -> Any:
+    """``negatives`` as :class:`PerEdgeUniform` for an int, a sampler or ``None`` as given, or a ``ValueError``."""
+    if negatives is None or (callable(negatives) and not isinstance(negatives, (bool, int, float))):
+        return negatives
+    if isinstance(negatives, bool) or not isinstance(negatives, int) or negatives < 1:
+        raise ValueError(f"negatives={negatives!r}: give k, an int of 1 or more (k uniform negatives per edge), a "
+                         "DGL negative sampler, or None for no negative graph")
+    return PerEdgeUniform(negatives)
+
+
+class _CopiedExclusion:
+    """DGL's exclusion for ``exclude``, computed on a copy of the seed edges: DGL's neighbour
+    sampler sorts the excluded ids in place, and for "self" and "reverse_types" those are the
+    tensors its pair graph holds as ``edata[EID]``, which then no longer match its edges (DGL 2.1)."""
+
+    def __init__(self, graph: Any, exclude: str, reverse_eids: Any, reverse_etypes: Any):
+        self.graph, self.exclude, self.reverse_eids, self.reverse_etypes = graph, exclude, reverse_eids, reverse_etypes
+
+    def __call__(self, seed_edges: Any) -> Any:
+        import dgl
+
+        copied = {k: v.clone() for k, v in seed_edges.items()} if isinstance(seed_edges, dict) else seed_edges.clone()
+        return dgl.dataloading.find_exclude_eids(self.graph, copied, self.exclude, self.reverse_eids,
+                                                 self.reverse_etypes)
 
 
 class _PairSampler:
@@ -195,16 +250,18 @@ class EdgeLoader(SampledLoader):
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph = graph
         self.reverse_eids = check_reverse_eids(graph, reverse_eids) if reverse_eids is not None else None
+        if reverse_etypes is not None:
+            reverse_etypes = check_reverse_etypes(graph, reverse_etypes)
         self.exclude, self.reverse_etypes = exclude, reverse_etypes
-        self.negatives: Any = PerEdgeUniform(negatives) if isinstance(negatives, int) else negatives
+        self.negatives: Any = check_negatives(negatives)
         if self.pairs is not None and self.negatives is not None and not isinstance(self.negatives, PerEdgeUniform):
             raise ValueError("node pairs take negatives=k (an int); DGL's negative samplers need edge ids")
         if self.pairs is not None:
             self.edge_sampler: Any = _PairSampler(*self.pairs, sampler, self.negatives)
         else:
             self.edge_sampler = dgl.dataloading.as_edge_prediction_sampler(
-                sampler, exclude=exclude, reverse_eids=self.reverse_eids, reverse_etypes=reverse_etypes,
-                negative_sampler=self.negatives)
+                sampler, exclude=None if exclude is None else _CopiedExclusion(
+                    graph, exclude, self.reverse_eids, reverse_etypes), negative_sampler=self.negatives)
         if self.spans is not None and isinstance(self.negatives, PerEdgeUniform):
             self.negatives.offsets = {etype: offset for etype, offset, _ in self.spans}
         self.sampler = sampler

@@ -76,8 +76,8 @@ class _Batches(torch.utils.data.IterableDataset):
     device = torch.device("cpu")  # DGL asks where custom indices live
 
     def __init__(self, share: torch.Tensor, state: torch.Tensor, batch_size: int, num_batches: int,
-                 types: Optional[Sequence[Tuple[str, int, int]]]):
-        self.share, self.state = share, state
+                 types: Optional[Sequence[Tuple[str, int, int]]], idtype: torch.dtype = torch.int64):
+        self.share, self.state, self.idtype = share, state, idtype
         self.batch_size, self.num_batches, self.types = batch_size, num_batches, types
 
     def __len__(self) -> int:
@@ -88,7 +88,10 @@ class _Batches(torch.utils.data.IterableDataset):
         first, step = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, n = int(self.state[0]), int(self.state[1])
         for i in range(first, self.num_batches, step):
-            ids = self.share[i * self.batch_size: min((i + 1) * self.batch_size, n)].clone()
+            ids = self.share[i * self.batch_size: min((i + 1) * self.batch_size, n)]
+            # A copy (the share is rewritten next epoch), in the graph's id type: DGL refuses
+            # int64 seeds on an int32 graph.
+            ids = ids.clone() if ids.dtype == self.idtype else ids.to(self.idtype)
             if self.types is not None:
                 ids = split_flat(ids, self.types)
             yield epoch, i, ids
@@ -166,7 +169,8 @@ class BatchSampling:
             share.share_memory_()
             state.share_memory_()
             kwargs["worker_init_fn"] = _WorkerInit(kwargs.get("worker_init_fn"))
-        dataset = _Batches(share, state, self.batch_size, num_batches, self.types)
+        dataset = _Batches(share, state, self.batch_size, num_batches, self.types,
+                           getattr(self.graph, "idtype", torch.int64))
         sampler = _SeededSampler(self.graph_sampler, seed, rank, self.on_epoch)
         return dgl.dataloading.DataLoader(self.graph, dataset, sampler,
                                           batch_size=1, shuffle=False, drop_last=False, **kwargs)

@@ -15,8 +15,8 @@ from ...nn.blocks import TorchBlock, TorchHeteroBlock
 from ..edge_loader import PerEdgeUniform, edge_hash
 from ..hetero import split_flat
 from .batches import batch_generator, batch_ranges, node_maps
-from .graph import EType, Keys, device_graph
-from .sampler import DeviceSampler, Unsupported
+from .graph import EType, Keys, device_graph, gather
+from .sampler import DeviceSampler, Unsupported, merge_keys
 
 
 def _relation(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int, same_set: bool) -> TorchBlock:
@@ -44,6 +44,17 @@ def hetero_pair_graph(edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nod
     relations = {et: _relation(u, v, counts[et[0]], counts[et[2]], et[0] == et[2]) for et, (u, v) in edges.items()}
     return TorchHeteroBlock(relations, dict(counts), dict(counts), srcdata={"_ID": dict(nodes)},
                             edata={"_ID": dict(eids)} if eids is not None else {}, is_block=False)
+
+
+def pair_edge_keys(loader: Any) -> Keys:
+    """Every edge data key of an edge-id loader's seed relations: DGL's pair graph carries them
+    (ratings, edge labels), so the device copy holds them for the pair graphs."""
+    if loader.pairs is not None:
+        return {}
+    graph = loader.graph
+    types = [et for et, _, _ in loader.spans] if loader.spans else list(graph.canonical_etypes)
+    out = {et: tuple(k for k in graph.edges[et].data.keys() if k != "_ID") for et in types}
+    return {et: keys for et, keys in out.items() if keys}
 
 
 class _Compaction:
@@ -75,10 +86,15 @@ class DeviceEdgeBatches:
     def __init__(self, loader: Any, sampler: DeviceSampler, device: torch.device,
                  on_host: Tuple[Keys, Keys] = ({}, {})):
         if loader.negatives is not None and not isinstance(loader.negatives, PerEdgeUniform):
-            raise Unsupported(f"negatives={type(loader.negatives).__name__}: the device sampler draws uniform "
-                              "negatives (negatives=k)")
+            name = type(loader.negatives).__name__
+            alias = " (DGL's Uniform is this class)" if name == "PerSourceUniform" else ""
+            raise Unsupported(f"negatives={name}(...){alias}: the device sampler draws its own negatives. Pass "
+                              "negatives=k: k uniform destinations per edge, as DGL's Uniform(k) draws them, and "
+                              "the same negatives on the CPU and the device")
         self.loader, self.sampler, self.device = loader, sampler, device
-        self.graph = device_graph(loader.graph, device, sampler.node_keys(), sampler.edge_keys(), on_host)
+        self.pair_keys = pair_edge_keys(loader)
+        self.graph = device_graph(loader.graph, device, sampler.node_keys(),
+                                  merge_keys(sampler.edge_keys(), self.pair_keys), on_host)
         self.pairs = None if loader.pairs is None else tuple(p.to(device) for p in loader.pairs)
         rev = loader.reverse_eids
         self.reverse = rev.to(device) if rev is not None and loader.exclude == "reverse_id" else None
@@ -133,7 +149,32 @@ class DeviceEdgeBatches:
                 self.device, seed, rank, epoch, i), self._excluded(ids))
             graphs = [self._pair(e, nodes, ids if (k == 0 and self.pairs is None) else None)
                       for k, e in enumerate(edges)]
+            if self.pairs is None:
+                self._pair_data(graphs[0], ids, blocks)
             yield (self._one(inputs), *graphs, blocks)
+
+    def _pair_data(self, pair: Any, ids: Dict[EType, torch.Tensor], blocks: list) -> None:
+        """What DGL's pair graph carries beside ids: the seed edges' data, and the node data the
+        blocks gathered (its nodes are the last block's destinations, in order: views, no copy)."""
+        host_ids: Dict[int, torch.Tensor] = {}
+        hetero = self.graph.hetero
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        for et, keys in self.pair_keys.items():
+            for key in keys:
+                value = gather(self.graph.edata[et][key], ids.get(et, empty), host_ids)
+                if hetero:
+                    pair.edata.setdefault(key, {})[et] = value
+                else:
+                    pair.edata[key] = value
+        first, last = blocks[0], blocks[-1]
+        for data, rows in ((first.srcdata, last.num_dst_nodes), (last.dstdata, None)):
+            for key, value in data.items():
+                if key == "_ID" or key in pair.srcdata:
+                    continue
+                if hetero:
+                    pair.srcdata[key] = {nt: v if rows is None else v[:rows(nt)] for nt, v in value.items()}
+                else:
+                    pair.srcdata[key] = value if rows is None else value[:rows()]
 
     def _pair(self, edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
               eids: Optional[Dict[EType, torch.Tensor]]) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, Tuple
 import torch
 
 from .graph import copied_bytes, plan_copy
-from .sampler import DeviceSampler, Unsupported
+from .sampler import DeviceSampler, Unsupported, merge_keys
 
 SAMPLING_MODES = ("auto", "device", "cpu")
 #: The share of the device's free memory the sampler's copy may take under ``"auto"`` and ``"device"``.
@@ -64,7 +64,7 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     """The device sampling of a node or edge loader, or :class:`Unsupported` naming why not.
     ``host_data``: data that does not fit beside the structure stays on the host."""
     from .batches import DeviceNodeBatches
-    from .edges import DeviceEdgeBatches
+    from .edges import DeviceEdgeBatches, pair_edge_keys
 
     if getattr(loader, "dataloader_kwargs", None):
         raise Unsupported(f"DataLoader options {sorted(loader.dataloader_kwargs)} are for DGL's CPU sampling")
@@ -76,7 +76,9 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
         allowed -= copied  # (measured free memory has shrunk by that copy already)
         source += f", less the {_size(copied)} an earlier loader's copy holds"
     # What this loader adds: a later loader of the same graph (validation after training) shares the copy.
-    plan = plan_copy(graph, device, sampler.node_keys(), sampler.edge_keys(), allowed,
+    edge_keys = merge_keys(sampler.edge_keys(), pair_edge_keys(loader)) if hasattr(loader, "pairs") else \
+        sampler.edge_keys()
+    plan = plan_copy(graph, device, sampler.node_keys(), edge_keys, allowed,
                      edge_index=hasattr(loader, "pairs") and (loader.pairs is None or loader.exclude is not None))
     need = plan.structure + plan.data + plan.host_bytes
     over = f"more than the {_size(allowed)} allowed ({source})"

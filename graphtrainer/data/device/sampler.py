@@ -50,6 +50,15 @@ def _all_keys(view: Any, types: Any) -> Keys:
     return {t: keys for t, keys in out.items() if keys}
 
 
+def merge_keys(*specs: Keys) -> Keys:
+    """The keys of every spec, per type, each once in order of first appearance."""
+    out: Dict[Any, Tuple[str, ...]] = {}
+    for keys in specs:
+        for t, k in keys.items():
+            out[t] = tuple(dict.fromkeys(out.get(t, ()) + tuple(k)))
+    return out
+
+
 @dataclass
 class DeviceSampler:
     """``fanouts`` per layer, input layer first (an int, or ``{etype: int}``; ``-1``: every
@@ -96,11 +105,7 @@ class DeviceSampler:
         return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats)
 
     def node_keys(self) -> Keys:
-        out: Dict[Any, Tuple[str, ...]] = {}
-        for keys in (self.node_feats or {}, self.labels or {}):
-            for t, k in keys.items():
-                out[t] = tuple(dict.fromkeys(out.get(t, ()) + tuple(k)))
-        return out
+        return merge_keys(self.node_feats or {}, self.labels or {})
 
     def edge_keys(self) -> Keys:
         return dict(self.edge_feats or {})
