@@ -31,8 +31,8 @@ class GraphTask:
     Hook order of ``Trainer.fit``, on every rank. For each hook below that
     :class:`~graphtrainer.callbacks.Callback` also has, the trainer's callbacks run theirs
     first, except that callbacks acting on reduced metrics (``after_reduction``: ``ModelCheckpoint``,
-    ``EarlyStopping``, ``PrintMetrics``) run
-    their ``on_train_epoch_end`` after the task's, so they see what it logs::
+    ``EarlyStopping``, ``PrintMetrics``) run their ``on_train_epoch_end``
+    after the task's, checkpoint-saving ones (``ModelCheckpoint``) last, so they see what it logs::
 
         setup("fit")
         configure_model()            # only when self.model is None; built in each rank

@@ -15,7 +15,8 @@ class Callback:
     Runs on every rank. A callback's hook runs before the task's hook of the same name,
     except for callbacks with ``after_reduction = True``: their ``on_train_epoch_end``
     runs after the task's and after that epoch's metrics are reduced, so they see its
-    final ``trainer.callback_metrics``. In each rank ``trainer`` is that rank's view of the
+    final ``trainer.callback_metrics``; those with ``saves_checkpoints = True`` run theirs
+    last of all. In each rank ``trainer`` is that rank's view of the
     run (:class:`~graphtrainer.state.RunView`: the Trainer's properties, ``trainer.state``,
     ``trainer.config``, ``trainer.save_checkpoint``). State returned by :meth:`state_dict` is saved in
     checkpoints under :attr:`state_key` and restored with :meth:`load_state_dict`.
@@ -27,6 +28,10 @@ class Callback:
     #: False for a callback whose ``on_train_epoch_end`` never calls ``task.log``: when no
     #: hook that runs before the reduction may log, the epoch's metrics are reduced once.
     logs_metrics: bool = True
+    #: True for callbacks that write checkpoints at the epoch's end (``ModelCheckpoint``): their
+    #: ``on_train_epoch_end`` runs after every other callback's (as Lightning's), so a checkpoint
+    #: holds every other callback's state after that epoch's update and resumes exactly.
+    saves_checkpoints: bool = False
 
     @property
     def state_key(self) -> str:

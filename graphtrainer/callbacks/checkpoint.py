@@ -36,6 +36,7 @@ class ModelCheckpoint(Callback):
     """
 
     after_reduction = True
+    saves_checkpoints = True
 
     def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: str = "{epoch}-{step}",
                  monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
