@@ -1,12 +1,27 @@
 """``Callback``: framework-side behaviour that hooks into the loops without touching the task."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
+from .._moved import metric_key
 from ..state import RunView
 from ..task import GraphTask
+
+
+def monitored_now(trainer: RunView, monitor: str, who: str) -> Optional[str]:
+    """The metric name ``monitor`` reads when its value was produced this epoch (so a monitor
+    acts on it), None when not (an epoch without validation: the value is an earlier one's, or
+    none yet). Raises ``KeyError`` when it should exist by now (as Lightning)."""
+    metrics = trainer.callback_metrics
+    name = metric_key(monitor, metrics, f"{who}(monitor=...)")
+    if name in trainer.state.epoch_metric_names:
+        return name
+    if name in metrics or (not trainer.state.validated_this_epoch and trainer.state.has_val_loader):
+        return None
+    raise KeyError(f"{who} monitors {monitor!r}, which was not logged by the end of epoch "
+                   f"{trainer.current_epoch}; logged metrics: {sorted(metrics)}")
 
 
 class Callback:

@@ -146,6 +146,7 @@ def _train_epoch(fit: _Fit) -> None:
     epoch = state.current_epoch
     with section("epoch start"):
         state.epoch_finished = state.validated_this_epoch = False
+        state.epoch_metric_names = set()
         heartbeat.set_epoch(epoch)
         seed_epoch(config.seed, state.rank, epoch)  # makes epoch-boundary resume exact
         state.num_training_batches, trusted = _loader_epoch(fit, epoch)
@@ -236,10 +237,10 @@ def _end_epoch(fit: _Fit) -> None:
             metrics.update(eval_epoch(ctx, VALIDATE, fit.val_loader)[0])
         state.validated_this_epoch = True
     with ctx.section("epoch end"):
-        state.callback_metrics.update(metrics)
+        state.add_epoch_metrics(metrics)
         call_hook(ctx, "on_train_epoch_end", callbacks=before_reduction(ctx.active_callbacks))
         if fit.logs_at_epoch_end:
-            state.callback_metrics.update(ctx.step_log.metrics.reduce("fit epoch end"))
+            state.add_epoch_metrics(ctx.step_log.metrics.reduce("fit epoch end"))
         # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
         # next epoch uses (an exact resume needs it).
         step_schedulers(state.lr_schedulers, "epoch", epoch + 1, state.callback_metrics)
@@ -252,8 +253,8 @@ def _end_epoch(fit: _Fit) -> None:
 
 
 def _record_epoch(state: RunState) -> None:
-    row = {"epoch": state.current_epoch, "step": state.global_step,
-           **{k: state.callback_metrics[k] for k in sorted(state.callback_metrics)}}
+    measured = state.epoch_metrics()  # an epoch without validation carries no validation values
+    row = {"epoch": state.current_epoch, "step": state.global_step, **{k: measured[k] for k in sorted(measured)}}
     state.history.append(row)
     if state.logger is not None:
         state.logger.log_metrics(row, step=state.global_step)
@@ -286,7 +287,7 @@ def _validate_mid_epoch(fit: _Fit) -> None:
     training_sums = ctx.step_log.metrics.stash()
     metrics, _ = eval_epoch(ctx, VALIDATE, fit.val_loader)
     ctx.step_log.metrics.restore(training_sums)
-    state.callback_metrics.update(metrics)
+    state.add_epoch_metrics(metrics)
     if state.logger is not None:
         state.logger.log_metrics({"epoch": state.current_epoch, "step": state.global_step, **metrics},
                                  step=state.global_step)
