@@ -136,6 +136,11 @@ class RunState:
     #: True from the end of an epoch's work until the next epoch starts: a checkpoint
     #: written then resumes at the next epoch.
     epoch_finished: bool = False
+    #: Training batches of ``current_epoch`` done when ``max_steps`` ended it early (0: none),
+    #: and this rank's generator states then: a checkpoint written until the fit ends resumes
+    #: at the next batch, as after a preemption.
+    batches_done_in_epoch: int = 0
+    rng_at_stop: Optional[Dict[str, Any]] = None
     #: Whether validation ran this epoch (``check_val_every_n_epoch``), and whether the
     #: task has a validation loader at all.
     validated_this_epoch: bool = False
@@ -162,6 +167,7 @@ class RunState:
         """A copy without what only lives in the rank (optimizers, logger, tensors)."""
         return dataclasses.replace(self, device=torch.device("cpu"), last_loss=None, optimizers=[],
                                    lr_schedulers=[], logger=None, task=None, precision=None, profiler=None,
+                                   rng_at_stop=None,
                                    history=list(self.history),
                                    callback_metrics=dict(self.callback_metrics),
                                    epoch_metric_names=set(self.epoch_metric_names))

@@ -52,8 +52,18 @@ class StopController:
         self._next_counts: Optional[Tuple[float, float]] = None
 
     def done(self) -> bool:
-        """Whether no further epoch runs (``max_epochs`` reached, or an agreed stop)."""
-        return self.state.current_epoch >= self.config.max_epochs or self.state.should_stop
+        """Whether no further epoch runs (``max_epochs`` or ``max_steps`` reached, or an agreed
+        stop): checked before each epoch, so a resumed run that reached a limit trains nothing."""
+        return bool(self.reached()) or self.state.should_stop
+
+    def reached(self) -> str:
+        """The limit the run has reached, in words ("" when none)."""
+        state, config = self.state, self.config
+        if 0 < config.max_steps <= state.global_step:
+            return f"max_steps={config.max_steps} (step {state.global_step})"
+        if state.current_epoch >= config.max_epochs:
+            return f"max_epochs={config.max_epochs} (epoch {state.current_epoch} is next)"
+        return ""
 
     def start_epoch(self, batches: Optional[int]) -> Optional[int]:
         """This epoch's batch counts over the ranks (``batches``: this rank's, None when the
