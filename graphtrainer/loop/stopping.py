@@ -73,6 +73,11 @@ class StopController:
         if counts is None:  # the same on every rank: the fit's first epoch
             counts = _fewest_most(gdist.all_reduce(torch.tensor(_header([], batches), dtype=torch.float64), "max"), 0)
         fewest, most = counts
+        if most == 0:  # agreed, so every rank raises
+            raise ValueError(f"no rank has a training batch in epoch {self.state.current_epoch} (the training "
+                             f"loader's len() is 0 on every rank; limit_train_batches="
+                             f"{self.config.limit_train_batches}): give every rank at least one batch (more ids, "
+                             "a smaller batch_size, drop_last=False or fewer ranks)")
         self.joining = gdist.is_distributed() and (fewest != most or most == _UNKNOWN)
         self.signals.start_epoch()
         return None if fewest == _UNKNOWN else int(fewest)
