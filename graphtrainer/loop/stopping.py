@@ -48,6 +48,8 @@ class StopController:
         self.joining = False
         #: The agreed stop was for a signal: the fit writes ``last.ckpt`` and raises ``Preempted``.
         self.preempted = False
+        #: A stop agreed before ``min_epochs``: kept, and honoured once ``min_epochs`` is reached (as Lightning).
+        self._stop_requested = False
         #: (fewest, most) training batches of the next epoch over the ranks, once agreed.
         self._next_counts: Optional[Tuple[float, float]] = None
 
@@ -109,7 +111,8 @@ class StopController:
             state.should_stop = True
         mine = [1.0 if state.should_stop else 0.0, *preemption.signal_flag(), -self.signals.proposal()]
         agreed = gdist.all_reduce(torch.tensor(_header(mine, next_batches), dtype=torch.float64), "max")
-        state.should_stop = bool(agreed[0] > 0)
+        self._stop_requested = self._stop_requested or bool(agreed[0] > 0)
+        state.should_stop = self._stop_requested
         self.preempted = preemption.decode_signal(agreed[1:3])
         self.signals.agree_interval(-float(agreed[3]))
         self._next_counts = _fewest_most(agreed, 4)
