@@ -112,6 +112,20 @@ def batch_count(name: str, value: Union[None, int, float]) -> Union[None, int, f
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
             isinstance(value, float) and value > 1.0):
         raise ValueError(f"{name}={value!r}: give a number of batches (int) or a fraction (float in [0, 1])")
+    if name == "limit_train_batches" and value == 0:
+        # Lightning skips training then; here a fit that trains nothing is refused, not silent.
+        raise ValueError("limit_train_batches=0 trains nothing: to only validate, call trainer.validate(task); "
+                         "to train, give a positive number of batches or a fraction in (0, 1]")
+    return value
+
+
+def check_val_every_n_epoch(value: Optional[int]) -> int:
+    """``check_val_every_n_epoch``: a count >= 1. Lightning's None (validate by
+    ``val_check_interval`` alone, counting batches across epochs) is not supported."""
+    if value is None:
+        raise ValueError("check_val_every_n_epoch=None (validate by val_check_interval alone, across epochs) is "
+                         "not supported: use check_val_every_n_epoch=1 with val_check_interval=N to validate every "
+                         "N training batches within each epoch (and at its end)")
     return value
 
 

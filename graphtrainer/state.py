@@ -11,7 +11,7 @@ import datetime
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
 import torch
 
@@ -128,10 +128,19 @@ class RunState:
     global_step: int = 0
     history: List[Dict[str, float]] = field(default_factory=list)
     callback_metrics: Dict[str, float] = field(default_factory=dict)
+    #: The names in ``callback_metrics`` produced this epoch (its training, validation and
+    #: epoch-end logs): the epoch's history row holds only these, and monitors act on them only,
+    #: never on a value an earlier epoch's validation left.
+    epoch_metric_names: Set[str] = field(default_factory=set)
     should_stop: bool = False
     #: True from the end of an epoch's work until the next epoch starts: a checkpoint
     #: written then resumes at the next epoch.
     epoch_finished: bool = False
+    #: Training batches of ``current_epoch`` done when ``max_steps`` ended it early (0: none),
+    #: and this rank's generator states then: a checkpoint written until the fit ends resumes
+    #: at the next batch, as after a preemption.
+    batches_done_in_epoch: int = 0
+    rng_at_stop: Optional[Dict[str, Any]] = None
     #: Whether validation ran this epoch (``check_val_every_n_epoch``), and whether the
     #: task has a validation loader at all.
     validated_this_epoch: bool = False
@@ -158,8 +167,19 @@ class RunState:
         """A copy without what only lives in the rank (optimizers, logger, tensors)."""
         return dataclasses.replace(self, device=torch.device("cpu"), last_loss=None, optimizers=[],
                                    lr_schedulers=[], logger=None, task=None, precision=None, profiler=None,
+                                   rng_at_stop=None,
                                    history=list(self.history),
-                                   callback_metrics=dict(self.callback_metrics))
+                                   callback_metrics=dict(self.callback_metrics),
+                                   epoch_metric_names=set(self.epoch_metric_names))
+
+    def add_epoch_metrics(self, metrics: Dict[str, float]) -> None:
+        """Values produced this epoch, into ``callback_metrics``."""
+        self.callback_metrics.update(metrics)
+        self.epoch_metric_names.update(metrics)
+
+    def epoch_metrics(self) -> Dict[str, float]:
+        """The values of ``callback_metrics`` produced this epoch."""
+        return {k: v for k, v in self.callback_metrics.items() if k in self.epoch_metric_names}
 
 
 @dataclass

@@ -31,8 +31,8 @@ class GraphTask:
     Hook order of ``Trainer.fit``, on every rank. For each hook below that
     :class:`~graphtrainer.callbacks.Callback` also has, the trainer's callbacks run theirs
     first, except that callbacks acting on reduced metrics (``after_reduction``: ``ModelCheckpoint``,
-    ``EarlyStopping``, ``PrintMetrics``) run
-    their ``on_train_epoch_end`` after the task's, so they see what it logs::
+    ``EarlyStopping``, ``PrintMetrics``) run their ``on_train_epoch_end``
+    after the task's, checkpoint-saving ones (``ModelCheckpoint``) last, so they see what it logs::
 
         setup("fit")
         configure_model()            # only when self.model is None; built in each rank
@@ -223,7 +223,7 @@ class GraphTask:
         return self.trainer.global_step if self.trainer is not None else 0
 
     def log(self, name: str, value: Union[torch.Tensor, float, Any], batch_size: Optional[int] = None,
-            prog_bar: bool = False, reduce_fx: str = "mean") -> None:
+            prog_bar: bool = False, reduce_fx: str = "mean", **lightning: Any) -> None:
         """Record ``value`` for this phase. Its epoch value is the exact mean over all ranks,
         weighted by ``batch_size`` (inferred from a DGL batch when omitted; 1 outside steps),
         or with ``reduce_fx="sum"`` the total over every call on every rank.
@@ -234,14 +234,14 @@ class GraphTask:
         end of the phase its ``compute()`` over every rank's updates is the epoch value, and
         the metric is reset. ``batch_size`` and ``reduce_fx`` do not apply to it.
 
-        Local only: no collective runs here, so it is safe inside ``training_step``.
+        Local only (no collective: safe in ``training_step``). ``sync_dist=`` changes nothing (always exact).
         """
-        self.step_log.log(name, value, batch_size, prog_bar, reduce_fx, type(self).__name__, self.rank)
+        self.step_log.log(name, value, batch_size, prog_bar, reduce_fx, type(self).__name__, self.rank, lightning)
 
     def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
-                 prog_bar: bool = False, reduce_fx: str = "mean") -> None:
+                 prog_bar: bool = False, reduce_fx: str = "mean", **lightning: Any) -> None:
         for name, value in values.items():
-            self.log(name, value, batch_size=batch_size, prog_bar=prog_bar, reduce_fx=reduce_fx)
+            self.log(name, value, batch_size=batch_size, prog_bar=prog_bar, reduce_fx=reduce_fx, **lightning)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's rows concatenated in rank order. Must be called on all processes,

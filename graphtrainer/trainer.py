@@ -182,7 +182,7 @@ class Trainer(RunView):
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
         if max_epochs < 1 and max_steps <= 0:
             raise ValueError("max_epochs must be at least 1 (or set max_steps)")
-        options.at_least_one(check_val_every_n_epoch=check_val_every_n_epoch,
+        options.at_least_one(check_val_every_n_epoch=options.check_val_every_n_epoch(check_val_every_n_epoch),
                              accumulate_grad_batches=accumulate_grad_batches, num_procs=num_procs,
                              threads_per_proc=threads_per_proc)
         if hang_timeout is not None and not hang_timeout > 0:

@@ -1,12 +1,27 @@
 """``Callback``: framework-side behaviour that hooks into the loops without touching the task."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
+from .._moved import metric_key
 from ..state import RunView
 from ..task import GraphTask
+
+
+def monitored_now(trainer: RunView, monitor: str, who: str) -> Optional[str]:
+    """The metric name ``monitor`` reads when its value was produced this epoch (so a monitor
+    acts on it), None when not (an epoch without validation: the value is an earlier one's, or
+    none yet). Raises ``KeyError`` when it should exist by now (as Lightning)."""
+    metrics = trainer.callback_metrics
+    name = metric_key(monitor, metrics, f"{who}(monitor=...)")
+    if name in trainer.state.epoch_metric_names:
+        return name
+    if name in metrics or (not trainer.state.validated_this_epoch and trainer.state.has_val_loader):
+        return None
+    raise KeyError(f"{who} monitors {monitor!r}, which was not logged by the end of epoch "
+                   f"{trainer.current_epoch}; logged metrics: {sorted(metrics)}")
 
 
 class Callback:
@@ -15,7 +30,8 @@ class Callback:
     Runs on every rank. A callback's hook runs before the task's hook of the same name,
     except for callbacks with ``after_reduction = True``: their ``on_train_epoch_end``
     runs after the task's and after that epoch's metrics are reduced, so they see its
-    final ``trainer.callback_metrics``. In each rank ``trainer`` is that rank's view of the
+    final ``trainer.callback_metrics``; those with ``saves_checkpoints = True`` run theirs
+    last of all. In each rank ``trainer`` is that rank's view of the
     run (:class:`~graphtrainer.state.RunView`: the Trainer's properties, ``trainer.state``,
     ``trainer.config``, ``trainer.save_checkpoint``). State returned by :meth:`state_dict` is saved in
     checkpoints under :attr:`state_key` and restored with :meth:`load_state_dict`.
@@ -27,6 +43,10 @@ class Callback:
     #: False for a callback whose ``on_train_epoch_end`` never calls ``task.log``: when no
     #: hook that runs before the reduction may log, the epoch's metrics are reduced once.
     logs_metrics: bool = True
+    #: True for callbacks that write checkpoints at the epoch's end (``ModelCheckpoint``): their
+    #: ``on_train_epoch_end`` runs after every other callback's (as Lightning's), so a checkpoint
+    #: holds every other callback's state after that epoch's update and resumes exactly.
+    saves_checkpoints: bool = False
 
     @property
     def state_key(self) -> str:

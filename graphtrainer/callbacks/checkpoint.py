@@ -11,8 +11,7 @@ from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint
 from ..state import RunView
 from ..task import GraphTask
-from .base import Callback
-from .._moved import metric_key
+from .base import Callback, monitored_now
 
 
 class ModelCheckpoint(Callback):
@@ -36,6 +35,7 @@ class ModelCheckpoint(Callback):
     """
 
     after_reduction = True
+    saves_checkpoints = True
 
     def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: str = "{epoch}-{step}",
                  monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
@@ -94,13 +94,9 @@ class ModelCheckpoint(Callback):
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
-        metrics = trainer.callback_metrics
-        monitored = metric_key(self.monitor, metrics, "ModelCheckpoint(monitor=...)") if self.monitor else None
-        if monitored is not None and monitored not in metrics:
-            if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:
-                return  # monitored metric comes from validation, which did not run this epoch
-            raise KeyError(f"ModelCheckpoint monitors {self.monitor!r}, which was not logged by the end of "
-                           f"epoch {trainer.current_epoch}; logged metrics: {sorted(metrics)}")
+        monitored = monitored_now(trainer, self.monitor, "ModelCheckpoint") if self.monitor else None
+        if self.monitor and monitored is None:
+            return  # not measured this epoch (no validation): neither saved nor ranked
         decision = gdist.broadcast_object(self._decide(trainer, monitored) if trainer.rank == 0 else None)
         self.load_state_dict(decision["state"])  # before saving: the file holds the state that includes it
         if decision["save"]:

@@ -7,8 +7,7 @@ from typing import Any, Dict, Optional
 from .. import comm as gdist
 from ..state import RunView
 from ..task import GraphTask
-from .base import Callback
-from .._moved import metric_key
+from .base import Callback, monitored_now
 
 
 class EarlyStopping(Callback):
@@ -53,12 +52,9 @@ class EarlyStopping(Callback):
 
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         metrics = trainer.callback_metrics
-        monitored = metric_key(self.monitor, metrics, "EarlyStopping(monitor=...)")
-        if monitored not in metrics:
-            if not trainer.state.validated_this_epoch and trainer.state.has_val_loader:
-                return
-            raise KeyError(f"EarlyStopping monitors {self.monitor!r}, which was not logged by the end of "
-                           f"epoch {trainer.current_epoch}; logged metrics: {sorted(metrics)}")
+        monitored = monitored_now(trainer, self.monitor, "EarlyStopping")
+        if monitored is None:
+            return  # not measured this epoch: not a check
         decision = gdist.broadcast_object(self._decide(metrics[monitored], trainer.current_epoch)
                                           if trainer.rank == 0 else None)
         self.load_state_dict(decision)

@@ -82,7 +82,7 @@ class PrintMetrics(Callback):
         if trainer.rank != 0:
             return
         seconds = time.time() - self._created if self.elapsed else None
-        metrics = trainer.callback_metrics
+        metrics = trainer.state.epoch_metrics()  # no stale validation values
         if self.keys is not None:
             self.keys = [k if _is_pattern(k) else metric_key(k, metrics, "PrintMetrics") for k in self.keys]
             if trainer.state.validated_this_epoch or not trainer.state.has_val_loader:

@@ -20,7 +20,8 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``rng_states``         per rank: python, numpy and torch generator states
 ``loggers``            (optional) rank 0's loggers' ``state_dict()`` (an external run's id)
 ``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
-                       fit (:mod:`graphtrainer.loop.preemption`): batches of ``epoch`` trained;
+                       fit (:mod:`graphtrainer.loop.preemption`) or ``max_steps`` ended
+                       ``epoch`` early (then ``epoch_finished`` is False): batches of it trained;
                        resuming skips them and restores ``rng_states``, so the resumed run
                        equals one never stopped
 ====================== ==============================================================
@@ -75,9 +76,12 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
     """The checkpoint dict (with ``extra``) on rank 0, None elsewhere. Must be called on all processes."""
-    rngs = gdist.all_gather_object(rng_state())
+    state = trainer.state
+    rngs = gdist.all_gather_object(state.rng_at_stop or rng_state())
     if trainer.rank != 0:
         return None
+    if state.batches_done_in_epoch:  # max_steps ended the epoch early: resume at the next batch
+        extra = {"batches_done_in_epoch": state.batches_done_in_epoch, **(extra or {})}
     module = task.module
     ckpt: Dict[str, Any] = {
         "format_version": FORMAT_VERSION,

@@ -95,5 +95,17 @@ class ShardedLoader:
     def check_world(self, world_size: int) -> None:
         """Raise ``ValueError`` when the ids cannot be split between ``world_size`` ranks."""
 
+    def check_training_batches(self) -> None:
+        """Raise ``ValueError`` when this rank's share makes no training batch. Training shares
+        are equal on every rank (``even``), so every rank raises the same, before any batch."""
+        if self.even == "none" or len(self) > 0:
+            return
+        rank, world = self.split_place()
+        share = self.local_ids().numel()
+        raise ValueError(
+            f"the training loader has no batch: {len(self.ids)} ids split between {world} ranks give each "
+            f"{share}, fewer than batch_size={self.batch_size}, and drop_last={self.drop_last} drops the "
+            f"short batch. Use drop_last=False, a batch_size of at most {share}, or fewer ranks")
+
     def __iter__(self) -> Iterator[Any]:
         raise NotImplementedError

@@ -26,6 +26,8 @@ def check_loader(loader: Any, world_size: int, evaluation: bool = False) -> None
     """
     if isinstance(loader, ShardedLoader):
         loader.check_world(world_size)
+        if not evaluation:
+            loader.check_training_batches()
         return
     dgl = sys.modules.get("dgl")
     if dgl is None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from typing import Any, List, Optional, Set, Union
+from typing import Any, Dict, List, Optional, Set, Union
 
 import torch
 
 from ..checkpoint.content import save_checkpoint
 from ..state import RunState, RunView, TrainerConfig
+from .lightning_names import check_log_call
 from .metrics import MetricStore, infer_batch_size, is_metric
 
 
@@ -42,8 +43,10 @@ class StepLog:
         self.hook = self.batch_size = None
 
     def log(self, name: str, value: Union[torch.Tensor, float, Any], batch_size: Optional[int], prog_bar: bool,
-            reduce_fx: str, who: str, rank: int) -> None:
-        """Record one ``self.log`` call of ``who`` (the task's class name) on ``rank``."""
+            reduce_fx: str, who: str, rank: int, lightning: Optional[Dict[str, Any]] = None) -> None:
+        """Record one ``self.log`` call of ``who`` (the task's class name) on ``rank``
+        (``lightning``: Lightning's options, checked by :func:`check_log_call`)."""
+        check_log_call(name, lightning or {})
         if is_metric(value):
             if reduce_fx != "mean":
                 raise ValueError(f"self.log({name!r}, metric, reduce_fx={reduce_fx!r}): a torchmetrics object "

@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import comm as gdist
 from .. import heartbeat
-from ..checkpoint.content import load_checkpoint, restore_training_state
+from ..checkpoint.content import load_checkpoint, restore_training_state, rng_state
 from ..launch.lean import trim_after_epoch
 from ..state import RunResult, RunState
 from . import preemption
@@ -91,6 +91,9 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
         with model_as(ctx.task, ddp if ddp is not None else module), preemption.stop_signals():
             fit = _setup(ctx, module, ddp, checkpoint, trace)
             state.profiler.start_fit()
+            if checkpoint is not None and fit.stop.done() and state.rank == 0:
+                print(f"[graphtrainer] {fit.stop.reached()}: {ckpt_path} already reached it, nothing to train",
+                      flush=True)
             call_hook(ctx, "on_train_start")
             while not fit.stop.done():
                 _train_epoch(fit)
@@ -146,6 +149,7 @@ def _train_epoch(fit: _Fit) -> None:
     epoch = state.current_epoch
     with section("epoch start"):
         state.epoch_finished = state.validated_this_epoch = False
+        state.epoch_metric_names = set()
         heartbeat.set_epoch(epoch)
         seed_epoch(config.seed, state.rank, epoch)  # makes epoch-boundary resume exact
         state.num_training_batches, trusted = _loader_epoch(fit, epoch)
@@ -189,6 +193,8 @@ def _train_batches(fit: _Fit) -> None:
         verdict = fit.stop.at_step(stepped)
         if verdict is AtStep.PREEMPTED:
             fit.stopped_after = batch_idx + 1
+        elif verdict is AtStep.END_EPOCH and not is_last:  # max_steps, batches left
+            state.batches_done_in_epoch, state.rng_at_stop = batch_idx + 1, rng_state()
         if verdict is not AtStep.GO_ON:
             break
     log.end_steps()
@@ -236,24 +242,27 @@ def _end_epoch(fit: _Fit) -> None:
             metrics.update(eval_epoch(ctx, VALIDATE, fit.val_loader)[0])
         state.validated_this_epoch = True
     with ctx.section("epoch end"):
-        state.callback_metrics.update(metrics)
+        state.add_epoch_metrics(metrics)
         call_hook(ctx, "on_train_epoch_end", callbacks=before_reduction(ctx.active_callbacks))
         if fit.logs_at_epoch_end:
-            state.callback_metrics.update(ctx.step_log.metrics.reduce("fit epoch end"))
-        # Before the checkpointing callbacks, so a checkpoint holds the scheduler state the
-        # next epoch uses (an exact resume needs it).
-        step_schedulers(state.lr_schedulers, "epoch", epoch + 1, state.callback_metrics)
-        state.epoch_finished = True  # checkpoints written now resume at the next epoch
+            state.add_epoch_metrics(ctx.step_log.metrics.reduce("fit epoch end"))
+        # Unless max_steps ended the epoch early (its checkpoints resume at the next batch):
+        # the epoch is finished, and its schedulers step before the checkpointing callbacks, so
+        # a checkpoint holds the scheduler state the next epoch uses (an exact resume needs it).
+        finished = not state.batches_done_in_epoch
+        if finished:
+            step_schedulers(state.lr_schedulers, "epoch", epoch + 1, state.callback_metrics)
+        state.epoch_finished = finished
         call_after_reduction(ctx, "on_train_epoch_end")
         _record_epoch(state)
-        state.current_epoch, state.epoch_finished = epoch + 1, False
+        state.current_epoch, state.epoch_finished = epoch + finished, False
         ahead = None if state.current_epoch >= config.max_epochs else _loader_epoch(fit, state.current_epoch)[1]
         fit.stop.at_epoch_end(ahead)
 
 
 def _record_epoch(state: RunState) -> None:
-    row = {"epoch": state.current_epoch, "step": state.global_step,
-           **{k: state.callback_metrics[k] for k in sorted(state.callback_metrics)}}
+    measured = state.epoch_metrics()  # an epoch without validation carries no validation values
+    row = {"epoch": state.current_epoch, "step": state.global_step, **{k: measured[k] for k in sorted(measured)}}
     state.history.append(row)
     if state.logger is not None:
         state.logger.log_metrics(row, step=state.global_step)
@@ -286,7 +295,7 @@ def _validate_mid_epoch(fit: _Fit) -> None:
     training_sums = ctx.step_log.metrics.stash()
     metrics, _ = eval_epoch(ctx, VALIDATE, fit.val_loader)
     ctx.step_log.metrics.restore(training_sums)
-    state.callback_metrics.update(metrics)
+    state.add_epoch_metrics(metrics)
     if state.logger is not None:
         state.logger.log_metrics({"epoch": state.current_epoch, "step": state.global_step, **metrics},
                                  step=state.global_step)

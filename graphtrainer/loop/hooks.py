@@ -37,8 +37,10 @@ def used_hooks(ctx: RankContext, hooks: Iterable[str]) -> FrozenSet[str]:
 
 def call_after_reduction(ctx: RankContext, hook: str) -> None:
     """``hook`` of the callbacks that act on the epoch's reduced metrics
-    (:attr:`Callback.after_reduction`), after the task's; the task's is not called."""
-    call_hook(ctx, hook, callbacks=[cb for cb in ctx.active_callbacks if cb.after_reduction], task_too=False)
+    (:attr:`Callback.after_reduction`), after the task's; the task's is not called. Those that
+    save checkpoints (:attr:`Callback.saves_checkpoints`) run last, so their files hold every
+    other callback's state after this epoch's update."""
+    call_hook(ctx, hook, callbacks=after_reduction(ctx.active_callbacks), task_too=False)
 
 
 def may_log(ctx: RankContext, hook: str) -> bool:
@@ -58,7 +60,17 @@ def _overrides(obj: Any, hook: str, base: str) -> bool:
 
 
 def before_reduction(callbacks: List[Any]) -> List[Any]:
-    return [cb for cb in callbacks if not cb.after_reduction]
+    return [cb for cb in callbacks if not cb.after_reduction and not _saves(cb)]
+
+
+def after_reduction(callbacks: List[Any]) -> List[Any]:
+    """The callbacks :func:`call_after_reduction` runs, in its order."""
+    return ([cb for cb in callbacks if cb.after_reduction and not _saves(cb)]
+            + [cb for cb in callbacks if _saves(cb)])
+
+
+def _saves(cb: Any) -> bool:
+    return bool(getattr(cb, "saves_checkpoints", False))
 
 
 def build_model(ctx: RankContext) -> nn.Module:

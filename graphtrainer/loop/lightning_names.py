@@ -62,3 +62,37 @@ def check_lightning_names(task: Any, callbacks: Sequence[Any], warn: bool = True
         for name in lightning_only(obj):
             warnings.warn(f"{type(obj).__name__}.{name} is a Lightning hook that graphtrainer never calls; "
                           f"use {NOT_CALLED[name]}", UserWarning, stacklevel=4)
+
+
+#: Names ``self.log`` refuses: the history's and metrics.csv's own columns, and checkpoint names' fields.
+RESERVED_LOG_NAMES = ("epoch", "step")
+_EXACT = "every logged value is reduced exactly over all ranks at each epoch's end"
+#: Lightning's ``self.log`` options graphtrainer does not take, with its way.
+_LOG_OPTIONS: Dict[str, str] = {
+    "on_step": "training values are logged per step (as name_step, every log_every_n_steps) and per epoch; "
+               "drop on_step",
+    "on_epoch": "every logged value has an epoch value; drop on_epoch",
+    "rank_zero_only": f"{_EXACT}, so every rank must log the name; drop rank_zero_only",
+    "sync_dist_group": f"{_EXACT} (the whole job); drop sync_dist_group",
+    "logger": "every logged value goes to the logger and the history; drop logger",
+    "add_dataloader_idx": "evaluation has one loader per stage; drop add_dataloader_idx",
+    "enable_graph": "logged tensors are detached; drop enable_graph",
+    "metric_attribute": "a torchmetrics object is found by itself; drop metric_attribute",
+}
+
+
+def check_log_call(name: str, options: Dict[str, Any]) -> None:
+    """Refuse a reserved ``name`` and the Lightning ``self.log`` options graphtrainer does not
+    take, naming its way. ``sync_dist`` (any) and ``on_epoch=True`` are accepted and change
+    nothing: the reduction over ranks is always exact, and every value has an epoch value."""
+    if name in RESERVED_LOG_NAMES:
+        raise ValueError(f"self.log({name!r}, ...): {name!r} is reserved for the trainer's own count (the history's "
+                         f"and metrics.csv's {name!r} column, checkpoint names): log it as e.g. 'my_{name}'")
+    for option, value in options.items():
+        if option == "sync_dist" or (option == "on_epoch" and value is True):
+            continue
+        way = _LOG_OPTIONS.get(option)
+        if way is None:
+            raise TypeError(f"self.log() got an unexpected keyword argument {option!r}; it takes name, value, "
+                            "batch_size, prog_bar, reduce_fx (and Lightning's sync_dist, which changes nothing)")
+        raise TypeError(f"self.log({name!r}, ..., {option}={value!r}) is Lightning's; graphtrainer: {way}")

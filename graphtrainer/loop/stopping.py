@@ -48,12 +48,24 @@ class StopController:
         self.joining = False
         #: The agreed stop was for a signal: the fit writes ``last.ckpt`` and raises ``Preempted``.
         self.preempted = False
+        #: A stop agreed before ``min_epochs``: kept, and honoured once ``min_epochs`` is reached (as Lightning).
+        self._stop_requested = False
         #: (fewest, most) training batches of the next epoch over the ranks, once agreed.
         self._next_counts: Optional[Tuple[float, float]] = None
 
     def done(self) -> bool:
-        """Whether no further epoch runs (``max_epochs`` reached, or an agreed stop)."""
-        return self.state.current_epoch >= self.config.max_epochs or self.state.should_stop
+        """Whether no further epoch runs (``max_epochs`` or ``max_steps`` reached, or an agreed
+        stop): checked before each epoch, so a resumed run that reached a limit trains nothing."""
+        return bool(self.reached()) or self.state.should_stop
+
+    def reached(self) -> str:
+        """The limit the run has reached, in words ("" when none)."""
+        state, config = self.state, self.config
+        if 0 < config.max_steps <= state.global_step:
+            return f"max_steps={config.max_steps} (step {state.global_step})"
+        if state.current_epoch >= config.max_epochs:
+            return f"max_epochs={config.max_epochs} (epoch {state.current_epoch} is next)"
+        return ""
 
     def start_epoch(self, batches: Optional[int]) -> Optional[int]:
         """This epoch's batch counts over the ranks (``batches``: this rank's, None when the
@@ -63,6 +75,11 @@ class StopController:
         if counts is None:  # the same on every rank: the fit's first epoch
             counts = _fewest_most(gdist.all_reduce(torch.tensor(_header([], batches), dtype=torch.float64), "max"), 0)
         fewest, most = counts
+        if most == 0:  # agreed, so every rank raises
+            raise ValueError(f"no rank has a training batch in epoch {self.state.current_epoch} (the training "
+                             f"loader's len() is 0 on every rank; limit_train_batches="
+                             f"{self.config.limit_train_batches}): give every rank at least one batch (more ids, "
+                             "a smaller batch_size, drop_last=False or fewer ranks)")
         self.joining = gdist.is_distributed() and (fewest != most or most == _UNKNOWN)
         self.signals.start_epoch()
         return None if fewest == _UNKNOWN else int(fewest)
@@ -94,7 +111,8 @@ class StopController:
             state.should_stop = True
         mine = [1.0 if state.should_stop else 0.0, *preemption.signal_flag(), -self.signals.proposal()]
         agreed = gdist.all_reduce(torch.tensor(_header(mine, next_batches), dtype=torch.float64), "max")
-        state.should_stop = bool(agreed[0] > 0)
+        self._stop_requested = self._stop_requested or bool(agreed[0] > 0)
+        state.should_stop = self._stop_requested
         self.preempted = preemption.decode_signal(agreed[1:3])
         self.signals.agree_interval(-float(agreed[3]))
         self._next_counts = _fewest_most(agreed, 4)

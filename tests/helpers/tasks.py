@@ -285,7 +285,9 @@ class Recorder(Callback):
     can compare what every rank saw. ``state_dict`` carries rank 0's record back to the
     caller (the trainer returns callback states)."""
 
-    after_reduction = True  # sees the epoch's final decisions of the callbacks before it
+    after_reduction = True
+    # Runs with the checkpoint callbacks, after those before it in the list: sees their decisions.
+    saves_checkpoints = True
 
     def __init__(self, out_dir: Optional[str] = None):
         self.out_dir = out_dir

@@ -44,6 +44,10 @@ def test_gpus_without_cuda_suggests_num_procs():
     (dict(threads_per_proc=0), "threads_per_proc must be at least 1, got 0"),
     (dict(max_epochs=0), r"max_epochs must be at least 1 \(or set max_steps\)"),
     (dict(check_val_every_n_epoch=0), "check_val_every_n_epoch must be at least 1"),
+    (dict(check_val_every_n_epoch=None), r"check_val_every_n_epoch=None .* is not supported: use "
+                                         r"check_val_every_n_epoch=1 with val_check_interval=N"),
+    (dict(limit_train_batches=0), r"limit_train_batches=0 trains nothing: to only validate, call "
+                                  r"trainer.validate\(task\)"),
     (dict(accumulate_grad_batches=0), "accumulate_grad_batches must be at least 1"),
     (dict(gpus=True), "gpus=True: give a number of GPUs or a list of device indices"),
     (dict(gpus=[0, -1]), r"gpus=\[0, -1\]: device indices must be >= 0"),
@@ -112,6 +116,30 @@ def test_training_step_without_a_loss_names_the_hook(root_dir, kind, message):
     assert info.value.error_type == "ValueError"
     assert time.monotonic() - start < 30
     assert not rank_children()
+
+
+@pytest.mark.timeout(60)
+def test_a_training_loader_without_a_batch_fails_on_every_rank_before_the_first_epoch(root_dir):
+    graph = make_graph()
+    task = FullSageTask(graph, 2, ids=torch.arange(3), drop_last=True)  # 1 id per rank, batches of 2
+    start = time.monotonic()
+    with pytest.raises(RankFailedError, match=r"the training loader has no batch: 3 ids split between 2 ranks give "
+                                              r"each 1, fewer than batch_size=2, and drop_last=True drops the short "
+                                              r"batch. Use drop_last=False, a batch_size of at most 1, or fewer "
+                                              r"ranks") as info:
+        Trainer(num_procs=2, launcher="fork", max_epochs=2, progress_bar=False, default_root_dir=root_dir).fit(task)
+    assert info.value.error_type == "ValueError"
+    assert time.monotonic() - start < 30
+    assert not rank_children()
+
+
+def test_a_batch_limit_that_leaves_no_batch_fails_before_the_first_epoch(root_dir):
+    task = FullSageTask(make_graph(), 32)  # 96 ids: 3 batches, and 5% of them is none
+    trainer = Trainer(max_epochs=2, limit_train_batches=0.05, progress_bar=False, default_root_dir=root_dir)
+    with pytest.raises(ValueError, match=r"no rank has a training batch in epoch 0 \(the training loader's len\(\) "
+                                         r"is 0 on every rank; limit_train_batches=0.05\)"):
+        trainer.fit(task)
+    assert trainer.global_step == 0
 
 
 # ---- seed ids -----------------------------------------------------------------------------------

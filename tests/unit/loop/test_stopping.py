@@ -73,3 +73,14 @@ def test_a_signal_stops_at_the_next_step_boundary_and_is_named():
 def test_one_process_never_joins(batches):
     stop = _controller()
     assert stop.start_epoch(batches) == batches and not stop.joining
+
+
+def test_a_stop_requested_before_min_epochs_is_kept_and_honoured_there():
+    stop = _controller(max_epochs=10, min_epochs=3)
+    stop.state.should_stop = True  # at epoch 0, e.g. EarlyStopping; nobody asks again
+    _end_epoch(stop)
+    assert not stop.state.should_stop and not stop.done()
+    _end_epoch(stop)
+    assert not stop.done()
+    _end_epoch(stop)  # epoch 2 ends: min_epochs=3 reached
+    assert stop.state.should_stop and stop.done()
