@@ -15,20 +15,10 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
+from .graph_views import TypeData, dgl_only
+
 Device = Union[str, torch.device]
-
-FIXES = ("use graphtrainer.nn layers (SAGEConv, GraphConv, GATConv, HeteroGraphConv, readouts), which "
-         "take DGL's graphs and torch blocks alike; or install DGL's CUDA build (DGL's own wheel index) "
-         "so blocks stay DGL graphs on the GPU; or, on CPU ranks, Trainer(block_type='dgl')")
-
-
-def dgl_only(obj: Any, name: str) -> AttributeError:
-    """The error for DGL API a torch-only graph does not have (a ``dgl.nn`` layer or DGL
-    function fed a torch block)."""
-    return AttributeError(
-        f"{type(obj).__name__} has no {name!r}: this is a torch-only graph (graphtrainer converts DGL's "
-        "blocks, pair graphs and batched graphs into torch tensors when DGL cannot run on the rank's device, "
-        f"or when Trainer(block_type='torch')), and DGL code such as a dgl.nn layer cannot run on it. Fix: {FIXES}.")
+EType = Tuple[str, str, str]
 
 
 def _pinned(t: torch.Tensor) -> torch.Tensor:
@@ -47,6 +37,7 @@ class TorchBlock:
     ``is_block``: True for a sampled block (the first ``num_dst`` source nodes are the
     destinations, as in DGL); False for a pair or batched graph, whose ``srcdata``, ``dstdata``
     and ``ndata`` are one dict. ``batch_num_nodes_``: nodes per graph of a batched graph.
+    ``canonical_etype``: the relation (DGL's ``("_N", "_E", "_N")`` for a homogeneous graph).
     """
 
     indptr: torch.Tensor
@@ -59,6 +50,7 @@ class TorchBlock:
     edata: Dict[str, Any] = field(default_factory=dict)
     is_block: bool = True
     batch_num_nodes_: Optional[torch.Tensor] = None
+    canonical_etype: EType = ("_N", "_E", "_N")
     _dst_index: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -181,9 +173,6 @@ class TorchBlock:
         return out
 
 
-EType = Tuple[str, str, str]
-
-
 @dataclass
 class TorchHeteroBlock:
     """A heterogeneous block or graph: one structure-only :class:`TorchBlock` per relation
@@ -250,7 +239,15 @@ class TorchHeteroBlock:
         return found[0]
 
     def __getitem__(self, etype: Any) -> TorchBlock:
-        return self.relations[self.canonical(etype)]
+        """The relation ``etype`` as a :class:`TorchBlock`, as DGL's ``block[etype]``: its
+        source type's ``srcdata``, its destination type's ``dstdata`` and its ``edata``. These
+        are views of this graph's data (the same tensors): a key set or deleted on the relation
+        is set or deleted here for that type, as in DGL."""
+        et = self.canonical(etype)
+        rel = self.relations[et]
+        src = TypeData(self.srcdata, et[0])
+        dst = src if not rel.is_block else TypeData(self.dstdata, et[2])
+        return replace(rel, srcdata=src, dstdata=dst, edata=TypeData(self.edata, et), canonical_etype=et)
 
     def _only(self, etype: Any) -> EType:
         if etype is None:

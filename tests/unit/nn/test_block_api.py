@@ -1,0 +1,72 @@
+"""Torch blocks read as DGL's blocks: the DGL API a training_step calls on a block, pair graph
+or relation of a heterograph gives on a TorchBlock / TorchHeteroBlock what it gives on DGL's
+(every test compares with DGL's own graph)."""
+from __future__ import annotations
+
+import graphtrainer  # noqa: F401  (first: its DGL compatibility layer must precede `import dgl`)
+import dgl
+import pytest
+import torch
+
+from graphtrainer.nn import to_torch_graph
+
+from test_nn_layers import random_block
+from test_nn_layers import _one_thread  # noqa: F401  (autouse fixture)
+
+CLICKS = ("user", "clicks", "item")
+
+
+def hetero_dgl_block() -> dgl.DGLGraph:
+    """A block over users and items (three relations, one of them user -> user) with data on
+    every source type, destination type and two relations."""
+    gen = torch.Generator().manual_seed(0)
+
+    def rel(n_src: int, n_dst: int, e: int):
+        return torch.randint(0, n_src, (e,), generator=gen), torch.randint(0, n_dst, (e,), generator=gen)
+
+    g = dgl.heterograph({CLICKS: rel(12, 9, 40), ("item", "clicked-by", "user"): rel(9, 12, 40),
+                         ("user", "follows", "user"): rel(12, 12, 30)}, {"user": 12, "item": 9})
+    seeds = {"user": torch.arange(4), "item": torch.arange(3)}
+    block = dgl.to_block(dgl.in_subgraph(g, seeds), seeds)
+    for nt in block.srctypes:
+        block.srcnodes[nt].data["feat"] = torch.randn(block.num_src_nodes(nt), 3, generator=gen)
+    block.dstnodes["item"].data["label"] = torch.arange(block.num_dst_nodes("item"))
+    block.edges["clicks"].data["w"] = torch.rand(block.num_edges("clicks"), generator=gen)
+    block.edges["follows"].data["w"] = torch.rand(block.num_edges("follows"), generator=gen)
+    return block
+
+
+def same_data(mine, dgls) -> None:
+    assert sorted(mine.keys()) == sorted(dgls.keys())
+    for key in dgls.keys():
+        assert torch.equal(mine[key], dgls[key]), key
+
+
+def test_a_relation_of_a_hetero_block_has_its_types_data_as_dgl():
+    block = hetero_dgl_block()
+    tb = to_torch_graph(block)
+    for et in block.canonical_etypes:
+        for key in (et, et[1]):
+            ref, rel = block[key], tb[key]
+            same_data(rel.srcdata, ref.srcdata)
+            same_data(rel.dstdata, ref.dstdata)
+            same_data(rel.edata, ref.edata)
+            assert rel.canonical_etype == ref.canonical_etypes[0] and rel.is_block
+            assert (rel.num_src_nodes(), rel.num_dst_nodes(), rel.num_edges()) == \
+                (ref.num_src_nodes(), ref.num_dst_nodes(), ref.num_edges())
+    rel = tb["clicks"]
+    assert rel.srcdata["feat"] is tb.srcdata["feat"]["user"]  # the same tensors, no copies
+    assert rel.edata[dgl.EID] is tb.edata[dgl.EID][CLICKS]
+
+
+def test_data_set_on_a_relation_is_set_on_the_hetero_block_as_in_dgl():
+    block = hetero_dgl_block()
+    tb = to_torch_graph(block)
+    x = torch.ones(block.num_src_nodes("user"))
+    block["clicks"].srcdata["x"] = x
+    tb["clicks"].srcdata["x"] = x
+    assert torch.equal(block.srcnodes["user"].data["x"], x) and tb.srcdata["x"] == {"user": x}
+    tb["follows"].edata["s"] = s = torch.zeros(tb.num_edges("follows"))
+    assert tb.edata["s"] == {("user", "follows", "user"): s}
+    del tb["clicks"].srcdata["x"]
+    assert "x" not in tb.srcdata and "x" not in tb["follows"].srcdata
