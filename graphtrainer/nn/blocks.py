@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from .graph_views import TypeData, dgl_only
+from .graph_views import TypeData, count_nodes, dgl_only
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -101,7 +101,9 @@ class TorchBlock:
         return self.num_dst
 
     def num_nodes(self, ntype: Optional[str] = None) -> int:
-        return self.num_dst if not self.is_block else self.num_src + self.num_dst
+        """DGL's count: a block's source and destination nodes; with ``ntype``, a block's source nodes."""
+        return count_nodes(ntype, {self.canonical_etype[0]: self.num_src}, {self.canonical_etype[2]: self.num_dst},
+                           self.is_block)
 
     number_of_dst_nodes = num_dst_nodes
     number_of_src_nodes = num_src_nodes
@@ -266,9 +268,9 @@ class TorchHeteroBlock:
     number_of_src_nodes = num_src_nodes
 
     def num_nodes(self, ntype: Optional[str] = None) -> int:
-        if not self.is_block:
-            return self.num_dst_nodes(ntype)
-        return self.num_src_nodes(ntype) + self.num_dst_nodes(ntype)
+        """DGL's count: a block's source and destination nodes; with ``ntype``, a block's source
+        nodes of that type where it has some ('SRC/t', 'DST/t' choose), as DGL's."""
+        return count_nodes(ntype, self.num_src_per_type, self.num_dst_per_type, self.is_block)
 
     def num_edges(self, etype: Any = None) -> int:
         if etype is None:

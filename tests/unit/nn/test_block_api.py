@@ -70,3 +70,33 @@ def test_data_set_on_a_relation_is_set_on_the_hetero_block_as_in_dgl():
     assert tb.edata["s"] == {("user", "follows", "user"): s}
     del tb["clicks"].srcdata["x"]
     assert "x" not in tb.srcdata and "x" not in tb["follows"].srcdata
+
+
+def hetero_pair_graph() -> dgl.DGLGraph:
+    g = dgl.heterograph({CLICKS: (torch.tensor([0, 1, 2]), torch.tensor([0, 0, 1])),
+                         ("user", "follows", "user"): (torch.tensor([0]), torch.tensor([2]))},
+                        {"user": 4, "item": 2})
+    g.ndata[dgl.NID] = {"user": torch.arange(4) + 10, "item": torch.arange(2) + 20}
+    return g
+
+
+def homogeneous_graphs():
+    """A block, a pair graph, and a block of a graph with one node type and one relation of its own names."""
+    pair = dgl.graph((torch.tensor([4, 0, 2]), torch.tensor([1, 3, 0])), num_nodes=5)
+    named = dgl.heterograph({("n", "r", "n"): (torch.tensor([0, 1, 2, 2]), torch.tensor([1, 2, 0, 1]))})
+    seeds = torch.tensor([0, 1])
+    return [random_block(0), pair, dgl.to_block(dgl.in_subgraph(named, seeds), seeds)]
+
+
+def test_num_nodes_counts_as_dgl_on_blocks_and_graphs():
+    for graph in [*homogeneous_graphs(), hetero_dgl_block(), hetero_pair_graph()]:
+        tg = to_torch_graph(graph)
+        assert tg.num_nodes() == graph.num_nodes()
+        types = dict.fromkeys([*graph.srctypes, *graph.dsttypes])
+        names = [*types, *(f"{side}/{t}" for t in types for side in ("SRC", "DST"))] if graph.is_block else types
+        for ntype in names:
+            assert tg.num_nodes(ntype) == graph.num_nodes(ntype), ntype
+        with pytest.raises(KeyError, match="nosuch"):
+            tg.num_nodes("nosuch")
+    block = to_torch_graph(hetero_dgl_block())
+    assert block.num_nodes("user") == block.num_src_nodes("user") != block.num_dst_nodes("user")
