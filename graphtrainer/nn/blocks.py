@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from .graph_views import TypeData, count_nodes, dgl_only
+from .graph_views import TypeData, count_nodes, dgl_only, edges_in
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -125,15 +125,14 @@ class TorchBlock:
                 output_size=self.indices.numel())
         return self._dst_index
 
-    def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(src, dst)`` of every edge in edge-id order, as DGL's ``edges()``."""
-        if form != "uv":
-            raise ValueError(f"TorchBlock.edges supports form='uv' only, got {form!r}")
+    def edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
+        """DGL's ``edges()``: ``(src, dst)`` in edge-id order; ``form='eid'`` / ``'all'`` and
+        ``order='srcdst'`` (by source, then destination, then edge id) as DGL's."""
         src = torch.empty_like(self.indices)
         dst = torch.empty_like(self.indices)
         src[self.edge_ids.long()] = self.indices
         dst[self.edge_ids.long()] = self.dst_index().to(dst.dtype)
-        return src, dst
+        return edges_in(src, dst, form, order)
 
     # ---- PyG's names: a MessagePassing layer runs on a block --------------------------------
     @property
@@ -277,7 +276,7 @@ class TorchHeteroBlock:
             return sum(r.num_edges() for r in self.relations.values())
         return self[etype].num_edges()
 
-    def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
         return self.relations[self._only(etype)].edges(form, order)
 
     def in_degrees(self, etype: Any = None) -> torch.Tensor:

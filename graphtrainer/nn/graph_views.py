@@ -110,7 +110,8 @@ class EdgeView:
 
 def edges_in(src: torch.Tensor, dst: torch.Tensor, form: str, order: Optional[str]) -> Any:
     """DGL's ``edges(form, order)`` for edges given in edge-id order: ``order='srcdst'`` sorts
-    by source, then destination, then edge id (DGL's order)."""
+    by source, then destination, as DGL; parallel edges (same source and destination) then come
+    in edge-id order, where DGL's order among them follows how it built its CSR."""
     if form not in EDGE_FORMS:
         raise ValueError(f"edges(form={form!r}): form is one of 'uv', 'eid', 'all', as in DGL")
     if order not in EDGE_ORDERS:

@@ -100,3 +100,41 @@ def test_num_nodes_counts_as_dgl_on_blocks_and_graphs():
             tg.num_nodes("nosuch")
     block = to_torch_graph(hetero_dgl_block())
     assert block.num_nodes("user") == block.num_src_nodes("user") != block.num_dst_nodes("user")
+
+
+def same(mine, dgls) -> None:
+    if isinstance(dgls, tuple):
+        assert len(mine) == len(dgls)
+        for a, b in zip(mine, dgls):
+            same(a, b)
+    else:
+        assert torch.equal(mine, dgls) and mine.dtype == dgls.dtype
+
+
+def by_edge_id_among_parallel_edges(src, dst, eid):
+    """DGL's srcdst order with parallel edges (same source and destination) in edge-id order: DGL's
+    own order among them follows how its CSR was built."""
+    perm = torch.argsort(eid, stable=True)
+    perm = perm[torch.argsort(dst[perm], stable=True)]
+    perm = perm[torch.argsort(src[perm], stable=True)]
+    return src[perm], dst[perm], eid[perm]
+
+
+def test_edges_takes_dgls_forms_and_orders():
+    multi = dgl.graph((torch.tensor([0, 1, 2, 3, 2, 0, 1, 0]), torch.tensor([1, 2, 0, 0, 1, 1, 1, 1])), num_nodes=5)
+    for graph in [*homogeneous_graphs(), multi, dgl.to_block(multi, torch.tensor([0, 1, 2])), hetero_pair_graph()]:
+        tg = to_torch_graph(graph)
+        etype = {"etype": "clicks"} if len(graph.canonical_etypes) > 1 else {}
+        for form in ("uv", "eid", "all"):
+            for order in (None, "eid"):
+                same(tg.edges(form=form, order=order, **etype), graph.edges(form=form, order=order, **etype))
+        ref = by_edge_id_among_parallel_edges(*graph.edges(form="all", order="srcdst", **etype))
+        same(tg.edges(form="all", order="srcdst", **etype), ref)
+        same(tg.edges(order="srcdst", **etype), ref[:2])
+        same(tg.edges(form="eid", order="srcdst", **etype), ref[2])
+        with pytest.raises(ValueError, match="'uv', 'eid', 'all'"):
+            tg.edges(form="nosuch", **etype)
+        with pytest.raises(ValueError, match="None, 'eid', 'srcdst'"):
+            tg.edges(order="dst", **etype)
+    ours = to_torch_graph(multi).edges(form="all", order="srcdst")
+    assert ours[2].tolist() == [0, 5, 7, 6, 1, 2, 4, 3]  # 0 -> 1 three times: edge ids 0, 5, 7
