@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from .graph_views import TypeData, count_nodes, dgl_only, edges_in
+from .graph_views import ALL, TypeData, count_nodes, degrees_of, dgl_only, edges_in
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -111,11 +111,14 @@ class TorchBlock:
     def num_edges(self, etype: Any = None) -> int:
         return int(self.indices.numel())
 
-    def in_degrees(self) -> torch.Tensor:
-        return self.indptr[1:] - self.indptr[:-1]
+    def in_degrees(self, v: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``in_degrees(v=ALL, etype=None)``: every destination's, or those of ids ``v``
+        (an int gives an int)."""
+        return degrees_of(self.indptr[1:] - self.indptr[:-1], v, "in_degrees")
 
-    def out_degrees(self) -> torch.Tensor:
-        return torch.bincount(self.indices, minlength=self.num_src)
+    def out_degrees(self, u: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``out_degrees(u=ALL, etype=None)``: every source's, or those of ids ``u``."""
+        return degrees_of(torch.bincount(self.indices, minlength=self.num_src), u, "out_degrees")
 
     def dst_index(self) -> torch.Tensor:
         """The destination node of each CSC position (int64, computed once)."""
@@ -279,8 +282,13 @@ class TorchHeteroBlock:
     def edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
         return self.relations[self._only(etype)].edges(form, order)
 
-    def in_degrees(self, etype: Any = None) -> torch.Tensor:
-        return self.relations[self._only(etype)].in_degrees()
+    def in_degrees(self, v: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``in_degrees(v=ALL, etype=None)`` of relation ``etype`` (needed with several)."""
+        return self.relations[self._only(etype)].in_degrees(v)
+
+    def out_degrees(self, u: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``out_degrees(u=ALL, etype=None)`` of relation ``etype`` (needed with several)."""
+        return self.relations[self._only(etype)].out_degrees(u)
 
     def _map(self, fn: Any) -> "TorchHeteroBlock":
         src = _move(self.srcdata, fn)

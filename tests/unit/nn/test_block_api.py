@@ -138,3 +138,23 @@ def test_edges_takes_dgls_forms_and_orders():
             tg.edges(order="dst", **etype)
     ours = to_torch_graph(multi).edges(form="all", order="srcdst")
     assert ours[2].tolist() == [0, 5, 7, 6, 1, 2, 4, 3]  # 0 -> 1 three times: edge ids 0, 5, 7
+
+
+def test_degrees_take_dgls_node_ids_and_etype():
+    for graph in [*homogeneous_graphs(), hetero_dgl_block(), hetero_pair_graph()]:
+        tg = to_torch_graph(graph)
+        for et in graph.canonical_etypes:
+            etype = {"etype": et[1]} if len(graph.canonical_etypes) > 1 else {}
+            for fn in ("in_degrees", "out_degrees"):
+                mine, dgls = getattr(tg, fn), getattr(graph, fn)
+                same(mine(**etype), dgls(**etype))
+                same(mine(torch.tensor([1, 0, 1]), **etype), dgls(torch.tensor([1, 0, 1]), **etype))
+                same(mine([0, 1], **etype), dgls([0, 1], **etype))
+                assert mine(1, **etype) == dgls(1, **etype) and isinstance(mine(1, **etype), int)
+                if etype:
+                    same(mine(torch.tensor([0]), et[1]), dgls(torch.tensor([0]), et[1]))  # positional v, etype
+                    same(mine(dgl.ALL, et), dgls(dgl.ALL, et))
+                with pytest.raises(ValueError, match="node ids run from 0"):
+                    mine(10 ** 6, **etype)
+    with pytest.raises(ValueError, match="pass etype="):
+        to_torch_graph(hetero_dgl_block()).out_degrees()
