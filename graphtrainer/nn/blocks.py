@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from .graph_views import ALL, TypeData, count_nodes, degrees_of, dgl_only, edges_in
+from .graph_views import ALL, GraphViews, TypeData, dgl_only, degrees_of, edges_in, one_type
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -31,7 +31,7 @@ def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
 
 
 @dataclass
-class TorchBlock:
+class TorchBlock(GraphViews):
     """One relation's structure and data as torch tensors.
 
     ``is_block``: True for a sampled block (the first ``num_dst`` source nodes are the
@@ -100,10 +100,27 @@ class TorchBlock:
     def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
         return self.num_dst
 
-    def num_nodes(self, ntype: Optional[str] = None) -> int:
-        """DGL's count: a block's source and destination nodes; with ``ntype``, a block's source nodes."""
-        return count_nodes(ntype, {self.canonical_etype[0]: self.num_src}, {self.canonical_etype[2]: self.num_dst},
-                           self.is_block)
+    def _src_counts(self) -> Dict[str, int]:
+        return {self.canonical_etype[0]: self.num_src}
+
+    def _dst_counts(self) -> Dict[str, int]:
+        return {self.canonical_etype[2]: self.num_dst}
+
+    def _type_data(self, side: str, ntype: str) -> Dict[str, Any]:
+        return self.srcdata if side == "src" else self.dstdata
+
+    def _edge_data(self, etype: Any) -> Dict[str, Any]:
+        if etype not in (self.canonical_etype, self.canonical_etype[1]):
+            raise KeyError(f"edge type {etype!r} does not exist; the graph has {self.canonical_etypes}")
+        return self.edata
+
+    @property
+    def etypes(self) -> list:
+        return [self.canonical_etype[1]]
+
+    @property
+    def canonical_etypes(self) -> list:
+        return [self.canonical_etype]
 
     number_of_dst_nodes = num_dst_nodes
     number_of_src_nodes = num_src_nodes
@@ -128,7 +145,7 @@ class TorchBlock:
                 output_size=self.indices.numel())
         return self._dst_index
 
-    def edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
+    def _edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
         """DGL's ``edges()``: ``(src, dst)`` in edge-id order; ``form='eid'`` / ``'all'`` and
         ``order='srcdst'`` (by source, then destination, then edge id) as DGL's."""
         src = torch.empty_like(self.indices)
@@ -178,7 +195,7 @@ class TorchBlock:
 
 
 @dataclass
-class TorchHeteroBlock:
+class TorchHeteroBlock(GraphViews):
     """A heterogeneous block or graph: one structure-only :class:`TorchBlock` per relation
     (``relations``, keyed by canonical edge type), node counts per type, and data as DGL's
     multi-type views give it: ``srcdata[key] == {ntype: tensor}``, ``edata[key] == {etype: tensor}``."""
@@ -208,17 +225,17 @@ class TorchHeteroBlock:
     def etypes(self) -> list:
         return [et[1] for et in self.relations]
 
-    @property
-    def srctypes(self) -> list:
-        return list(self.num_src_per_type)
+    def _src_counts(self) -> Dict[str, int]:
+        return self.num_src_per_type
 
-    @property
-    def dsttypes(self) -> list:
-        return list(self.num_dst_per_type)
+    def _dst_counts(self) -> Dict[str, int]:
+        return self.num_dst_per_type
 
-    @property
-    def ntypes(self) -> list:
-        return list(dict.fromkeys(self.srctypes + self.dsttypes))
+    def _type_data(self, side: str, ntype: str) -> TypeData:
+        return TypeData(self.srcdata if side == "src" else self.dstdata, ntype)
+
+    def _edge_data(self, etype: Any) -> TypeData:
+        return TypeData(self.edata, self.canonical(etype))
 
     @property
     def ndata(self) -> Dict[str, Dict[str, torch.Tensor]]:
@@ -229,6 +246,10 @@ class TorchHeteroBlock:
     @property
     def device(self) -> torch.device:
         return next(iter(self.relations.values())).device if self.relations else torch.device("cpu")
+
+    @property
+    def idtype(self) -> torch.dtype:
+        return next(iter(self.relations.values())).idtype if self.relations else torch.int64
 
     def canonical(self, etype: Any) -> EType:
         """The canonical edge type of ``etype`` (a triple or a relation name used once)."""
@@ -261,25 +282,24 @@ class TorchHeteroBlock:
         return self.canonical(etype)
 
     def num_src_nodes(self, ntype: Optional[str] = None) -> int:
-        return self.num_src_per_type[ntype] if ntype is not None else sum(self.num_src_per_type.values())
+        if ntype is None:
+            return sum(self.num_src_per_type.values())
+        return self.num_src_per_type[one_type(ntype, self.num_src_per_type, "source")]
 
     def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
-        return self.num_dst_per_type[ntype] if ntype is not None else sum(self.num_dst_per_type.values())
+        if ntype is None:
+            return sum(self.num_dst_per_type.values())
+        return self.num_dst_per_type[one_type(ntype, self.num_dst_per_type, "destination")]
 
     number_of_dst_nodes = num_dst_nodes
     number_of_src_nodes = num_src_nodes
-
-    def num_nodes(self, ntype: Optional[str] = None) -> int:
-        """DGL's count: a block's source and destination nodes; with ``ntype``, a block's source
-        nodes of that type where it has some ('SRC/t', 'DST/t' choose), as DGL's."""
-        return count_nodes(ntype, self.num_src_per_type, self.num_dst_per_type, self.is_block)
 
     def num_edges(self, etype: Any = None) -> int:
         if etype is None:
             return sum(r.num_edges() for r in self.relations.values())
         return self[etype].num_edges()
 
-    def edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
+    def _edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
         return self.relations[self._only(etype)].edges(form, order)
 
     def in_degrees(self, v: Any = ALL, etype: Any = None) -> Any:

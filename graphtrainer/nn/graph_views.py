@@ -183,3 +183,92 @@ def local_scope(*stores: MutableMapping) -> Iterator[None]:
     finally:
         for store, snap in zip(unique, saved):
             _restore(store, snap)
+
+
+def one_type(ntype: Optional[str], counts: Dict[str, int], side: str) -> str:
+    """``ntype`` checked against a graph's ``side`` types; without it, the only one (as DGL)."""
+    if ntype is None:
+        if len(counts) != 1:
+            raise ValueError(f"the graph has {side} node types {list(counts)}: pass the type, as in DGL")
+        return next(iter(counts))
+    if ntype not in counts:
+        raise KeyError(f"{side} node type {ntype!r} does not exist; the graph has {list(counts)}")
+    return ntype
+
+
+class GraphViews:
+    """DGL's type lists, node counts, ``srcnodes`` / ``dstnodes`` / ``nodes`` / ``edges`` views
+    and ``local_scope()`` for a torch graph that has ``is_block``, ``srcdata``, ``dstdata``,
+    ``edata``, ``idtype``, ``device``, ``num_edges``, and gives ``_src_counts()`` /
+    ``_dst_counts()`` (nodes per type), ``_type_data(side, ntype)``, ``_edge_data(etype)`` and
+    ``_edges(form, order, etype)``."""
+
+    @property
+    def srctypes(self) -> list:
+        return list(self._src_counts())
+
+    @property
+    def dsttypes(self) -> list:
+        return list(self._dst_counts())
+
+    @property
+    def ntypes(self) -> list:
+        """As DGL: a block's source types, then its destination types (``['_N', '_N']``)."""
+        return self.srctypes + self.dsttypes if self.is_block else self.srctypes
+
+    def num_nodes(self, ntype: Optional[str] = None) -> int:
+        """DGL's count: a block's source and destination nodes; with ``ntype``, a block's source
+        nodes of that type where it has some ('SRC/t', 'DST/t' choose)."""
+        return count_nodes(ntype, self._src_counts(), self._dst_counts(), self.is_block)
+
+    def number_of_nodes(self, ntype: Optional[str] = None) -> int:
+        return self.num_nodes(ntype)
+
+    def number_of_edges(self, etype: Any = None) -> int:
+        return self.num_edges(etype)
+
+    def _ids(self, n: int) -> torch.Tensor:
+        return torch.arange(n, dtype=self.idtype, device=self.device)
+
+    def _side(self, side: str, ntype: Optional[str]) -> Any:
+        counts = self._src_counts() if side == "src" else self._dst_counts()
+        return NodeView(lambda nt: self._ids(counts[one_type(nt, counts, side)]),
+                        lambda nt: self._type_data(side, one_type(nt, counts, side)))
+
+    @property
+    def srcnodes(self) -> NodeView:
+        return self._side("src", None)
+
+    @property
+    def dstnodes(self) -> NodeView:
+        return self._side("dst", None)
+
+    @property
+    def nodes(self) -> NodeView:
+        """DGL's ``g.nodes``; on a block a type means its source nodes where it has some, as in DGL."""
+        src, dst = self._src_counts(), self._dst_counts()
+
+        def resolve(ntype: Optional[str]) -> Any:
+            if not self.is_block:
+                return "src", one_type(ntype, src, "")
+            if ntype is None:
+                raise ValueError(f"a block has node types {self.ntypes}: pass one, or use srcnodes / dstnodes")
+            if ntype[:4] in ("SRC/", "DST/") and ntype[4:] in (src if ntype[0] == "S" else dst):
+                return ("src" if ntype[0] == "S" else "dst"), ntype[4:]
+            return ("src", ntype) if ntype in src else ("dst", one_type(ntype, dst, "destination"))
+
+        def ids(ntype: Optional[str]) -> torch.Tensor:
+            side, nt = resolve(ntype)
+            return self._ids((src if side == "src" else dst)[nt])
+
+        return NodeView(ids, lambda ntype: self._type_data(*resolve(ntype)))
+
+    @property
+    def edges(self) -> EdgeView:
+        """DGL's ``g.edges``: ``g.edges(form='uv', order='eid', etype=None)`` and ``g.edges[etype].data``."""
+        return EdgeView(self._edges, self._edge_data)
+
+    def local_scope(self) -> Any:
+        """DGL's ``with g.local_scope():``: data keys set, replaced or deleted inside are as
+        before afterwards (tensors changed in place stay changed, as in DGL)."""
+        return local_scope(self.srcdata, self.dstdata, self.edata)

@@ -158,3 +158,55 @@ def test_degrees_take_dgls_node_ids_and_etype():
                     mine(10 ** 6, **etype)
     with pytest.raises(ValueError, match="pass etype="):
         to_torch_graph(hetero_dgl_block()).out_degrees()
+
+
+def test_dgl_names_types_and_views_match_dgl():
+    for graph in [*homogeneous_graphs(), hetero_dgl_block(), hetero_pair_graph()]:
+        tg = to_torch_graph(graph)
+        for name in ("ntypes", "srctypes", "dsttypes", "etypes", "canonical_etypes", "is_block", "idtype"):
+            assert getattr(tg, name) == getattr(graph, name), name
+        assert tg.number_of_nodes() == graph.number_of_nodes() and tg.number_of_edges() == graph.number_of_edges()
+        for nt in graph.srctypes:
+            same(tg.srcnodes(nt), graph.srcnodes(nt))
+            same_data(tg.srcnodes[nt].data, graph.srcnodes[nt].data)
+            same_data(tg.nodes[nt].data, graph.nodes[nt].data)
+            assert tg.number_of_nodes(nt) == graph.number_of_nodes(nt)
+        for nt in graph.dsttypes:
+            same(tg.dstnodes(nt), graph.dstnodes(nt))
+            same_data(tg.dstnodes[nt].data, graph.dstnodes[nt].data)
+        for et in graph.canonical_etypes:
+            for key in (et, et[1]):
+                same_data(tg.edges[key].data, graph.edges[key].data)
+            assert tg.number_of_edges(et) == graph.number_of_edges(et)
+        if len(graph.srctypes) == 1:
+            same(tg.srcnodes(), graph.srcnodes())
+        with pytest.raises(KeyError, match="nosuch"):
+            tg.srcnodes["nosuch"]
+    tb = to_torch_graph(hetero_dgl_block())
+    tb.srcnodes["user"].data["x"] = x = torch.zeros(tb.num_src_nodes("user"))
+    tb.edges["clicks"].data["s"] = s = torch.zeros(tb.num_edges("clicks"))
+    assert tb.srcdata["x"] == {"user": x} and tb.edata["s"] == {CLICKS: s}  # written through, as in DGL
+
+
+def test_local_scope_undoes_data_set_inside_as_dgl():
+    for graph in [random_block(0), hetero_pair_graph(), hetero_dgl_block()]:
+        tg = to_torch_graph(graph)
+        for g in (graph, tg):
+            nt, et = g.srctypes[-1], g.canonical_etypes[0]
+            before = dict(g.srcnodes[nt].data)
+            with g.local_scope():
+                g.srcnodes[nt].data["tmp"] = torch.ones(g.num_src_nodes(nt))
+                g.srcnodes[nt].data[dgl.NID] = g.srcnodes[nt].data[dgl.NID] + 1  # replaced inside
+                g.edges[et].data["w2"] = torch.ones(g.num_edges(et))
+                assert "tmp" in g.srcnodes[nt].data
+            after = dict(g.srcnodes[nt].data)
+            assert "w2" not in g.edges[et].data and after.keys() == before.keys()
+            assert all(after[k] is before[k] for k in after), type(g)
+
+
+def test_missing_dgl_api_names_what_a_torch_block_has():
+    tb = to_torch_graph(random_block(1))
+    with pytest.raises(AttributeError, match="has no 'has_edges_between'.*data views.*not DGL's message passing"):
+        tb.has_edges_between(0, 1)
+    with pytest.raises(AttributeError, match="has no 'apply_edges'.*graphtrainer.nn layers.*block_type='dgl'"):
+        tb.apply_edges(dgl.function.u_dot_v("h", "h", "s"))
