@@ -15,20 +15,10 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
+from .graph_views import ALL, GraphViews, TypeData, dgl_only, degrees_of, edges_in, one_type
+
 Device = Union[str, torch.device]
-
-FIXES = ("use graphtrainer.nn layers (SAGEConv, GraphConv, GATConv, HeteroGraphConv, readouts), which "
-         "take DGL's graphs and torch blocks alike; or install DGL's CUDA build (DGL's own wheel index) "
-         "so blocks stay DGL graphs on the GPU; or, on CPU ranks, Trainer(block_type='dgl')")
-
-
-def dgl_only(obj: Any, name: str) -> AttributeError:
-    """The error for DGL API a torch-only graph does not have (a ``dgl.nn`` layer or DGL
-    function fed a torch block)."""
-    return AttributeError(
-        f"{type(obj).__name__} has no {name!r}: this is a torch-only graph (graphtrainer converts DGL's "
-        "blocks, pair graphs and batched graphs into torch tensors when DGL cannot run on the rank's device, "
-        f"or when Trainer(block_type='torch')), and DGL code such as a dgl.nn layer cannot run on it. Fix: {FIXES}.")
+EType = Tuple[str, str, str]
 
 
 def _pinned(t: torch.Tensor) -> torch.Tensor:
@@ -41,12 +31,13 @@ def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
 
 
 @dataclass
-class TorchBlock:
+class TorchBlock(GraphViews):
     """One relation's structure and data as torch tensors.
 
     ``is_block``: True for a sampled block (the first ``num_dst`` source nodes are the
     destinations, as in DGL); False for a pair or batched graph, whose ``srcdata``, ``dstdata``
     and ``ndata`` are one dict. ``batch_num_nodes_``: nodes per graph of a batched graph.
+    ``canonical_etype``: the relation (DGL's ``("_N", "_E", "_N")`` for a homogeneous graph).
     """
 
     indptr: torch.Tensor
@@ -59,6 +50,7 @@ class TorchBlock:
     edata: Dict[str, Any] = field(default_factory=dict)
     is_block: bool = True
     batch_num_nodes_: Optional[torch.Tensor] = None
+    canonical_etype: EType = ("_N", "_E", "_N")
     _dst_index: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -108,8 +100,27 @@ class TorchBlock:
     def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
         return self.num_dst
 
-    def num_nodes(self, ntype: Optional[str] = None) -> int:
-        return self.num_dst if not self.is_block else self.num_src + self.num_dst
+    def _src_counts(self) -> Dict[str, int]:
+        return {self.canonical_etype[0]: self.num_src}
+
+    def _dst_counts(self) -> Dict[str, int]:
+        return {self.canonical_etype[2]: self.num_dst}
+
+    def _type_data(self, side: str, ntype: str) -> Dict[str, Any]:
+        return self.srcdata if side == "src" else self.dstdata
+
+    def _edge_data(self, etype: Any) -> Dict[str, Any]:
+        if etype not in (self.canonical_etype, self.canonical_etype[1]):
+            raise KeyError(f"edge type {etype!r} does not exist; the graph has {self.canonical_etypes}")
+        return self.edata
+
+    @property
+    def etypes(self) -> list:
+        return [self.canonical_etype[1]]
+
+    @property
+    def canonical_etypes(self) -> list:
+        return [self.canonical_etype]
 
     number_of_dst_nodes = num_dst_nodes
     number_of_src_nodes = num_src_nodes
@@ -117,11 +128,14 @@ class TorchBlock:
     def num_edges(self, etype: Any = None) -> int:
         return int(self.indices.numel())
 
-    def in_degrees(self) -> torch.Tensor:
-        return self.indptr[1:] - self.indptr[:-1]
+    def in_degrees(self, v: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``in_degrees(v=ALL, etype=None)``: every destination's, or those of ids ``v``
+        (an int gives an int)."""
+        return degrees_of(self.indptr[1:] - self.indptr[:-1], v, "in_degrees")
 
-    def out_degrees(self) -> torch.Tensor:
-        return torch.bincount(self.indices, minlength=self.num_src)
+    def out_degrees(self, u: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``out_degrees(u=ALL, etype=None)``: every source's, or those of ids ``u``."""
+        return degrees_of(torch.bincount(self.indices, minlength=self.num_src), u, "out_degrees")
 
     def dst_index(self) -> torch.Tensor:
         """The destination node of each CSC position (int64, computed once)."""
@@ -131,15 +145,14 @@ class TorchBlock:
                 output_size=self.indices.numel())
         return self._dst_index
 
-    def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(src, dst)`` of every edge in edge-id order, as DGL's ``edges()``."""
-        if form != "uv":
-            raise ValueError(f"TorchBlock.edges supports form='uv' only, got {form!r}")
+    def _edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
+        """DGL's ``edges()``: ``(src, dst)`` in edge-id order; ``form='eid'`` / ``'all'`` and
+        ``order='srcdst'`` (by source, then destination, then edge id) as DGL's."""
         src = torch.empty_like(self.indices)
         dst = torch.empty_like(self.indices)
         src[self.edge_ids.long()] = self.indices
         dst[self.edge_ids.long()] = self.dst_index().to(dst.dtype)
-        return src, dst
+        return edges_in(src, dst, form, order)
 
     # ---- PyG's names: a MessagePassing layer runs on a block --------------------------------
     @property
@@ -181,11 +194,8 @@ class TorchBlock:
         return out
 
 
-EType = Tuple[str, str, str]
-
-
 @dataclass
-class TorchHeteroBlock:
+class TorchHeteroBlock(GraphViews):
     """A heterogeneous block or graph: one structure-only :class:`TorchBlock` per relation
     (``relations``, keyed by canonical edge type), node counts per type, and data as DGL's
     multi-type views give it: ``srcdata[key] == {ntype: tensor}``, ``edata[key] == {etype: tensor}``."""
@@ -215,17 +225,17 @@ class TorchHeteroBlock:
     def etypes(self) -> list:
         return [et[1] for et in self.relations]
 
-    @property
-    def srctypes(self) -> list:
-        return list(self.num_src_per_type)
+    def _src_counts(self) -> Dict[str, int]:
+        return self.num_src_per_type
 
-    @property
-    def dsttypes(self) -> list:
-        return list(self.num_dst_per_type)
+    def _dst_counts(self) -> Dict[str, int]:
+        return self.num_dst_per_type
 
-    @property
-    def ntypes(self) -> list:
-        return list(dict.fromkeys(self.srctypes + self.dsttypes))
+    def _type_data(self, side: str, ntype: str) -> TypeData:
+        return TypeData(self.srcdata if side == "src" else self.dstdata, ntype)
+
+    def _edge_data(self, etype: Any) -> TypeData:
+        return TypeData(self.edata, self.canonical(etype))
 
     @property
     def ndata(self) -> Dict[str, Dict[str, torch.Tensor]]:
@@ -236,6 +246,10 @@ class TorchHeteroBlock:
     @property
     def device(self) -> torch.device:
         return next(iter(self.relations.values())).device if self.relations else torch.device("cpu")
+
+    @property
+    def idtype(self) -> torch.dtype:
+        return next(iter(self.relations.values())).idtype if self.relations else torch.int64
 
     def canonical(self, etype: Any) -> EType:
         """The canonical edge type of ``etype`` (a triple or a relation name used once)."""
@@ -250,7 +264,15 @@ class TorchHeteroBlock:
         return found[0]
 
     def __getitem__(self, etype: Any) -> TorchBlock:
-        return self.relations[self.canonical(etype)]
+        """The relation ``etype`` as a :class:`TorchBlock`, as DGL's ``block[etype]``: its
+        source type's ``srcdata``, its destination type's ``dstdata`` and its ``edata``. These
+        are views of this graph's data (the same tensors): a key set or deleted on the relation
+        is set or deleted here for that type, as in DGL."""
+        et = self.canonical(etype)
+        rel = self.relations[et]
+        src = TypeData(self.srcdata, et[0])
+        dst = src if not rel.is_block else TypeData(self.dstdata, et[2])
+        return replace(rel, srcdata=src, dstdata=dst, edata=TypeData(self.edata, et), canonical_etype=et)
 
     def _only(self, etype: Any) -> EType:
         if etype is None:
@@ -260,29 +282,33 @@ class TorchHeteroBlock:
         return self.canonical(etype)
 
     def num_src_nodes(self, ntype: Optional[str] = None) -> int:
-        return self.num_src_per_type[ntype] if ntype is not None else sum(self.num_src_per_type.values())
+        if ntype is None:
+            return sum(self.num_src_per_type.values())
+        return self.num_src_per_type[one_type(ntype, self.num_src_per_type, "source")]
 
     def num_dst_nodes(self, ntype: Optional[str] = None) -> int:
-        return self.num_dst_per_type[ntype] if ntype is not None else sum(self.num_dst_per_type.values())
+        if ntype is None:
+            return sum(self.num_dst_per_type.values())
+        return self.num_dst_per_type[one_type(ntype, self.num_dst_per_type, "destination")]
 
     number_of_dst_nodes = num_dst_nodes
     number_of_src_nodes = num_src_nodes
-
-    def num_nodes(self, ntype: Optional[str] = None) -> int:
-        if not self.is_block:
-            return self.num_dst_nodes(ntype)
-        return self.num_src_nodes(ntype) + self.num_dst_nodes(ntype)
 
     def num_edges(self, etype: Any = None) -> int:
         if etype is None:
             return sum(r.num_edges() for r in self.relations.values())
         return self[etype].num_edges()
 
-    def edges(self, form: str = "uv", order: str = "eid", etype: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _edges(self, form: str = "uv", order: Optional[str] = "eid", etype: Any = None) -> Any:
         return self.relations[self._only(etype)].edges(form, order)
 
-    def in_degrees(self, etype: Any = None) -> torch.Tensor:
-        return self.relations[self._only(etype)].in_degrees()
+    def in_degrees(self, v: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``in_degrees(v=ALL, etype=None)`` of relation ``etype`` (needed with several)."""
+        return self.relations[self._only(etype)].in_degrees(v)
+
+    def out_degrees(self, u: Any = ALL, etype: Any = None) -> Any:
+        """DGL's ``out_degrees(u=ALL, etype=None)`` of relation ``etype`` (needed with several)."""
+        return self.relations[self._only(etype)].out_degrees(u)
 
     def _map(self, fn: Any) -> "TorchHeteroBlock":
         src = _move(self.srcdata, fn)

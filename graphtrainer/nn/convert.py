@@ -42,14 +42,14 @@ def _relation(graph: Any, etype: Tuple[str, str, str], with_data: bool) -> Torch
     num_src, num_dst = _node_counts(graph, etype)
     is_block = graph.is_block or etype[0] != etype[2]
     if not with_data:
-        return TorchBlock(indptr, indices, eids, num_src, num_dst, is_block=is_block)
+        return TorchBlock(indptr, indices, eids, num_src, num_dst, is_block=is_block, canonical_etype=etype)
     if graph.is_block:
         src, dst = dict(graph.srcdata), dict(graph.dstdata)
     else:
         src, dst = dict(graph.ndata), {}
     bnn = graph.batch_num_nodes() if not graph.is_block and graph.batch_size > 1 else None
     return TorchBlock(indptr, indices, eids, num_src, num_dst, srcdata=src, dstdata=dst,
-                      edata=dict(graph.edata), is_block=graph.is_block, batch_num_nodes_=bnn)
+                      edata=dict(graph.edata), is_block=graph.is_block, batch_num_nodes_=bnn, canonical_etype=etype)
 
 
 def _per_type(view: Any, types: list) -> Dict[str, Dict[str, torch.Tensor]]:

@@ -19,7 +19,7 @@ they are pinned, copied and prefetched the same way, whatever ``block_type`` say
 
 On CPU ranks, ``"torch"`` only converts (for tests and measurement); ``"dgl"`` keeps DGL's
 graphs and the task's hook as they are. A ``dgl.nn`` layer fed a torch graph fails at its
-first batch with an error naming the fixes (see :func:`graphtrainer.nn.blocks.dgl_only`).
+first batch with an error naming the fixes (see :func:`graphtrainer.nn.graph_views.dgl_only`).
 """
 from __future__ import annotations
 

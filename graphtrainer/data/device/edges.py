@@ -180,9 +180,11 @@ class DeviceEdgeBatches:
               eids: Optional[Dict[EType, torch.Tensor]]) -> Any:
         ids = self.graph.ids
         if not self.graph.hetero:
-            (u, v), = edges.values()
-            return pair_graph(u, v, ids(nodes[self.graph.ntypes[0]]),
+            (et, (u, v)), = edges.items()
+            pair = pair_graph(u, v, ids(nodes[self.graph.ntypes[0]]),
                               None if eids is None else ids(next(iter(eids.values()))))
+            pair.canonical_etype = et
+            return pair
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
         every = {et: edges.get(et, (empty, empty)) for et in self.graph.relations}
         full_eids = None if eids is None else {et: ids(eids.get(et, empty)) for et in self.graph.relations}
