@@ -207,6 +207,7 @@ class TorchHeteroBlock(GraphViews):
     dstdata: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
     edata: Dict[str, Dict[EType, torch.Tensor]] = field(default_factory=dict)
     is_block: bool = True
+    _slices: Dict[EType, TorchBlock] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.is_block:
@@ -269,10 +270,14 @@ class TorchHeteroBlock(GraphViews):
         are views of this graph's data (the same tensors): a key set or deleted on the relation
         is set or deleted here for that type, as in DGL."""
         et = self.canonical(etype)
-        rel = self.relations[et]
-        src = TypeData(self.srcdata, et[0])
-        dst = src if not rel.is_block else TypeData(self.dstdata, et[2])
-        return replace(rel, srcdata=src, dstdata=dst, edata=TypeData(self.edata, et), canonical_etype=et)
+        view = self._slices.get(et)
+        if view is None:  # kept: a layer asks each forward, and the view caches its dst_index
+            rel = self.relations[et]
+            src = TypeData(self.srcdata, et[0])
+            dst = src if not rel.is_block else TypeData(self.dstdata, et[2])
+            view = self._slices[et] = replace(rel, srcdata=src, dstdata=dst, edata=TypeData(self.edata, et),
+                                              canonical_etype=et)
+        return view
 
     def _only(self, etype: Any) -> EType:
         if etype is None:

@@ -57,6 +57,10 @@ def test_a_relation_of_a_hetero_block_has_its_types_data_as_dgl():
     rel = tb["clicks"]
     assert rel.srcdata["feat"] is tb.srcdata["feat"]["user"]  # the same tensors, no copies
     assert rel.edata[dgl.EID] is tb.edata[dgl.EID][CLICKS]
+    # One view per relation, so what a layer's forward caches on it (dst_index) is kept;
+    # a moved copy makes its own.
+    assert tb[CLICKS] is rel and torch.equal(rel.dst_index(), tb["clicks"]._dst_index)
+    assert tb.to("cpu")["clicks"] is not rel
 
 
 def test_data_set_on_a_relation_is_set_on_the_hetero_block_as_in_dgl():
