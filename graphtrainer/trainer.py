@@ -28,7 +28,7 @@ from .launch.local import LocalLauncher
 from .loop.ddp import check_ddp_kwargs
 from .loop.loggers import absorb_logger_states, check_logger
 from .loop.context import RankContext
-from .loop.lightning_names import check_lightning_names
+from .loop.lightning_names import check_lightning_names, check_trainer_options
 from .loop.runtime import run_rank
 from .state import RunResult, RunState, RunView, TrainerConfig
 from .nn.sparse_embedding import check_sparse_embeddings, check_sparse_training
@@ -176,8 +176,11 @@ class Trainer(RunView):
         prefetch_batches: bool = True,
         allocator: str = "default",
         pin_cpus: bool = True,
+        **lightning_options: Any,
     ):
-        """Options: see the class docstring. Long because it takes and checks every option (as Lightning)."""
+        """Options: see the class docstring. Long because it takes and checks every option (as Lightning).
+        Lightning's arguments graphtrainer does not take are refused, naming its way."""
+        check_trainer_options(lightning_options)
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
         if max_epochs < 1 and max_steps <= 0:

@@ -96,3 +96,33 @@ def check_log_call(name: str, options: Dict[str, Any]) -> None:
             raise TypeError(f"self.log() got an unexpected keyword argument {option!r}; it takes name, value, "
                             "batch_size, prog_bar, reduce_fx (and Lightning's sync_dist, which changes nothing)")
         raise TypeError(f"self.log({name!r}, ..., {option}={value!r}) is Lightning's; graphtrainer: {way}")
+
+
+#: Lightning's ``Trainer`` arguments graphtrainer does not take, with its way.
+_TRAINER_OPTIONS: Dict[str, str] = {
+    "accelerator": "gpus=N (one rank per GPU) or num_procs=N (CPU ranks)",
+    "devices": "gpus=N or gpus=[0, 1] (GPUs), or num_procs=N (CPU ranks)",
+    "strategy": "every run is DDP; launcher='fork', 'spawn' or 'forkserver' chooses how ranks start",
+    "num_nodes": "start one job per machine with torchrun or Slurm (docs/launching-and-multi-node.md)",
+    "deterministic": "seed= already makes every rank's batches and initialisation repeatable; for "
+                     "deterministic kernels call torch.use_deterministic_algorithms(True) in setup()",
+    "enable_checkpointing": "checkpoints are written by ModelCheckpoint callbacks only (none by default): "
+                            "callbacks=[ModelCheckpoint(...)]",
+    "enable_progress_bar": "progress_bar=False",
+    "num_sanity_val_steps": "nothing: graphtrainer runs no sanity-check validation before training",
+    "sync_batchnorm": "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) in configure_model()",
+    "benchmark": "torch.backends.cudnn.benchmark = True in setup()",
+    "reload_dataloaders_every_n_epochs": "loaders are made once per fit and reshuffled every epoch by set_epoch",
+    "use_distributed_sampler": "graphtrainer's loaders split ids between ranks themselves",
+}
+
+
+def check_trainer_options(options: Dict[str, Any]) -> None:
+    """A ``TypeError`` for keyword arguments ``Trainer`` does not take, naming graphtrainer's way
+    for Lightning's."""
+    for name, value in options.items():
+        way = _TRAINER_OPTIONS.get(name)
+        if way is None:
+            raise TypeError(f"Trainer() got an unexpected keyword argument {name!r} (docs/lightning-habits.md maps "
+                            "Lightning's arguments)")
+        raise TypeError(f"Trainer({name}={value!r}) is Lightning's; graphtrainer: {way}")

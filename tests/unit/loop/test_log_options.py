@@ -1,6 +1,6 @@
 """``self.log``: the trainer's own columns (``epoch``, ``step``) cannot be overwritten, Lightning's
 ``sync_dist`` is accepted (the reduction is always exact), its other options are refused with
-graphtrainer's way."""
+graphtrainer's way; so are Lightning's ``Trainer`` arguments."""
 from __future__ import annotations
 
 import pytest
@@ -56,3 +56,17 @@ def test_a_refused_option_in_two_ranks_names_it(root_dir):
     with pytest.raises(RankFailedError, match=r"rank_zero_only=True\) is Lightning's") as info:
         _fit(root_dir, LogsWith(rank_zero_only=True), num_procs=2, launcher="fork")
     assert info.value.error_type == "TypeError"
+
+
+@pytest.mark.parametrize("option, way", [
+    (dict(accelerator="gpu"), r"Trainer\(accelerator='gpu'\) is Lightning's; graphtrainer: gpus=N"),
+    (dict(devices=2), r"Trainer\(devices=2\) is Lightning's; graphtrainer: gpus=N or gpus=\[0, 1\]"),
+    (dict(strategy="ddp"), r"every run is DDP; launcher='fork'"),
+    (dict(enable_progress_bar=False), r"graphtrainer: progress_bar=False"),
+    (dict(max_epoch=3), r"unexpected keyword argument 'max_epoch' \(docs/lightning-habits.md"),
+])
+def test_lightnings_trainer_arguments_are_refused_naming_graphtrainers_way(option, way):
+    from graphtrainer import Trainer
+
+    with pytest.raises(TypeError, match=way):
+        Trainer(**option)
