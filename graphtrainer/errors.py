@@ -50,11 +50,12 @@ PREEMPTED_EXIT_CODE = 75
 class Preempted(SystemExit):
     """A fit stopped by a signal (SIGTERM, SIGUSR1) at a batch boundary, its state written to
     ``checkpoint`` (see :mod:`graphtrainer.loop.preemption`). A ``SystemExit``: uncaught, the
-    process ends with status :data:`PREEMPTED_EXIT_CODE`."""
+    process ends with status :data:`PREEMPTED_EXIT_CODE`. ``result``: what the run reached
+    (a ``RunResult``, for the ``Trainer`` that launched the ranks to take in)."""
 
-    def __init__(self, message: str, checkpoint: Optional[str] = None):
+    def __init__(self, message: str, checkpoint: Optional[str] = None, result: Any = None):
         super().__init__(PREEMPTED_EXIT_CODE)
-        self.message, self.checkpoint = message, checkpoint
+        self.message, self.checkpoint, self.result = message, checkpoint, result
 
     def __str__(self) -> str:
         return self.message

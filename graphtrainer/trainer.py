@@ -21,6 +21,7 @@ from .checkpoint.content import save_checkpoint
 from .checkpoint.run_files import prepare_run_dir, remove_dead_partials, remove_if_unused, resolve_named
 from .distdgl.cluster import check_options
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
+from .errors import Preempted
 from .launch.base import InProcess, Launcher
 from .launch.environment import ExistingRanks, detect_external_launch
 from .launch.lean import allocator_option
@@ -316,7 +317,12 @@ class Trainer(RunView):
                 remove_dead_partials(self.config.default_root_dir, own_folders)  # of writers killed outright
                 # Made here, before any process starts, so an unwritable root fails early.
                 self.state.log_dir = prepare_run_dir(self.config.default_root_dir)
-            result = launcher.run(run_rank, (ctx, stage, ckpt_path))
+            try:
+                result = launcher.run(run_rank, (ctx, stage, ckpt_path))
+            except Preempted as stop:  # still raised, but the trainer shows what ran (as Lightning's)
+                if launcher.in_other_processes and stop.result is not None:
+                    self._absorb(task, stop.result)
+                raise
             if launcher.in_other_processes:
                 self._absorb(task, result)
             return result

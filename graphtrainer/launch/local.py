@@ -24,6 +24,7 @@ from ..process import affinity
 from ..process.parent import die_with_parent
 from ..checkpoint.file import remove_partials_on_signals
 from ..comm import RankInfo
+from ..errors import Preempted
 from ..state import TrainerConfig
 from . import forkserver, leftovers, rank_stderr, stop_flag
 from .base import Launcher, RankTarget
@@ -79,7 +80,8 @@ def _child_entry(
         except BaseException as err:  # noqa: BLE001 - everything is reported to the parent
             outcome["failed"] = True
             try:
-                _send(conn, ("error", rank, (type(err).__name__, str(err), traceback.format_exc()),
+                kept = (err.checkpoint, err.result) if rank == 0 and isinstance(err, Preempted) else None
+                _send(conn, ("error", rank, (type(err).__name__, str(err), traceback.format_exc(), kept),
                              time.monotonic()))
             except Exception:  # noqa: BLE001 - the pipe itself may be gone
                 pass

@@ -80,6 +80,8 @@ class Watch:
         self.relay: Optional[rank_stderr.StderrRelay] = None
         #: Seconds the ranks get to exit on SIGINT when the watch ends (shorter after a hang).
         self.end_grace_s = TERMINATE_GRACE_S
+        #: Rank 0's checkpoint and result when the ranks stopped on a signal (``Preempted``).
+        self.preempted: tuple = (None, None)
 
     def run(self) -> Any:
         try:
@@ -125,7 +127,7 @@ class Watch:
             if self.job is not None and not cause.elsewhere:
                 self.job.report(cause.rank, cause.machine, cause.error_type, cause.message)
             if cause.error_type == "Preempted":  # every rank stopped on a signal, as agreed
-                raise Preempted(cause.message)
+                raise Preempted(cause.message, *self.preempted)
             raise cause
         return self.results[0]
 
@@ -199,7 +201,9 @@ class Watch:
         if kind == "ok":
             self.results[rank] = payload
         else:
-            err_type, message, tb = payload
+            err_type, message, tb, kept = payload
+            if kept is not None:  # a preempted rank 0: its checkpoint and what the run reached
+                self.preempted = kept
             self.failures.append((stamp, RankFailedError(rank, err_type, message, tb)))
 
     def _finish_skew(self) -> None:

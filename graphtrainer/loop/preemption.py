@@ -32,6 +32,7 @@ from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint, set_rng_state
 from ..errors import PREEMPTED_EXIT_CODE, Preempted
 from ..launch import stop_flag
+from .hooks import result
 
 #: Set to 1 to requeue the Slurm job (``scontrol requeue $SLURM_JOB_ID``) after a preemption.
 REQUEUE_ENV = "GRAPHTRAINER_SLURM_REQUEUE"
@@ -199,7 +200,7 @@ def stop_run(ctx: Any, batches_done: int) -> None:
         if done:
             message += f"; {done}"
         print(f"[graphtrainer] {message}", file=sys.stderr, flush=True)  # for the job's log and requeue scripts
-    raise Preempted(message, str(path))
+    raise Preempted(message, str(path), result(ctx, with_weights=True))  # the caller's Trainer shows what ran
 
 
 def _checkpoint_path(ctx: Any) -> Path:

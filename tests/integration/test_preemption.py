@@ -108,6 +108,24 @@ def test_a_stopped_run_resumed_from_last_equals_one_never_stopped(tmp_path, proc
     _same({"o": whole["optimizer_states"]}, {"o": resumed["optimizer_states"]})
 
 
+@pytest.mark.timeout(120)
+def test_after_a_preemption_the_trainer_and_task_show_what_ran(tmp_path):
+    # As Lightning's trainer after an interruption: the finished epochs' rows, the step and
+    # epoch reached, the metrics and the trained weights reach the launching process.
+    trainer = _trainer(tmp_path, tmp_path / "ckpt", 2)
+    task = _SignalledTask(sig=signal.SIGUSR1)
+    with pytest.raises(Preempted) as info:
+        trainer.fit(task)
+    stop_step = STOP_AT_STEP + 2  # 4 steps per epoch and rank; agreed one step after the signal
+    assert info.value.checkpoint == str(tmp_path / "ckpt" / "last.ckpt")
+    assert [row["epoch"] for row in trainer.history] == [0]
+    assert (trainer.global_step, trainer.current_epoch) == (stop_step, 1)
+    assert "train_loss" in trainer.callback_metrics and "val_loss" in trainer.callback_metrics
+    stopped = read_checkpoint(info.value.checkpoint)
+    _same(stopped["state_dict"], task.module.state_dict())
+    assert not rank_children()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_an_epoch_inside_join_stops_at_its_end_and_resumes_exactly(tmp_path):
