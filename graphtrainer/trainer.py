@@ -362,6 +362,7 @@ class Trainer(RunView):
     def _absorb(self, task: GraphTask, result: RunResult) -> None:
         """Bring a launched run's outcome into this process."""
         self.state = result.state
+        task.trainer = self  # as Lightning's model.trainer: task.current_epoch/global_step read the run
         for cb in self.callbacks:
             if cb.state_key in result.callback_states:
                 cb.load_state_dict(result.callback_states[cb.state_key])

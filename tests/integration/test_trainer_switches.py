@@ -4,6 +4,7 @@ bounded by a timeout."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -237,6 +238,20 @@ def test_lightning_habits(root_dir):
     assert (row["global_ranks"], row["local_ranks"], row["world"]) == (1.0, 1.0, 4.0)
     with pytest.raises(RuntimeError, match="there is no model yet"):
         list(RegressionTask().parameters())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("procs", [1, 2])
+def test_after_fit_the_tasks_epoch_and_step_are_the_trainers(root_dir, procs):
+    # Lightning: model.current_epoch and model.global_step after fit equal the trainer's, also
+    # where the ranks ran in other processes; the task still pickles (for a later spawned fit).
+    task = RegressionTask()
+    trainer = _trainer(root_dir, procs=procs, logger=False)
+    trainer.fit(task)
+    assert (trainer.current_epoch, trainer.global_step) == (2, 2 * 64 // procs // 8)
+    assert (task.current_epoch, task.global_step) == (trainer.current_epoch, trainer.global_step)
+    again = pickle.loads(pickle.dumps(task))
+    assert again.current_epoch == trainer.current_epoch
 
 
 def test_spawn_from_stdin_fails_in_the_parent_with_the_reason(tmp_path):
