@@ -3,6 +3,7 @@ starts: a bad value fails here, naming the option and what it accepts."""
 from __future__ import annotations
 
 import datetime
+import numbers
 import re
 from typing import Any, List, Optional, Sequence, Union
 
@@ -152,6 +153,16 @@ def gpus(gpus: Union[None, int, Sequence[int]], num_procs: Optional[int]) -> Lis
         raise ValueError(f"gpus={gpus!r} asks for device {max(ids)} but only {available} CUDA "
                          "device(s) are visible")
     return ids
+
+
+def max_steps(value: int, max_epochs: int) -> None:
+    """``max_steps``: -1 (no step limit) or a number of optimizer steps, 0 training none (as Lightning)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < -1:
+        raise ValueError(f"max_steps={value!r}: give a number of optimizer steps >= 0 (0 trains none), "
+                         "or -1 for no step limit")
+    if max_epochs < 1 and value == -1:
+        raise ValueError(f"max_epochs must be at least 1 (or set max_steps): max_epochs={max_epochs} with "
+                         "max_steps=-1 sets no limit")
 
 
 def at_least_one(**counts: Optional[int]) -> None:

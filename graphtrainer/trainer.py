@@ -54,7 +54,8 @@ class Trainer(RunView):
             copy-on-write), ``"forkserver"`` (ranks forked from a clean server that imported
             torch and dgl once; safe after CUDA use) or ``"spawn"``; the last two move the
             graph to shared memory and need the entry point under ``if __name__ == "__main__":``.
-        max_epochs, max_steps: stop after either (``max_steps=-1``: no step limit).
+        max_epochs, max_steps: stop after either (``max_steps=-1``: no step limit; 0 trains no
+            step, as in Lightning).
         limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches:
             batches per epoch and rank, as a count (int) or a fraction (float <= 1.0).
         check_val_every_n_epoch: validation frequency.
@@ -72,7 +73,7 @@ class Trainer(RunView):
             (``gradient_clip_algorithm="norm"``) or each element (``"value"``).
         accumulate_grad_batches: step the optimizer every this many batches; the
             batches in between skip DDP's all-reduce (``no_sync``).
-        log_every_n_steps: step rows in ``metrics.csv``.
+        log_every_n_steps: step rows in ``metrics.csv`` every this many optimizer steps (at least 1).
         backend: force a ``torch.distributed`` backend (default nccl on GPU, gloo on CPU).
         hang_timeout: seconds a launched rank may make no progress (no batch, no hook entered)
             before a :class:`RankFailedError` names it, its hook, batch and Python stack (ranks
@@ -184,11 +185,10 @@ class Trainer(RunView):
         check_trainer_options(lightning_options)
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
-        if max_epochs < 1 and max_steps <= 0:
-            raise ValueError("max_epochs must be at least 1 (or set max_steps)")
+        options.max_steps(max_steps, max_epochs)
         options.at_least_one(check_val_every_n_epoch=options.check_val_every_n_epoch(check_val_every_n_epoch),
                              accumulate_grad_batches=accumulate_grad_batches, num_procs=num_procs,
-                             threads_per_proc=threads_per_proc)
+                             threads_per_proc=threads_per_proc, log_every_n_steps=log_every_n_steps)
         if hang_timeout is not None and not hang_timeout > 0:
             raise ValueError(f"hang_timeout={hang_timeout!r}: give seconds > 0, or None to turn the check off")
         timeout = options.timeout(timeout)
@@ -214,7 +214,7 @@ class Trainer(RunView):
             limit_test_batches=limit_test_batches, check_val_every_n_epoch=check_val_every_n_epoch, seed=seed,
             threads_per_proc=threads_per_proc, default_root_dir=Path(default_root_dir),
             gradient_clip_val=gradient_clip_val, accumulate_grad_batches=accumulate_grad_batches,
-            log_every_n_steps=max(1, log_every_n_steps), backend=backend, hang_timeout=hang_timeout,
+            log_every_n_steps=log_every_n_steps, backend=backend, hang_timeout=hang_timeout,
             timeout=timeout, detect_anomaly=detect_anomaly, logger=logger,
             precision=options.precision(precision, uses_gpu=bool(device_ids)),
             gradient_clip_algorithm=options.choice("gradient_clip_algorithm", gradient_clip_algorithm,

@@ -61,7 +61,7 @@ class StopController:
     def reached(self) -> str:
         """The limit the run has reached, in words ("" when none)."""
         state, config = self.state, self.config
-        if 0 < config.max_steps <= state.global_step:
+        if -1 < config.max_steps <= state.global_step:
             return f"max_steps={config.max_steps} (step {state.global_step})"
         if state.current_epoch >= config.max_epochs:
             return f"max_epochs={config.max_epochs} (epoch {state.current_epoch} is next)"
@@ -87,7 +87,7 @@ class StopController:
     def at_step(self, stepped: bool) -> AtStep:
         """After a training batch (``stepped``: the optimizer stepped). Must be called on all
         processes, at the same batches."""
-        if 0 < self.config.max_steps <= self.state.global_step:
+        if -1 < self.config.max_steps <= self.state.global_step:
             return AtStep.END_EPOCH
         if stepped and not self.joining and self.signals.at_boundary():
             return AtStep.PREEMPTED
@@ -104,7 +104,7 @@ class StopController:
         ``state.should_stop`` and :attr:`preempted` the same on every rank. One all-reduce.
         Must be called on all processes."""
         state, config = self.state, self.config
-        max_steps_reached = 0 < config.max_steps <= state.global_step
+        max_steps_reached = -1 < config.max_steps <= state.global_step
         if max_steps_reached:
             state.should_stop = True
         if config.max_time is not None and time.monotonic() - self.started >= config.max_time:

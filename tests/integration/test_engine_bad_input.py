@@ -43,6 +43,9 @@ def test_gpus_without_cuda_suggests_num_procs():
     (dict(num_procs=-2), "num_procs must be at least 1, got -2"),
     (dict(threads_per_proc=0), "threads_per_proc must be at least 1, got 0"),
     (dict(max_epochs=0), r"max_epochs must be at least 1 \(or set max_steps\)"),
+    (dict(max_steps=-2), r"max_steps=-2: give a number of optimizer steps >= 0 \(0 trains none\), or -1 for "
+                         "no step limit"),
+    (dict(log_every_n_steps=0), "log_every_n_steps must be at least 1, got 0"),
     (dict(check_val_every_n_epoch=0), "check_val_every_n_epoch must be at least 1"),
     (dict(check_val_every_n_epoch=None), r"check_val_every_n_epoch=None .* is not supported: use "
                                          r"check_val_every_n_epoch=1 with val_check_interval=N"),

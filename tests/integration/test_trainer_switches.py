@@ -254,6 +254,21 @@ def test_after_fit_the_tasks_epoch_and_step_are_the_trainers(root_dir, procs):
     assert again.current_epoch == trainer.current_epoch
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("procs", [1, 2])
+def test_max_steps_0_trains_no_step(root_dir, procs):
+    # Lightning: max_steps=-1 is no limit, 0 trains nothing (the model stays as built).
+    task = RegressionTask()
+    torch.manual_seed(0)
+    task.model = task.configure_model()
+    before = {k: v.clone() for k, v in task.model.state_dict().items()}
+    trainer = _trainer(root_dir, procs=procs, max_steps=0, logger=False)
+    trainer.fit(task)
+    assert (trainer.global_step, trainer.current_epoch, trainer.history) == (0, 0, [])
+    assert all(torch.equal(before[k], v) for k, v in task.module.state_dict().items())
+    assert not rank_children()
+
+
 def test_spawn_from_stdin_fails_in_the_parent_with_the_reason(tmp_path):
     script = textwrap.dedent(f"""
         import sys
