@@ -24,6 +24,16 @@ def monitored_now(trainer: RunView, monitor: str, who: str) -> Optional[str]:
                    f"{trainer.current_epoch}; logged metrics: {sorted(metrics)}")
 
 
+def at_epoch_ends_only(who: str, **lightning: Any) -> None:
+    """Refuse Lightning's options for acting other than at epoch ends: graphtrainer's checkpointing
+    and early stopping act once per epoch, where a checkpoint resumes exactly."""
+    for name, value in lightning.items():
+        if value is not None and value is not True and not (name == "every_n_train_steps" and value == 0):
+            raise ValueError(f"{who}({name}={value!r}): graphtrainer's {who} acts at epoch ends only (after the "
+                             "epoch's validation), not after val_check_interval's extra validations or every n "
+                             f"steps; leave {name} unset (see docs/lightning-habits.md)")
+
+
 class Callback:
     """Same hook names as :class:`~graphtrainer.GraphTask`, each taking ``(trainer, task, ...)``.
 

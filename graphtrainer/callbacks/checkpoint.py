@@ -11,7 +11,7 @@ from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint
 from ..state import RunView
 from ..task import GraphTask
-from .base import Callback, monitored_now
+from .base import Callback, at_epoch_ends_only, monitored_now
 
 
 class ModelCheckpoint(Callback):
@@ -32,6 +32,11 @@ class ModelCheckpoint(Callback):
     Rank 0 decides what to save and delete and broadcasts it; saving is collective. After
     ``fit``, :attr:`best_model_path`, :attr:`best_model_score` and :attr:`last_model_path`
     are set on the caller's side too.
+
+    It acts at epoch ends only (after the epoch's own validation), not after the extra
+    validations of ``val_check_interval`` (Lightning checks after each): Lightning's
+    ``save_on_train_epoch_end`` (True or None), ``every_n_train_steps`` (None or 0) and
+    ``train_time_interval`` (None) are taken only as that.
     """
 
     after_reduction = True
@@ -39,7 +44,10 @@ class ModelCheckpoint(Callback):
 
     def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: str = "{epoch}-{step}",
                  monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
-                 save_last: bool = False, every_n_epochs: int = 1):
+                 save_last: bool = False, every_n_epochs: int = 1, save_on_train_epoch_end: Optional[bool] = None,
+                 every_n_train_steps: Optional[int] = None, train_time_interval: Any = None):
+        at_epoch_ends_only("ModelCheckpoint", save_on_train_epoch_end=save_on_train_epoch_end,
+                           every_n_train_steps=every_n_train_steps, train_time_interval=train_time_interval)
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
         if save_top_k < -1:

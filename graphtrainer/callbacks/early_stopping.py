@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 from .. import comm as gdist
 from ..state import RunView
 from ..task import GraphTask
-from .base import Callback, monitored_now
+from .base import Callback, at_epoch_ends_only, monitored_now
 
 
 class EarlyStopping(Callback):
@@ -15,13 +15,16 @@ class EarlyStopping(Callback):
 
     With ``check_finite`` a non-finite value stops training at once. Rank 0 decides and
     broadcasts. A ``monitor`` never logged raises a ``KeyError`` as in
-    :class:`~graphtrainer.callbacks.ModelCheckpoint` (old metric names too).
+    :class:`~graphtrainer.callbacks.ModelCheckpoint` (old metric names too). It checks at epoch
+    ends only, not after ``val_check_interval``'s extra validations (Lightning's
+    ``check_on_train_epoch_end``: True or None only).
     """
 
     after_reduction = True
 
     def __init__(self, monitor: str, mode: str = "min", patience: int = 3, min_delta: float = 0.0,
-                 check_finite: bool = True, verbose: bool = True):
+                 check_finite: bool = True, verbose: bool = True, check_on_train_epoch_end: Optional[bool] = None):
+        at_epoch_ends_only("EarlyStopping", check_on_train_epoch_end=check_on_train_epoch_end)
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
         if patience < 0:

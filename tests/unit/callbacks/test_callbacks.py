@@ -388,3 +388,19 @@ def test_accumulation_equals_larger_batch(root_dir, num_procs):
         # no_sync on every other micro-batch: one all-reduce per optimizer step.
         assert small_count.micro == 2 * steps and small_count.calls == steps
         assert big_count.micro == steps and big_count.calls == steps
+
+
+@pytest.mark.parametrize("make, option", [
+    (lambda: ModelCheckpoint(save_on_train_epoch_end=False), "ModelCheckpoint(save_on_train_epoch_end=False)"),
+    (lambda: ModelCheckpoint(every_n_train_steps=100), "ModelCheckpoint(every_n_train_steps=100)"),
+    (lambda: ModelCheckpoint(train_time_interval=60), "ModelCheckpoint(train_time_interval=60)"),
+    (lambda: EarlyStopping("val_loss", check_on_train_epoch_end=False),
+     "EarlyStopping(check_on_train_epoch_end=False)"),
+])
+def test_lightning_options_for_acting_mid_epoch_are_refused_naming_what_graphtrainer_does(make, option):
+    # Lightning's ModelCheckpoint/EarlyStopping may act after each validation or every n steps;
+    # graphtrainer's act at epoch ends only, so those options are refused, not silently ignored.
+    with pytest.raises(ValueError, match=re.escape(option) + ".*acts at epoch ends only"):
+        make()
+    ModelCheckpoint(save_on_train_epoch_end=True, every_n_train_steps=0)  # what graphtrainer does
+    EarlyStopping("val_loss", check_on_train_epoch_end=True)
