@@ -71,10 +71,10 @@ class HeteroClassification(CrossEntropySteps, GraphTask):
 
     def _forward(self, batch: Any) -> tuple:
         _, _, blocks = batch
-        feats = {nt: x for nt, x in blocks[0].srcdata["feat"].items()} \
-            if isinstance(blocks[0].srcdata["feat"], dict) else {self.target: blocks[0].srcdata["feat"]}
+        first = blocks[0]  # per-type views: the same code for one node type or several (DGL or torch blocks)
+        feats = {nt: first.srcnodes[nt].data["feat"] for nt in first.srctypes if "feat" in first.srcnodes[nt].data}
         out = self.model(blocks, feats)
-        return out[self.target], blocks[-1].dstdata["label"][self.target]
+        return out[self.target], blocks[-1].dstnodes[self.target].data["label"]
 
     def _eval_step(self, batch: Any, prefix: str) -> None:
         self._log_eval(*self._forward(batch), prefix)

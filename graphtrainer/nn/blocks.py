@@ -11,11 +11,12 @@ DGL's names and meanings (``num_src_nodes()``, ``edges()``, ``in_degrees()``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
-from .graph_views import ALL, GraphViews, TypeData, dgl_only, degrees_of, edges_in, one_type
+from .graph_views import ALL, DataView, GraphViews, TypeData, dgl_only, degrees_of, edges_in, local_scope, one_type
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -194,24 +195,60 @@ class TorchBlock(GraphViews):
         return out
 
 
+def _node_type(counts: Dict[str, int], side: str, ntype: str) -> str:
+    return one_type(ntype, counts, side)
+
+
+def _canonical(relations: Dict[EType, Any], etype: Any) -> EType:
+    if isinstance(etype, tuple):
+        if etype not in relations:
+            raise KeyError(f"no relation {etype}; the graph has {list(relations)}")
+        return etype
+    found = [et for et in relations if et[1] == etype]
+    if len(found) != 1:
+        raise KeyError(f"relation name {etype!r} matches {len(found)} relations of {list(relations)}: "
+                       "pass the (src type, relation, dst type) triple")
+    return found[0]
+
+
 @dataclass
 class TorchHeteroBlock(GraphViews):
     """A heterogeneous block or graph: one structure-only :class:`TorchBlock` per relation
-    (``relations``, keyed by canonical edge type), node counts per type, and data as DGL's
-    multi-type views give it: ``srcdata[key] == {ntype: tensor}``, ``edata[key] == {etype: tensor}``."""
+    (``relations``, keyed by canonical edge type), node counts per type, and data in per-type
+    stores ``src_store[key] == {ntype: tensor}`` (``dst_store``; ``edge_store`` by canonical edge
+    type). ``srcdata``, ``dstdata``, ``ndata`` and ``edata`` read them as DGL's views do
+    (:class:`~graphtrainer.nn.graph_views.DataView`): a tensor where that side has one type (one
+    relation for ``edata``), ``{type: tensor}`` where it has several."""
 
     relations: Dict[EType, TorchBlock]
     num_src_per_type: Dict[str, int]
     num_dst_per_type: Dict[str, int]
-    srcdata: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
-    dstdata: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
-    edata: Dict[str, Dict[EType, torch.Tensor]] = field(default_factory=dict)
+    src_store: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
+    dst_store: Dict[str, Dict[str, torch.Tensor]] = field(default_factory=dict)
+    edge_store: Dict[str, Dict[EType, torch.Tensor]] = field(default_factory=dict)
     is_block: bool = True
     _slices: Dict[EType, TorchBlock] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _views: Tuple[DataView, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.is_block:
-            self.dstdata = self.srcdata
+            self.dst_store = self.src_store
+        src, dst, rels = self.num_src_per_type, self.num_dst_per_type, self.relations  # no cycle back to self
+        self._views = (DataView(self.src_store, src, partial(_node_type, src, "source"), "srcdata"),
+                       DataView(self.dst_store, dst, partial(_node_type, dst, "destination"), "dstdata"),
+                       DataView(self.edge_store, rels, partial(_canonical, rels), "edata"))
+
+    @property
+    def srcdata(self) -> DataView:
+        return self._views[0]
+
+    @property
+    def dstdata(self) -> DataView:
+        return self._views[1] if self.is_block else self._views[0]
+
+    @property
+    def edata(self) -> DataView:
+        return self._views[2]
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -233,16 +270,20 @@ class TorchHeteroBlock(GraphViews):
         return self.num_dst_per_type
 
     def _type_data(self, side: str, ntype: str) -> TypeData:
-        return TypeData(self.srcdata if side == "src" else self.dstdata, ntype)
+        return TypeData(self.src_store if side == "src" else self.dst_store, ntype)
 
     def _edge_data(self, etype: Any) -> TypeData:
-        return TypeData(self.edata, self.canonical(etype))
+        return TypeData(self.edge_store, self.canonical(etype))
 
     @property
-    def ndata(self) -> Dict[str, Dict[str, torch.Tensor]]:
+    def ndata(self) -> DataView:
         if self.is_block:
             raise dgl_only(self, "ndata (a block has srcdata and dstdata)")
         return self.srcdata
+
+    def local_scope(self) -> Any:
+        """DGL's ``with g.local_scope():`` over the per-type stores (see :meth:`GraphViews.local_scope`)."""
+        return local_scope(self.src_store, self.dst_store, self.edge_store)
 
     @property
     def device(self) -> torch.device:
@@ -254,15 +295,7 @@ class TorchHeteroBlock(GraphViews):
 
     def canonical(self, etype: Any) -> EType:
         """The canonical edge type of ``etype`` (a triple or a relation name used once)."""
-        if isinstance(etype, tuple):
-            if etype not in self.relations:
-                raise KeyError(f"no relation {etype}; the graph has {self.canonical_etypes}")
-            return etype
-        found = [et for et in self.relations if et[1] == etype]
-        if len(found) != 1:
-            raise KeyError(f"relation name {etype!r} matches {len(found)} relations of {self.canonical_etypes}: "
-                           "pass the (src type, relation, dst type) triple")
-        return found[0]
+        return _canonical(self.relations, etype)
 
     def __getitem__(self, etype: Any) -> TorchBlock:
         """The relation ``etype`` as a :class:`TorchBlock`, as DGL's ``block[etype]``: its
@@ -273,9 +306,9 @@ class TorchHeteroBlock(GraphViews):
         view = self._slices.get(et)
         if view is None:  # kept: a layer asks each forward, and the view caches its dst_index
             rel = self.relations[et]
-            src = TypeData(self.srcdata, et[0])
-            dst = src if not rel.is_block else TypeData(self.dstdata, et[2])
-            view = self._slices[et] = replace(rel, srcdata=src, dstdata=dst, edata=TypeData(self.edata, et),
+            src = TypeData(self.src_store, et[0])
+            dst = src if not rel.is_block else TypeData(self.dst_store, et[2])
+            view = self._slices[et] = replace(rel, srcdata=src, dstdata=dst, edata=TypeData(self.edge_store, et),
                                               canonical_etype=et)
         return view
 
@@ -316,10 +349,10 @@ class TorchHeteroBlock(GraphViews):
         return self.relations[self._only(etype)].out_degrees(u)
 
     def _map(self, fn: Any) -> "TorchHeteroBlock":
-        src = _move(self.srcdata, fn)
-        return replace(self, relations={et: r._map(fn) for et, r in self.relations.items()}, srcdata=src,
-                       dstdata=src if not self.is_block else _move(self.dstdata, fn),
-                       edata={k: {et: fn(v) for et, v in d.items()} for k, d in self.edata.items()})
+        src = _move(self.src_store, fn)
+        return replace(self, relations={et: r._map(fn) for et, r in self.relations.items()}, src_store=src,
+                       dst_store=src if not self.is_block else _move(self.dst_store, fn),
+                       edge_store={k: {et: fn(v) for et, v in d.items()} for k, d in self.edge_store.items()})
 
     def to(self, device: Device, non_blocking: bool = False) -> "TorchHeteroBlock":
         device = torch.device(device)
@@ -332,9 +365,9 @@ class TorchHeteroBlock(GraphViews):
         out: Dict[str, torch.Tensor] = {}
         for et, rel in self.relations.items():
             out.update({f"{et}.{k}": v for k, v in rel.tensors().items()})
-        for prefix, data in (("srcdata", self.srcdata), ("dstdata", self.dstdata)):
+        for prefix, data in (("srcdata", self.src_store), ("dstdata", self.dst_store)):
             out.update({f"{prefix}.{k}.{nt}": v for k, d in data.items() for nt, v in d.items()})
-        out.update({f"edata.{k}.{et}": v for k, d in self.edata.items() for et, v in d.items()})
+        out.update({f"edata.{k}.{et}": v for k, d in self.edge_store.items() for et, v in d.items()})
         return out
 
 

@@ -69,11 +69,11 @@ def _hetero(graph: Any) -> TorchHeteroBlock:
     if graph.is_block:
         return TorchHeteroBlock(relations, {nt: graph.num_src_nodes(nt) for nt in graph.srctypes},
                                 {nt: graph.num_dst_nodes(nt) for nt in graph.dsttypes},
-                                srcdata=_per_type(graph.srcnodes, graph.srctypes),
-                                dstdata=_per_type(graph.dstnodes, graph.dsttypes), edata=edata)
+                                src_store=_per_type(graph.srcnodes, graph.srctypes),
+                                dst_store=_per_type(graph.dstnodes, graph.dsttypes), edge_store=edata)
     counts = {nt: graph.num_nodes(nt) for nt in graph.ntypes}
-    return TorchHeteroBlock(relations, dict(counts), dict(counts), srcdata=_per_type(graph.nodes, graph.ntypes),
-                            edata=edata, is_block=False)
+    return TorchHeteroBlock(relations, dict(counts), dict(counts), src_store=_per_type(graph.nodes, graph.ntypes),
+                            edge_store=edata, is_block=False)
 
 
 def to_torch_graph(graph: Any) -> AnyTorchGraph:

@@ -1,11 +1,12 @@
 """DGL's graph API pieces shared by the torch-only graphs of :mod:`graphtrainer.nn.blocks`:
-per-type data views, ``g.srcnodes`` / ``g.edges`` style views, ``local_scope()``, node counts
-by type, and DGL's arguments of ``edges()`` and ``in_degrees(v)``."""
+data views (a tensor with one type, a dict with several, as DGL's), per-type data views,
+``g.srcnodes`` / ``g.edges`` style views, ``local_scope()``, node counts by type, and DGL's
+arguments of ``edges()`` and ``in_degrees(v)``."""
 from __future__ import annotations
 
 import numbers
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, MutableMapping, Optional
+from typing import Any, Callable, Dict, Iterator, Mapping, MutableMapping, Optional
 
 import torch
 
@@ -32,7 +33,7 @@ def dgl_only(obj: Any, name: str) -> AttributeError:
 
 class TypeData(MutableMapping):
     """One type's data inside a per-type store ``{key: {type: tensor}}`` (a
-    ``TorchHeteroBlock``'s ``srcdata``, ``dstdata`` or ``edata``): reads give the store's
+    ``TorchHeteroBlock``'s ``src_store``, ``dst_store`` or ``edge_store``): reads give the store's
     tensors (no copies), writes and deletions go to the store, as DGL's per-type views."""
 
     __slots__ = ("_store", "_type")
@@ -62,6 +63,74 @@ class TypeData(MutableMapping):
 
     def __len__(self) -> int:
         return sum(1 for per_type in self._store.values() if self._type in per_type)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+_SEVERAL = object()
+
+
+class DataView(MutableMapping):
+    """DGL's ``srcdata`` / ``dstdata`` / ``ndata`` / ``edata`` of a ``TorchHeteroBlock`` over its
+    per-type store ``{key: {type: tensor}}``: with one type (one node type on that side, one
+    relation), ``view[key]`` is that type's tensor and a tensor is set; with several, a new
+    ``{type: tensor}`` dict of the types that have ``key``, and a dict is set (merged per type,
+    as DGL). ``types``: the graph's live ``{type: ...}``; ``resolve``: a type name checked (an
+    edge type to its triple)."""
+
+    __slots__ = ("_store", "_types", "_resolve", "_what")
+
+    def __init__(self, store: Dict[str, Dict[Any, Any]], types: Mapping, resolve: Callable[[Any], Any],
+                 what: str) -> None:
+        self._store, self._types, self._resolve, self._what = store, types, resolve, what
+
+    def _one(self) -> Any:
+        """The only type, or ``_SEVERAL``."""
+        return next(iter(self._types)) if len(self._types) == 1 else _SEVERAL
+
+    def __getitem__(self, key: str) -> Any:
+        per_type, one = self._store.get(key), self._one()
+        if one is _SEVERAL:
+            if not per_type:
+                raise KeyError(key)
+            return dict(per_type)  # DGL's dict is new on each read: changing it leaves the graph as is
+        if per_type is None or one not in per_type:
+            raise KeyError(key)
+        return per_type[one]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        one = self._one()
+        if one is _SEVERAL:
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{self._what}[{key!r}] = {type(value).__name__}: the graph has several types "
+                                f"({list(self._types)}); pass {{type: tensor}}, as in DGL")
+            value = {self._resolve(t): v for t, v in value.items()}
+            self._store[key] = {**self._store.get(key, {}), **value}
+        elif isinstance(value, Mapping):
+            raise TypeError(f"{self._what}[{key!r}] = dict: the graph has one type ({one!r}) here; pass the "
+                            "tensor itself, as in DGL")
+        else:
+            self._store[key] = {one: value}
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        one = self._one()
+        if one is _SEVERAL or len(self._store[key]) == 1:
+            del self._store[key]
+        else:
+            del self._store[key][one]
+
+    def __contains__(self, key: object) -> bool:
+        per_type, one = self._store.get(key), self._one()  # type: ignore[call-overload]
+        return bool(per_type) if one is _SEVERAL else per_type is not None and one in per_type
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k in self._store if k in self])
+
+    def __len__(self) -> int:
+        return sum(1 for k in self._store if k in self)
 
     def __repr__(self) -> str:
         return repr(dict(self))

@@ -42,8 +42,8 @@ def hetero_pair_graph(edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nod
     it), every node type, ``ndata["_ID"]`` and ``edata["_ID"]`` per type."""
     counts = {nt: ids.numel() for nt, ids in nodes.items()}
     relations = {et: _relation(u, v, counts[et[0]], counts[et[2]], et[0] == et[2]) for et, (u, v) in edges.items()}
-    return TorchHeteroBlock(relations, dict(counts), dict(counts), srcdata={"_ID": dict(nodes)},
-                            edata={"_ID": dict(eids)} if eids is not None else {}, is_block=False)
+    return TorchHeteroBlock(relations, dict(counts), dict(counts), src_store={"_ID": dict(nodes)},
+                            edge_store={"_ID": dict(eids)} if eids is not None else {}, is_block=False)
 
 
 def pair_edge_keys(loader: Any) -> Keys:
@@ -162,18 +162,21 @@ class DeviceEdgeBatches:
         for et, keys in self.pair_keys.items():
             for key in keys:
                 value = gather(self.graph.edata[et][key], ids.get(et, empty), host_ids)
-                if hetero:
-                    pair.edata.setdefault(key, {})[et] = value
+                if hetero:  # the per-type stores, whatever the number of types
+                    pair.edge_store.setdefault(key, {})[et] = value
                 else:
                     pair.edata[key] = value
         first, last = blocks[0], blocks[-1]
+        if hetero:
+            nodes = pair.src_store
+            for data, rows in ((first.src_store, last.num_dst_nodes), (last.dst_store, None)):
+                for key, value in data.items():
+                    if key != "_ID" and key not in nodes:
+                        nodes[key] = {nt: v if rows is None else v[:rows(nt)] for nt, v in value.items()}
+            return
         for data, rows in ((first.srcdata, last.num_dst_nodes), (last.dstdata, None)):
             for key, value in data.items():
-                if key == "_ID" or key in pair.srcdata:
-                    continue
-                if hetero:
-                    pair.srcdata[key] = {nt: v if rows is None else v[:rows(nt)] for nt, v in value.items()}
-                else:
+                if key != "_ID" and key not in pair.srcdata:
                     pair.srcdata[key] = value if rows is None else value[:rows()]
 
     def _pair(self, edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
@@ -191,5 +194,7 @@ class DeviceEdgeBatches:
         return hetero_pair_graph(every, {nt: ids(v) for nt, v in nodes.items()}, full_eids)
 
     def _one(self, inputs: Dict[str, torch.Tensor]) -> Any:
-        ids = self.graph.ids
-        return {nt: ids(v) for nt, v in inputs.items()} if self.graph.hetero else ids(inputs[self.graph.ntypes[0]])
+        ids, ntypes = self.graph.ids, self.graph.ntypes
+        if len(ntypes) == 1:  # as DGL's input nodes: a tensor with one node type, whatever the relations
+            return ids(inputs[ntypes[0]])
+        return {nt: ids(v) for nt, v in inputs.items()}

@@ -135,20 +135,23 @@ class DeviceSampler:
     def _gather(self, dg: DeviceGraph, blocks: list, inputs: Dict[str, torch.Tensor],
                 seeds: Dict[str, torch.Tensor]) -> None:
         host_ids: Dict[int, torch.Tensor] = {}  # ids copied to the host, for data kept there
-        for keys, where, ids in ((self.node_feats, blocks[0].srcdata, inputs),
-                                 (self.labels, blocks[-1].dstdata, seeds)):
+        hetero = dg.hetero  # a TorchHeteroBlock's per-type stores, whatever its number of types
+        first, last = blocks[0], blocks[-1]
+        for keys, where, ids in ((self.node_feats, first.src_store if hetero else first.srcdata, inputs),
+                                 (self.labels, last.dst_store if hetero else last.dstdata, seeds)):
             for nt, names in (keys or {}).items():
                 for key in names:
                     value = gather(dg.ndata[nt][key], ids[nt], host_ids)
-                    if dg.hetero:
+                    if hetero:
                         where.setdefault(key, {})[nt] = value
                     else:
                         where[key] = value
         for block in blocks:
             for et, names in (self.edge_feats or {}).items():
                 for key in names:
-                    if dg.hetero:
-                        block.edata.setdefault(key, {})[et] = gather(dg.edata[et][key], block.edata[EID][et], host_ids)
+                    if hetero:
+                        store = block.edge_store
+                        store.setdefault(key, {})[et] = gather(dg.edata[et][key], store[EID][et], host_ids)
                     else:
                         block.edata[key] = gather(dg.edata[et][key], block.edata[EID], host_ids)
 
@@ -166,6 +169,6 @@ def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.T
         return one(next(iter(edges)), True)
     return TorchHeteroBlock({et: one(et, False) for et in edges},
                             {nt: ids.numel() for nt, ids in src.items()}, {nt: ids.numel() for nt, ids in dst.items()},
-                            srcdata={NID: {nt: dg.ids(v) for nt, v in src.items()}},
-                            dstdata={NID: {nt: dg.ids(v) for nt, v in dst.items()}},
-                            edata={EID: {et: dg.ids(e[2]) for et, e in edges.items()}})
+                            src_store={NID: {nt: dg.ids(v) for nt, v in src.items()}},
+                            dst_store={NID: {nt: dg.ids(v) for nt, v in dst.items()}},
+                            edge_store={EID: {et: dg.ids(e[2]) for et, e in edges.items()}})
