@@ -13,7 +13,7 @@ import torch
 
 from .formats import sampler_formats
 from .hetero import check_typed_eids, flatten, type_spans
-from .node_loader import SampledLoader, default_sampler, iterate_sampled
+from .node_loader import SampledLoader, default_sampler, iterate_sampled, unfused_if_zero
 from .sharding import check_seed_ids
 from .workers import BatchSampling
 
@@ -227,6 +227,7 @@ class EdgeLoader(SampledLoader):
 
         if isinstance(sampler, (list, tuple)):
             sampler = default_sampler(graph, sampler, label_key="")
+        sampler = unfused_if_zero(sampler)
         if not callable(getattr(sampler, "sample", None)):
             raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) "
                              f"or a list of fanouts, got {type(sampler).__name__}")

@@ -2,6 +2,7 @@
 neighbour sampler, and the fanout check."""
 from __future__ import annotations
 
+import copy
 import numbers
 from typing import Any, Iterator, List, Optional, Sequence, Set
 
@@ -69,7 +70,7 @@ class NodeLoader(SampledLoader):
         self.graph = graph
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
-        self.sampler = sampler
+        self.sampler = sampler = unfused_if_zero(sampler)
         self.dataloader_kwargs = dataloader_kwargs
         self.sampling = BatchSampling(graph, sampler, self.batch_size, drop_last, self.spans, **dataloader_kwargs)
 
@@ -93,6 +94,19 @@ def iterate_sampled(loader: Any) -> Iterator[Any]:
         return iter(())
     source = loader.device_sampling if loader.device_sampling is not None else loader.sampling
     return source.iterate(share, loader.seed, comm.get_rank(), loader.epoch)
+
+
+def unfused_if_zero(sampler: Any) -> Any:
+    """``sampler``, or a copy on DGL's unfused path when a fanout is 0: DGL 2.1's fused sampler
+    (taken with more than one thread) then builds blocks with fewer source nodes than
+    destinations (none for ``[0]``; ``{"buys": 0, ...}`` drops seeds of the other types)."""
+    fanouts = getattr(sampler, "fanouts", None)
+    if not getattr(sampler, "fused", False) or not fanouts:
+        return sampler
+    if any(0 in (f.values() if isinstance(f, dict) else [f]) for f in fanouts):
+        sampler = copy.copy(sampler)
+        sampler.fused = False
+    return sampler
 
 
 def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
