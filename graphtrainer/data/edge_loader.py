@@ -229,8 +229,9 @@ class EdgeLoader(SampledLoader):
             sampler = default_sampler(graph, sampler, label_key="")
         sampler = unfused_if_zero(sampler)
         if not callable(getattr(sampler, "sample", None)):
-            raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) "
-                             f"or a list of fanouts, got {type(sampler).__name__}")
+            raise ValueError(f"edge_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) or a "
+                             f"list of fanouts, one per layer ({{etype: k}} per layer on a heterograph), got "
+                             f"{type(sampler).__name__}")
         hetero = isinstance(edges, dict) or len(graph.canonical_etypes) > 1
         _check_exclude(exclude, hetero, reverse_eids, reverse_etypes)
         n = graph.num_nodes()

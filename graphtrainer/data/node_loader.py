@@ -68,6 +68,10 @@ class NodeLoader(SampledLoader):
             flat = check_seed_ids(ids, graph.num_nodes())
         super().__init__(flat, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph = graph
+        if not callable(getattr(sampler, "sample", None)):
+            raise ValueError(f"node_dataloader: sampler must be a DGL block sampler (e.g. NeighborSampler) or a "
+                             f"list of fanouts, one per layer ({{etype: k}} per layer on a heterograph), got "
+                             f"{type(sampler).__name__}")
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
         self.sampler = sampler = unfused_if_zero(sampler)

@@ -39,36 +39,53 @@ def check_pyg_ready(graph: Any = None, typed: bool = False) -> None:
 
 def require_dgl_graph(graph: Any) -> None:
     """A PyG ``Data`` where a DGL graph belongs is refused, with the conversion (PyG users' habit)."""
+    if is_pyg_data(graph) and type(graph).__name__ == "HeteroData":
+        raise TypeError("the graph is a torch_geometric HeteroData: graphtrainer's loaders sample a DGL graph, and "
+                        "PyG batches (batch_format='pyg') are for homogeneous graphs only. Build a DGL heterograph "
+                        "once (dgl.heterograph({(src, rel, dst): (data[src, rel, dst].edge_index[0], ...[1])}, "
+                        "num_nodes_dict=...)) and keep DGL's batches with graphtrainer.nn.HeteroGraphConv")
     if is_pyg_data(graph):
         raise TypeError("the graph is a torch_geometric Data: graphtrainer's loaders sample a DGLGraph and give "
                         "PyG batches with batch_format='pyg'. Convert it once: g = dgl.graph((data.edge_index[0], "
                         "data.edge_index[1]), num_nodes=data.num_nodes); g.ndata['feat'] = data.x; "
-                        "g.ndata['label'] = data.y")
+                        "g.ndata['label'] = data.y (and g.edata['feat'] = data.edge_attr)")
 
 
 class PygLoader(ShardedLoader):
     """A node or edge loader whose batches are PyG ``Data`` objects.
 
-    Node batches carry ``x``, ``edge_index``, ``y``, ``batch_size``, ``n_id``, ``e_id``,
-    ``num_sampled_nodes`` and ``num_sampled_edges``; edge batches also ``edge_label_index``
-    and ``edge_label``. ``feat_key``/``label_key``: the node data read as ``x`` and ``y``.
+    Node batches carry ``x``, ``edge_index``, ``edge_attr`` (where the graph has edge data
+    ``edge_key``), ``y``, ``batch_size``, ``n_id``, ``e_id``, ``num_sampled_nodes`` and
+    ``num_sampled_edges``; edge batches also ``edge_label_index``, ``edge_label`` and
+    ``input_id``. ``feat_key``/``label_key``/``edge_key``: the data read as ``x``, ``y`` and
+    ``edge_attr``; sampled on the device, the loader gathers them whatever its sampler prefetches.
     """
 
-    def __init__(self, loader: ShardedLoader, feat_key: str = "feat", label_key: str = "label"):
+    def __init__(self, loader: ShardedLoader, feat_key: str = "feat", label_key: str = "label",
+                 edge_key: str = "feat"):
         graph = getattr(loader, "graph", None)
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
-        self.inner, self.feat_key, self.label_key = loader, feat_key, label_key
+        self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
+        loader.batch_keys = (feat_key, label_key, edge_key)  # gathered on the device whatever the sampler names
         ndata = getattr(graph, "ndata", None)
-        if ndata is not None and hasattr(ndata, "keys") and feat_key not in ndata.keys():
-            others = sorted(k for k in ndata.keys() if k != "_ID")
-            warnings.warn(f"the graph has no node data {feat_key!r} (it has {others}), so these PyG batches carry "
-                          f"no x: x is g.ndata[{feat_key!r}] and y is g.ndata[{label_key!r}] (rename, e.g. "
-                          f"g.ndata[{feat_key!r}] = g.ndata.pop('x')); a featureless model reads n_id", UserWarning,
-                          stacklevel=3)
+        if ndata is None or not hasattr(ndata, "keys"):
+            return
+        others = sorted(k for k in ndata.keys() if k != "_ID")
+        rename = None
+        if feat_key not in ndata.keys():
+            rename = (feat_key, "x", "x", "a featureless model reads n_id")
+        elif label_key and label_key not in ndata.keys() and "y" in ndata.keys():
+            rename = (label_key, "y", "y", "")
+        if rename is not None:
+            key, field, pyg_name, note = rename
+            warnings.warn(f"the graph has no node data {key!r} (it has {others}), so these PyG batches carry no "
+                          f"{field}: x is g.ndata[{feat_key!r}] and y is g.ndata[{label_key!r}] (rename, e.g. "
+                          f"g.ndata[{key!r}] = g.ndata.pop({pyg_name!r})){'; ' + note if note else ''}",
+                          UserWarning, stacklevel=3)
 
     def __getattr__(self, name: str) -> Any:
         # Everything not defined here is the wrapped loader's (graph, sampler, ids, epoch, ...).
-        if name in ("inner", "feat_key", "label_key") or name.startswith("__"):
+        if name in ("inner", "feat_key", "label_key", "edge_key") or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -99,7 +116,7 @@ class PygLoader(ShardedLoader):
 
     def __iter__(self) -> Iterator[Any]:
         for batch in self.inner:
-            yield to_pyg(batch, self.feat_key, self.label_key)
+            yield to_pyg(batch, self.feat_key, self.label_key, self.edge_key)
 
 
 def with_batch_format(loader: Any, batch_format: str) -> Any:

@@ -29,8 +29,24 @@ from .hetero import split_flat
 _OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
 
 
+#: PyG loader arguments a PyG user may pass, with graphtrainer's way.
+_PYG_NAMES = {
+    "num_neighbors": "the sampler argument takes fanouts in DGL's order, the input layer first: PyG's "
+                     "num_neighbors=[25, 10] is [10, 25]",
+    "neg_sampling_ratio": "negatives=k: k uniform negatives per positive edge",
+    "neg_sampling": "negatives=k: k uniform negatives per positive edge",
+    "edge_label_index": "pass the pairs as the edges argument, a (src, dst) tuple of tensors",
+    "edge_label": "edge data of the graph reach the step by batch.input_id (g.edata[key][batch.input_id])",
+    "input_nodes": "pass the node ids as the ids argument",
+}
+
+
 def check_loader_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """``kwargs`` for DGL's ``DataLoader``, or a ``ValueError`` naming one graphtrainer owns."""
+    """``kwargs`` for DGL's ``DataLoader``, or a ``ValueError`` naming one graphtrainer owns
+    (or PyG's name for one of graphtrainer's arguments)."""
+    for name in kwargs:
+        if name in _PYG_NAMES:
+            raise ValueError(f"{name}= is PyG's loader argument; here: {_PYG_NAMES[name]}")
     owned = sorted(set(kwargs) & set(_OWNED))
     if owned:
         raise ValueError(f"{', '.join(owned)}: set by graphtrainer's loader from its own arguments "

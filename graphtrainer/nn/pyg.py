@@ -47,7 +47,7 @@ def is_pyg_data(obj: Any) -> bool:
     return module is not None and isinstance(obj, module.BaseData)
 
 
-def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str]) -> Any:
+def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str], edge_key: str) -> Any:
     """A DGL block as a :class:`TorchBlock` with only the data a PyG batch reads (DGL's lazy
     views of every column would otherwise gather features for every block)."""
     if not is_dgl_graph(block) or len(block.canonical_etypes) != 1 or len(block.srctypes) != 1:
@@ -55,18 +55,18 @@ def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str]) -> Any:
     indptr, indices, eids = csc_tensors(block, layer="batch_format='pyg'")
     return TorchBlock(indptr, indices, eids, block.num_src_nodes(), block.num_dst_nodes(),
                       srcdata=_pick(block.srcdata, src_keys), dstdata=_pick(block.dstdata, dst_keys),
-                      edata=_pick(block.edata, [EID]))
+                      edata=_pick(block.edata, [EID, edge_key] if edge_key else [EID]))
 
 
 def _pick(view: Any, keys: Sequence[str]) -> Dict[str, torch.Tensor]:
     return {k: view[k] for k in keys if k in view}
 
 
-def _homogeneous(blocks: Sequence[Any], feat_key: str, label_key: str) -> List[TorchBlock]:
+def _homogeneous(blocks: Sequence[Any], feat_key: str, label_key: str, edge_key: str) -> List[TorchBlock]:
     out = []
     last = len(blocks) - 1
     for i, block in enumerate(blocks):
-        block = _lean(block, [feat_key, NID] if i == 0 else [], [label_key] if i == last else [])
+        block = _lean(block, [feat_key, NID] if i == 0 else [], [label_key] if i == last else [], edge_key)
         if not isinstance(block, TorchBlock) or not block.is_block:
             raise ValueError(f"batch_format='pyg' takes sampled blocks of a homogeneous graph, got "
                              f"{type(block).__name__}: a heterograph's blocks have no PyG Data form here. Fix: "
@@ -99,15 +99,17 @@ def _hop_edges(blocks: List[TorchBlock]) -> Tuple[List[int], List[Dict[str, torc
     return nodes, hops
 
 
-def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str = "label") -> Any:
+def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str = "label",
+                  edge_key: str = "feat") -> Any:
     """A PyG ``Data`` with ``NeighborLoader``'s fields from one batch's blocks (DGL's or torch's):
-    ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``y`` (one row per
-    seed), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other
-    data), ``num_sampled_nodes``, ``num_sampled_edges``."""
+    ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``edge_attr`` (the
+    edges' ``edata[edge_key]``, where every block has it), ``y`` (one row per seed),
+    ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other data),
+    ``num_sampled_nodes``, ``num_sampled_edges``."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
-    blocks = _homogeneous(blocks, feat_key, label_key)
+    blocks = _homogeneous(blocks, feat_key, label_key, edge_key)
     nodes, hops = _hop_edges(blocks)
     depth = len(blocks)
     data = data_class()
@@ -118,8 +120,10 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str 
     data.edge_index = torch.cat([torch.stack([hop["src"], hop["dst"]]) for hop in hops], dim=1)
     if NID in blocks[0].srcdata:
         data.n_id = blocks[0].srcdata[NID].long()
-    if all(EID in block.edata for block in blocks):
-        data.e_id = torch.cat([blocks[depth - h].edata[EID][hop["eid"]] for h, hop in enumerate(hops, 1)]).long()
+    for key, name in ((EID, "e_id"), (edge_key, "edge_attr")):
+        if key and all(key in block.edata for block in blocks):  # in edge_index's order: by hop
+            value = torch.cat([blocks[depth - h].edata[key][hop["eid"]] for h, hop in enumerate(hops, 1)])
+            setattr(data, name, value.long() if key == EID else value)
     data.batch_size = nodes[0]
     data.num_sampled_nodes = [nodes[0]] + [nodes[h] - nodes[h - 1] for h in range(1, depth + 1)]
     data.num_sampled_edges = [int(hop["src"].numel()) for hop in hops]
@@ -131,11 +135,16 @@ def _pairs(graph: Any) -> torch.Tensor:
     return torch.stack([src.long(), dst.long()])
 
 
-def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: str = "feat") -> Any:
+def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: str = "feat",
+                edge_key: str = "feat") -> Any:
     """``LinkNeighborLoader``'s batch (binary negatives) from an edge batch: :func:`blocks_to_pyg`'s
     fields plus ``edge_label_index`` (positive pairs, then negative ones, in the batch's
-    numbering) and ``edge_label`` (1.0 / 0.0); ``batch_size`` is the number of positive pairs."""
-    data = blocks_to_pyg(blocks, feat_key=feat_key, label_key="")
+    numbering), ``edge_label`` (1.0 / 0.0) and, over edge ids, ``input_id`` (the positive pairs'
+    edge ids: ``g.edata["rating"][batch.input_id]`` is their data); ``batch_size`` is the number
+    of positive pairs."""
+    data = blocks_to_pyg(blocks, feat_key=feat_key, label_key="", edge_key=edge_key)
+    if EID in pair_graph.edata:
+        data.input_id = pair_graph.edata[EID].long()
     pos = _pairs(pair_graph)
     parts = [pos] if neg_pair_graph is None else [pos, _pairs(neg_pair_graph)]
     data.edge_label_index = torch.cat(parts, dim=1)
@@ -151,17 +160,17 @@ def _is_graph(obj: Any) -> bool:
     return is_dgl_graph(obj) or isinstance(obj, TorchBlock)
 
 
-def to_pyg(batch: Any, feat_key: str = "feat", label_key: str = "label") -> Any:
+def to_pyg(batch: Any, feat_key: str = "feat", label_key: str = "label", edge_key: str = "feat") -> Any:
     """The PyG batch of one of graphtrainer's batches: a node batch ``(input_nodes, output_nodes,
     blocks)``, an edge batch ``(input_nodes, pair_graph[, neg_pair_graph], blocks)``, or a bare
     list of blocks."""
     if isinstance(batch, (list, tuple)) and batch and all(_is_graph(b) for b in batch):
-        return blocks_to_pyg(batch, feat_key, label_key)
+        return blocks_to_pyg(batch, feat_key, label_key, edge_key)
     if isinstance(batch, (list, tuple)) and len(batch) in (3, 4) and isinstance(batch[-1], (list, tuple)):
         if _is_graph(batch[1]):
-            return link_to_pyg(batch[1], batch[2] if len(batch) == 4 else None, batch[-1], feat_key)
+            return link_to_pyg(batch[1], batch[2] if len(batch) == 4 else None, batch[-1], feat_key, edge_key)
         if len(batch) == 3:
-            return blocks_to_pyg(batch[-1], feat_key, label_key)
+            return blocks_to_pyg(batch[-1], feat_key, label_key, edge_key)
     raise TypeError(f"batch_format='pyg': cannot read {type(batch).__name__} as a sampled batch; expected "
                     "(input_nodes, output_nodes, blocks), (input_nodes, pair_graph[, neg_pair_graph], blocks) "
                     "or a list of blocks")

@@ -70,6 +70,8 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
         raise Unsupported(f"DataLoader options {sorted(loader.dataloader_kwargs)} are for DGL's CPU sampling")
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
+    if getattr(loader, "batch_keys", None):  # PyG batches read x, y and edge_attr whatever the sampler names
+        sampler = sampler.with_batch_keys(graph, *loader.batch_keys)
     allowed, source = budget(device)
     copied = copied_bytes(graph, device) if source == f"${BUDGET_ENV}" else 0
     if copied:  # a fixed total: a copy made for an earlier loader counts against it

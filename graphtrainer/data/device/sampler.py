@@ -9,7 +9,7 @@ every node and edge data key there, as DGL's blocks show them all.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -103,6 +103,16 @@ class DeviceSampler:
             feats = labels = _all_keys(graph.nodes, graph.ntypes)
             edge_feats = _all_keys(graph.edges, graph.canonical_etypes)
         return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats)
+
+    def with_batch_keys(self, graph: Any, feat_key: str, label_key: str, edge_key: str) -> "DeviceSampler":
+        """These settings also gathering a homogeneous graph's ``feat_key`` (``blocks[0].srcdata``),
+        ``label_key`` (``blocks[-1].dstdata``) and ``edge_key`` (every block), where the graph has
+        them: what a PyG batch reads as ``x``, ``y`` and ``edge_attr``."""
+        nt, et = graph.ntypes[0], graph.canonical_etypes[0]
+        add = [{nt: (k,)} if k and k in graph.ndata else {} for k in (feat_key, label_key)]
+        edges = {et: (edge_key,)} if edge_key and edge_key in graph.edata else {}
+        return replace(self, node_feats=merge_keys(self.node_feats or {}, add[0]),
+                       labels=merge_keys(self.labels or {}, add[1]), edge_feats=merge_keys(self.edge_feats or {}, edges))
 
     def node_keys(self) -> Keys:
         return merge_keys(self.node_feats or {}, self.labels or {})

@@ -272,3 +272,51 @@ def test_a_graph_without_feat_warns_that_batches_carry_no_x():
     with pytest.warns(UserWarning, match=r"no node data 'feat' \(it has \['label', 'x'\]\).*no x.*ndata.pop\('x'\)"):
         loader = PygLoader(NodeLoader(g, torch.arange(8), default_sampler(g, [2]), 4))
     assert next(iter(loader)).x is None  # what the warning says
+
+
+def _edge_featured(seed=41):
+    g = random_graph(seed)
+    g.edata["feat"] = torch.randn(g.num_edges(), 2, generator=torch.Generator().manual_seed(seed))
+    return g
+
+
+@pytest.mark.parametrize("sampling", ["cpu", "device"])
+def test_edge_attr_and_y_reach_pyg_batches_whatever_the_sampler_names(sampling):
+    """As NeighborLoader's: ``edge_attr`` in edge_index's order; ``y`` also when the sampler names
+    features only (DGL's CPU blocks read it on access; the device path gathers it for PyG)."""
+    from graphtrainer.data.device import mode
+
+    g = _edge_featured()
+    only_feat = dgl.dataloading.NeighborSampler([3, 2], prefetch_node_feats=["feat"])
+    node = PygLoader(NodeLoader(g, torch.arange(40), only_feat, 16, seed=1))
+    link = PygLoader(EdgeLoader(g, torch.arange(60), [3], 16, negatives=1, exclude="self", seed=1))
+    for loader in (node, link):
+        assert mode.place(loader, torch.device("cpu"), sampling, announce=False) == sampling
+    for data in node:
+        assert torch.equal(data.edge_attr, g.edata["feat"][data.e_id])
+        assert torch.equal(data.y, g.ndata["label"][data.n_id[:data.batch_size]])
+    for data in link:
+        assert torch.equal(data.edge_attr, g.edata["feat"][data.e_id])
+        p = data.batch_size
+        u, v = g.find_edges(data.input_id)  # the positive pairs' edge ids: their data is g.edata[k][input_id]
+        assert torch.equal(data.n_id[data.edge_label_index[:, :p]], torch.stack([u, v]))
+
+
+def test_pyg_names_where_graphtrainer_has_its_own_are_refused_naming_it():
+    from torch_geometric.data import HeteroData
+
+    g = random_graph(43)
+    g.ndata["y"] = g.ndata.pop("label")
+    with pytest.warns(UserWarning, match=r"no node data 'label'.*carry no y.*ndata.pop\('y'\)"):
+        PygLoader(NodeLoader(g, torch.arange(8), default_sampler(g, [2]), 4))
+    hetero = HeteroData()
+    hetero["paper"].x = torch.randn(3, 2)
+    task = _PygTask(g)
+    with pytest.raises(TypeError, match=r"HeteroData.*homogeneous graphs only.*dgl.heterograph"):
+        task.node_dataloader(torch.arange(2), [2], 2, graph=hetero)
+    with pytest.raises(ValueError, match=r"neg_sampling_ratio= is PyG's loader argument; here: negatives=k"):
+        task.edge_dataloader(torch.arange(4), [2], 2, neg_sampling_ratio=2.0)
+    with pytest.raises(ValueError, match=r"num_neighbors= is PyG's.*\[25, 10\] is \[10, 25\]"):
+        task.node_dataloader(torch.arange(4), [2], 2, num_neighbors=[25, 10])
+    with pytest.raises(ValueError, match=r"sampler must be a DGL block sampler .* got dict"):
+        task.node_dataloader(torch.arange(4), {"_E": 3}, 2)
