@@ -89,7 +89,7 @@ def layerwise(model: nn.Module, graph: Any, features: Optional[Features] = None,
             h = _one_layer(layer_fn, layer, graph, h, sampler, int(batch_size), device, rank, world)
     finally:
         module.train(was_training)
-    return h if hetero else h["_N"]
+    return h if hetero else h[graph.ntypes[0]]
 
 
 def _features(graph: Any, features: Optional[Features], feat_key: str, hetero: bool) -> Dict[str, torch.Tensor]:
@@ -107,7 +107,7 @@ def _features(graph: Any, features: Optional[Features], feat_key: str, hetero: b
         if hetero:
             raise ValueError(f"layerwise: the graph has node types {list(graph.ntypes)}; pass features as "
                              "{ntype: tensor}")
-        features = {"_N": features}
+        features = {graph.ntypes[0]: features}  # "_N", or the one type's own name
     for nt, x in features.items():
         if nt not in graph.ntypes:
             raise ValueError(f"layerwise: unknown node type {nt!r}; the graph has {list(graph.ntypes)}")
@@ -150,20 +150,21 @@ def _apply(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
            seeds: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:
     """Layer ``layer`` for ``seeds`` from their full in-neighbourhood."""
     hetero = len(graph.ntypes) > 1
-    _, _, blocks = sampler.sample_blocks(graph, seeds if hetero else seeds["_N"])
+    only = graph.ntypes[0]
+    _, _, blocks = sampler.sample_blocks(graph, seeds if hetero else seeds[only])
     block = _to_device(blocks[0], device)
     if hetero:
         src = {nt: ids for nt, ids in block.srcdata["_ID"].items()} if isinstance(block.srcdata["_ID"], dict) \
             else {block.srctypes[0]: block.srcdata["_ID"]}
         x = {nt: h[nt][ids.cpu()].to(device) for nt, ids in src.items() if nt in h}
     else:
-        x = h["_N"][block.srcdata["_ID"].cpu()].to(device)
+        x = h[only][block.srcdata["_ID"].cpu()].to(device)
     y = layer_fn(layer, block, x)
     if isinstance(y, torch.Tensor):
         if hetero:
             (nt,) = [t for t, s in seeds.items() if s.numel()]
             return {nt: y}
-        return {"_N": y}
+        return {only: y}
     return y
 
 

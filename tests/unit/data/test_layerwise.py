@@ -51,6 +51,21 @@ def test_layerwise_equals_full_forward_heterograph():
     assert max(float((out[nt] - full[nt]).abs().max()) for nt in full) < 1e-5
 
 
+def test_layerwise_on_a_graph_whose_one_node_type_has_its_own_name():
+    import dgl
+
+    torch.manual_seed(0)
+    g = make_graph(num_nodes=60)
+    u, v = g.edges()
+    named = dgl.heterograph({("user", "follows", "user"): (u, v)}, num_nodes_dict={"user": 60})
+    named.ndata["feat"] = g.ndata["feat"]
+    model = SAGE(g.ndata["feat"].shape[1], 8, 4, num_layers=2).eval()
+    out = layerwise(model, named, batch_size=16)
+    with torch.no_grad():
+        full = model([g, g], g.ndata["feat"])
+    assert float((out - full).abs().max()) < 1e-5
+
+
 def test_layerwise_bad_input():
     g = make_graph(num_nodes=20)
     with pytest.raises(TypeError, match="needs per-layer access, which Sequential does not give"):
