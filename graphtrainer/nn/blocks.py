@@ -10,6 +10,7 @@ DGL's names and meanings (``num_src_nodes()``, ``edges()``, ``in_degrees()``, ``
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Dict, Optional, Tuple, Union
@@ -229,6 +230,23 @@ class TorchHeteroBlock(GraphViews):
     is_block: bool = True
     _slices: Dict[EType, TorchBlock] = field(default_factory=dict, init=False, repr=False, compare=False)
     _views: Tuple[DataView, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __init__(self, relations: Dict[EType, TorchBlock], num_src_per_type: Dict[str, int],
+                 num_dst_per_type: Dict[str, int], src_store: Optional[Dict[str, Any]] = None,
+                 dst_store: Optional[Dict[str, Any]] = None, edge_store: Optional[Dict[str, Any]] = None,
+                 is_block: bool = True, **renamed: Any) -> None:
+        stores = {"src_store": src_store, "dst_store": dst_store, "edge_store": edge_store}
+        for old, value in renamed.items():  # the names before srcdata/dstdata/edata became views
+            new = {"srcdata": "src_store", "dstdata": "dst_store", "edata": "edge_store"}.get(old)
+            if new is None:
+                raise TypeError(f"TorchHeteroBlock() got an unexpected keyword argument {old!r}")
+            warnings.warn(f"TorchHeteroBlock({old}=...) is now {new}=...; the old name goes in the next release",
+                          DeprecationWarning, stacklevel=2)
+            stores[new] = value
+        self.relations, self.num_src_per_type, self.num_dst_per_type = relations, num_src_per_type, num_dst_per_type
+        self.src_store, self.dst_store, self.edge_store = (v if v is not None else {} for v in stores.values())
+        self.is_block, self._slices = is_block, {}
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if not self.is_block:

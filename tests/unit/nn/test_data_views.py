@@ -187,3 +187,16 @@ def test_device_sampled_blocks_of_one_node_type_read_as_the_cpu_paths_dgl_blocks
     assert torch.equal(pos.ndata["_ID"].sort().values, pos_c.ndata["_ID"].sort().values)
     assert torch.equal(pos.ndata["feat"], g.ndata["feat"][pos.ndata["_ID"]])
     assert isinstance(neg.ndata["_ID"], torch.Tensor) and isinstance(pos.edata["_ID"], dict)
+
+
+def test_the_old_store_names_still_build_a_block_with_a_deprecation_warning():
+    from graphtrainer.nn import TorchBlock, TorchHeteroBlock
+
+    rel = TorchBlock(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0]), 1, 1)
+    et = ("a", "r", "b")
+    x = torch.ones(1, 2)
+    with pytest.warns(DeprecationWarning, match=r"TorchHeteroBlock\(srcdata=\.\.\.\) is now src_store="):
+        block = TorchHeteroBlock({et: rel}, {"a": 1}, {"b": 1}, srcdata={"x": {"a": x}})
+    assert block.srcdata["x"] is x and block.src_store == {"x": {"a": x}}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nodedata'"):
+        TorchHeteroBlock({et: rel}, {"a": 1}, {"b": 1}, nodedata={})
