@@ -133,12 +133,16 @@ class RunState:
     #: never on a value an earlier epoch's validation left.
     epoch_metric_names: Set[str] = field(default_factory=set)
     should_stop: bool = False
+    #: A stop decided the same on every rank (``EarlyStopping``'s broadcast decision): after a
+    #: mid-epoch validation it ends the epoch there.
+    stop_agreed: bool = False
     #: True from the end of an epoch's work until the next epoch starts: a checkpoint
     #: written then resumes at the next epoch.
     epoch_finished: bool = False
-    #: Training batches of ``current_epoch`` done when ``max_steps`` ended it early (0: none),
-    #: and this rank's generator states then: a checkpoint written until the fit ends resumes
-    #: at the next batch, as after a preemption.
+    #: Training batches of ``current_epoch`` done when ``max_steps`` or an agreed stop ended it
+    #: early, or while callbacks act after a mid-epoch validation (0: none), and this rank's
+    #: generator states then: a checkpoint written meanwhile resumes at the next batch, as after
+    #: a preemption.
     batches_done_in_epoch: int = 0
     rng_at_stop: Optional[Dict[str, Any]] = None
     #: Whether validation ran this epoch (``check_val_every_n_epoch``), and whether the

@@ -24,14 +24,31 @@ def monitored_now(trainer: RunView, monitor: str, who: str) -> Optional[str]:
                    f"{trainer.current_epoch}; logged metrics: {sorted(metrics)}")
 
 
-def at_epoch_ends_only(who: str, **lightning: Any) -> None:
-    """Refuse Lightning's options for acting other than at epoch ends: graphtrainer's checkpointing
-    and early stopping act once per epoch, where a checkpoint resumes exactly."""
+def per_step_only(who: str, **lightning: Any) -> None:
+    """Refuse Lightning's options for acting every n steps or seconds: graphtrainer's checkpointing
+    and early stopping act after validations and at epoch ends, where a checkpoint resumes exactly."""
     for name, value in lightning.items():
-        if value is not None and value is not True and not (name == "every_n_train_steps" and value == 0):
-            raise ValueError(f"{who}({name}={value!r}): graphtrainer's {who} acts at epoch ends only (after the "
-                             "epoch's validation), not after val_check_interval's extra validations or every n "
-                             f"steps; leave {name} unset (see docs/lightning-habits.md)")
+        if value is not None and not (name == "every_n_train_steps" and value == 0):
+            raise ValueError(f"{who}({name}={value!r}): graphtrainer's {who} acts after validations and at "
+                             f"epoch ends, not every n steps or seconds; leave {name} unset (use "
+                             "Trainer(val_check_interval=N), see docs/lightning-habits.md)")
+
+
+def acts_mid_epoch(trainer: RunView, on_train_epoch_end: Optional[bool]) -> bool:
+    """Whether a monitor acts after ``val_check_interval``'s validations between training
+    batches: Lightning's rule for ``save_on_train_epoch_end``/``check_on_train_epoch_end``
+    (False: after each validation; True: at epoch ends only; None: after each validation when
+    validation runs mid-epoch, else at epoch ends)."""
+    if on_train_epoch_end is None:
+        interval = trainer.config.val_check_interval
+        return interval is not None and not (isinstance(interval, float) and interval == 1.0)
+    return not on_train_epoch_end
+
+
+def acts_at_epoch_end(trainer: RunView, on_train_epoch_end: Optional[bool]) -> bool:
+    """Whether it acts at this epoch's end: when it acts at epoch ends, else only when the epoch's
+    own validation ran (acting after a validation)."""
+    return not acts_mid_epoch(trainer, on_train_epoch_end) or trainer.state.validated_this_epoch
 
 
 class Callback:
@@ -41,7 +58,8 @@ class Callback:
     except for callbacks with ``after_reduction = True``: their ``on_train_epoch_end``
     runs after the task's and after that epoch's metrics are reduced, so they see its
     final ``trainer.callback_metrics``; those with ``saves_checkpoints = True`` run theirs
-    last of all. In each rank ``trainer`` is that rank's view of the
+    last of all. The same callbacks, in that order, get :meth:`on_mid_epoch_validation_end`.
+    In each rank ``trainer`` is that rank's view of the
     run (:class:`~graphtrainer.state.RunView`: the Trainer's properties, ``trainer.state``,
     ``trainer.config``, ``trainer.save_checkpoint``). State returned by :meth:`state_dict` is saved in
     checkpoints under :attr:`state_key` and restored with :meth:`load_state_dict`.
@@ -87,6 +105,12 @@ class Callback:
     def on_before_optimizer_step(self, trainer: RunView, task: GraphTask, optimizer: torch.optim.Optimizer) -> None: ...
     def on_before_zero_grad(self, trainer: RunView, task: GraphTask, optimizer: torch.optim.Optimizer) -> None: ...
     def on_validation_epoch_start(self, trainer: RunView, task: GraphTask) -> None: ...
+
+    def on_mid_epoch_validation_end(self, trainer: RunView, task: GraphTask) -> None:
+        """After a validation between training batches (``val_check_interval``), at an optimizer
+        step boundary; ``after_reduction`` callbacks only (Lightning's ``on_validation_end`` there).
+        A checkpoint written now resumes at the next batch. Collective when it saves."""
+
     def on_validation_epoch_end(self, trainer: RunView, task: GraphTask) -> None: ...
     def on_validation_batch_start(self, trainer: RunView, task: GraphTask, batch: Any, batch_idx: int) -> None: ...
     def on_validation_batch_end(self, trainer: RunView, task: GraphTask, outputs: Any, batch: Any,

@@ -1,4 +1,4 @@
-"""``ModelCheckpoint``: save at epoch ends, keep the best ``k``, optionally ``last.ckpt``."""
+"""``ModelCheckpoint``: save at epoch ends or after validations, keep the best ``k``, optionally ``last.ckpt``."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,7 @@ from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint
 from ..state import RunView
 from ..task import GraphTask
-from .base import Callback, at_epoch_ends_only, monitored_now
+from .base import Callback, acts_at_epoch_end, acts_mid_epoch, monitored_now, per_step_only
 
 
 class ModelCheckpoint(Callback):
@@ -33,10 +33,13 @@ class ModelCheckpoint(Callback):
     ``fit``, :attr:`best_model_path`, :attr:`best_model_score` and :attr:`last_model_path`
     are set on the caller's side too.
 
-    It acts at epoch ends only (after the epoch's own validation), not after the extra
-    validations of ``val_check_interval`` (Lightning checks after each): Lightning's
-    ``save_on_train_epoch_end`` (True or None), ``every_n_train_steps`` (None or 0) and
-    ``train_time_interval`` (None) are taken only as that.
+    When it acts follows Lightning's ``save_on_train_epoch_end``: None (default) saves after
+    each validation when ``val_check_interval`` validates mid-epoch (then also after the
+    epoch's own validation), else at epoch ends; False after each validation only; True at epoch
+    ends only. A checkpoint written after a mid-epoch validation resumes exactly at the next
+    batch; with ``accumulate_grad_batches`` > 1 only validations at optimizer-step boundaries
+    count (a checkpoint then would lose the partial accumulation). ``every_n_train_steps``
+    (None or 0) and ``train_time_interval`` (None) are refused otherwise.
     """
 
     after_reduction = True
@@ -46,8 +49,8 @@ class ModelCheckpoint(Callback):
                  monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
                  save_last: bool = False, every_n_epochs: int = 1, save_on_train_epoch_end: Optional[bool] = None,
                  every_n_train_steps: Optional[int] = None, train_time_interval: Any = None):
-        at_epoch_ends_only("ModelCheckpoint", save_on_train_epoch_end=save_on_train_epoch_end,
-                           every_n_train_steps=every_n_train_steps, train_time_interval=train_time_interval)
+        per_step_only("ModelCheckpoint", every_n_train_steps=every_n_train_steps,
+                      train_time_interval=train_time_interval)
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
         if save_top_k < -1:
@@ -62,6 +65,7 @@ class ModelCheckpoint(Callback):
         self.save_top_k = save_top_k
         self.save_last = save_last
         self.every_n_epochs = every_n_epochs
+        self.save_on_train_epoch_end = save_on_train_epoch_end
         self.reset()
 
     def reset(self) -> None:
@@ -100,6 +104,14 @@ class ModelCheckpoint(Callback):
             self.dirpath = Path(saved)
 
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
+        if acts_at_epoch_end(trainer, self.save_on_train_epoch_end):
+            self._save(trainer, task)
+
+    def on_mid_epoch_validation_end(self, trainer: RunView, task: GraphTask) -> None:
+        if acts_mid_epoch(trainer, self.save_on_train_epoch_end):
+            self._save(trainer, task)
+
+    def _save(self, trainer: RunView, task: GraphTask) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
         monitored = monitored_now(trainer, self.monitor, "ModelCheckpoint") if self.monitor else None

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 from .. import comm as gdist
 from ..state import RunView
 from ..task import GraphTask
-from .base import Callback, at_epoch_ends_only, monitored_now
+from .base import Callback, acts_at_epoch_end, acts_mid_epoch, monitored_now
 
 
 class EarlyStopping(Callback):
@@ -15,22 +15,24 @@ class EarlyStopping(Callback):
 
     With ``check_finite`` a non-finite value stops training at once. Rank 0 decides and
     broadcasts. A ``monitor`` never logged raises a ``KeyError`` as in
-    :class:`~graphtrainer.callbacks.ModelCheckpoint` (old metric names too). It checks at epoch
-    ends only, not after ``val_check_interval``'s extra validations (Lightning's
-    ``check_on_train_epoch_end``: True or None only).
+    :class:`~graphtrainer.callbacks.ModelCheckpoint` (old metric names too). When it checks follows
+    Lightning's ``check_on_train_epoch_end`` (as ``ModelCheckpoint``'s ``save_on_train_epoch_end``):
+    by default after each validation when ``val_check_interval`` validates mid-epoch, else at
+    epoch ends. A stop decided after a mid-epoch validation ends that epoch there on every rank
+    (once ``min_epochs`` are done), as ``max_steps`` does: the epoch's end still runs.
     """
 
     after_reduction = True
 
     def __init__(self, monitor: str, mode: str = "min", patience: int = 3, min_delta: float = 0.0,
                  check_finite: bool = True, verbose: bool = True, check_on_train_epoch_end: Optional[bool] = None):
-        at_epoch_ends_only("EarlyStopping", check_on_train_epoch_end=check_on_train_epoch_end)
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r}: use 'min' or 'max'")
         if patience < 0:
             raise ValueError("patience must be >= 0")
         self.monitor, self.mode, self.patience = monitor, mode, patience
         self.min_delta, self.check_finite, self.verbose = abs(min_delta), check_finite, verbose
+        self.check_on_train_epoch_end = check_on_train_epoch_end
         self.reset()
 
     def reset(self) -> None:
@@ -54,6 +56,14 @@ class EarlyStopping(Callback):
         self.stop_reason = state.get("stop_reason")
 
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
+        if acts_at_epoch_end(trainer, self.check_on_train_epoch_end):
+            self._check(trainer)
+
+    def on_mid_epoch_validation_end(self, trainer: RunView, task: GraphTask) -> None:
+        if acts_mid_epoch(trainer, self.check_on_train_epoch_end):
+            self._check(trainer)
+
+    def _check(self, trainer: RunView) -> None:
         metrics = trainer.callback_metrics
         monitored = monitored_now(trainer, self.monitor, "EarlyStopping")
         if monitored is None:
@@ -63,6 +73,7 @@ class EarlyStopping(Callback):
         self.load_state_dict(decision)
         if decision["stop_reason"] and decision["stopped_epoch"] == trainer.current_epoch:
             trainer.should_stop = True
+            trainer.state.stop_agreed = True  # the same on every rank: may end an epoch mid-way
             if self.verbose and trainer.rank == 0:
                 print(f"[graphtrainer] early stopping at epoch {trainer.current_epoch}: {decision['stop_reason']}",
                       flush=True)

@@ -20,8 +20,9 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``rng_states``         per rank: python, numpy and torch generator states
 ``loggers``            (optional) rank 0's loggers' ``state_dict()`` (an external run's id)
 ``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
-                       fit (:mod:`graphtrainer.loop.preemption`) or ``max_steps`` ended
-                       ``epoch`` early (then ``epoch_finished`` is False): batches of it trained;
+                       fit (:mod:`graphtrainer.loop.preemption`), ``max_steps`` or an agreed stop
+                       ended ``epoch`` early, or after a mid-epoch validation (then
+                       ``epoch_finished`` is False): batches of it trained;
                        resuming skips them and restores ``rng_states``, so the resumed run
                        equals one never stopped
 ====================== ==============================================================
@@ -80,7 +81,7 @@ def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]
     rngs = gdist.all_gather_object(state.rng_at_stop or rng_state())
     if trainer.rank != 0:
         return None
-    if state.batches_done_in_epoch:  # max_steps ended the epoch early: resume at the next batch
+    if state.batches_done_in_epoch:  # written mid-epoch: resume at the next batch
         extra = {"batches_done_in_epoch": state.batches_done_in_epoch, **(extra or {})}
     module = task.module
     ckpt: Dict[str, Any] = {

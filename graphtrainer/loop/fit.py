@@ -9,8 +9,8 @@ loops, with what decides each turn::
         for each batch:
             on_train_batch_start
             step(batch)                         # TrainingStep: forward, backward, optimizer
-            on_train_batch_end, step log, mid-epoch validation
-            stop.at_step()                      # max_steps; a signal agreed by the ranks
+            on_train_batch_end, step log, mid-epoch validation (then on_mid_epoch_validation_end)
+            stop.at_step()                      # max_steps; a signal agreed by the ranks; an agreed early stop
         epoch end: metrics reduced, validation, on_train_epoch_end, schedulers, history
         stop.at_epoch_end()                     # one all-reduce: stop? next batch counts
     on_train_end, on_fit_end, teardown
@@ -187,13 +187,14 @@ def _train_batches(fit: _Fit) -> None:
             call_hook(ctx, "on_train_batch_end", out, batch, batch_idx)
         if stepped:
             _log_step(fit)
-        if batch_idx in fit.val_points:
+        validated = batch_idx in fit.val_points
+        if validated:
             with ctx.section("validation"):
-                _validate_mid_epoch(fit)
-        verdict = fit.stop.at_step(stepped)
+                _validate_mid_epoch(fit, batch_idx)
+        verdict = fit.stop.at_step(stepped, validated)
         if verdict is AtStep.PREEMPTED:
             fit.stopped_after = batch_idx + 1
-        elif verdict is AtStep.END_EPOCH and not is_last:  # max_steps, batches left
+        elif verdict is AtStep.END_EPOCH and not is_last:  # max_steps or an agreed stop, batches left
             state.batches_done_in_epoch, state.rng_at_stop = batch_idx + 1, rng_state()
         if verdict is not AtStep.GO_ON:
             break
@@ -288,9 +289,10 @@ def _val_points(fit: _Fit, fewest: Optional[int]) -> FrozenSet[int]:
     return frozenset(k * every - 1 for k in range(1, fewest // every + 1) if k * every < fewest)
 
 
-def _validate_mid_epoch(fit: _Fit) -> None:
-    """Validation between training batches; the epoch's training sums are kept aside.
-    Collective (every rank reaches the same batch index: see :func:`_val_points`)."""
+def _validate_mid_epoch(fit: _Fit, batch_idx: int) -> None:
+    """Validation between training batches (the epoch's training sums kept aside), then the
+    after-reduction callbacks' ``on_mid_epoch_validation_end``, at optimizer-step boundaries
+    only. Collective (every rank reaches the same batch index: see :func:`_val_points`)."""
     ctx, state = fit.ctx, fit.state
     training_sums = ctx.step_log.metrics.stash()
     metrics, _ = eval_epoch(ctx, VALIDATE, fit.val_loader)
@@ -299,3 +301,11 @@ def _validate_mid_epoch(fit: _Fit) -> None:
     if state.logger is not None:
         state.logger.log_metrics({"epoch": state.current_epoch, "step": state.global_step, **metrics},
                                  step=state.global_step)
+    if (batch_idx + 1) % ctx.config.accumulate_grad_batches:
+        return  # mid-accumulation: a checkpoint would lose the gradients accumulated so far
+    # A checkpoint written now resumes at the next batch (as a max_steps stop's); the epoch goes on.
+    state.batches_done_in_epoch, state.rng_at_stop = batch_idx + 1, rng_state()
+    try:
+        call_after_reduction(ctx, "on_mid_epoch_validation_end")
+    finally:
+        state.batches_done_in_epoch, state.rng_at_stop = 0, None

@@ -33,7 +33,7 @@ _UNKNOWN = float(2**52)
 
 class AtStep(enum.Enum):
     GO_ON = 0
-    END_EPOCH = 1  # max_steps reached: the epoch ends as usual, then the fit
+    END_EPOCH = 1  # max_steps reached or a stop agreed mid-epoch: the epoch ends as usual, then the fit
     PREEMPTED = 2  # the ranks agreed to stop for a signal after this batch
 
 
@@ -84,10 +84,13 @@ class StopController:
         self.signals.start_epoch()
         return None if fewest == _UNKNOWN else int(fewest)
 
-    def at_step(self, stepped: bool) -> AtStep:
-        """After a training batch (``stepped``: the optimizer stepped). Must be called on all
-        processes, at the same batches."""
+    def at_step(self, stepped: bool, validated: bool = False) -> AtStep:
+        """After a training batch (``stepped``: the optimizer stepped; ``validated``: a mid-epoch
+        validation followed it). Must be called on all processes, at the same batches."""
         if -1 < self.config.max_steps <= self.state.global_step:
+            return AtStep.END_EPOCH
+        # An agreed stop (EarlyStopping's broadcast) ends the epoch once min_epochs are done.
+        if validated and self.state.stop_agreed and self.state.current_epoch >= self.config.min_epochs:
             return AtStep.END_EPOCH
         if stepped and not self.joining and self.signals.at_boundary():
             return AtStep.PREEMPTED
