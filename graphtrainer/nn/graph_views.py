@@ -299,18 +299,18 @@ class GraphViews:
     def _ids(self, n: int) -> torch.Tensor:
         return torch.arange(n, dtype=self.idtype, device=self.device)
 
-    def _side(self, side: str, ntype: Optional[str]) -> Any:
+    def _side(self, side: str) -> Any:
         counts = self._src_counts() if side == "src" else self._dst_counts()
         return NodeView(lambda nt: self._ids(counts[one_type(nt, counts, side)]),
                         lambda nt: self._type_data(side, one_type(nt, counts, side)))
 
     @property
     def srcnodes(self) -> NodeView:
-        return self._side("src", None)
+        return self._side("src")
 
     @property
     def dstnodes(self) -> NodeView:
-        return self._side("dst", None)
+        return self._side("dst")
 
     @property
     def nodes(self) -> NodeView:

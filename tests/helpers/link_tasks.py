@@ -39,6 +39,17 @@ def rand_link_graph(num_nodes: int = 120, num_edges: int = 200, feat_dim: int = 
     return g
 
 
+def symmetric_graph(n: int = 60, m: int = 300, seed: int = 0) -> Any:
+    """``(graph, reverse_eids)``: ``m`` random edges, then their reverses as the next ``m``."""
+    import dgl
+
+    gen = torch.Generator().manual_seed(seed)
+    src, dst = torch.randint(0, n, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)
+    g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
+    g.ndata["feat"] = torch.randn(n, 4, generator=gen)
+    return g, torch.cat([torch.arange(m, 2 * m), torch.arange(m)])
+
+
 class LinkTask(GraphTask):
     """Link prediction: training over edge ids of ``graph`` (with ``exclude``), evaluation
     over node pairs ``val``/``test`` (or edge ids) with ``eval_negatives`` per edge."""

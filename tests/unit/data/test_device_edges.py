@@ -12,16 +12,9 @@ import dgl
 from graphtrainer.data.device import mode
 from graphtrainer.data.edge_loader import EdgeLoader
 
+from link_tasks import symmetric_graph
+
 CPU = torch.device("cpu")
-
-
-def _symmetric(n=60, m=300, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    src, dst = torch.randint(0, n, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)
-    g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
-    g.ndata["feat"] = torch.randn(n, 4, generator=gen)
-    reverse = torch.cat([torch.arange(m, 2 * m), torch.arange(m)])
-    return g, reverse
 
 
 def _sorted_pairs(u, v):
@@ -44,7 +37,7 @@ def _graph_ids(pair, etype=None):
 
 @pytest.mark.parametrize("exclude", [None, "self", "reverse_id"])
 def test_pairs_negatives_and_exclusion_on_a_homogeneous_graph(exclude):
-    g, reverse = _symmetric()
+    g, reverse = symmetric_graph()
     seeds = torch.arange(0, 600, 3)
     kwargs = dict(negatives=2, exclude=exclude, reverse_eids=reverse if exclude == "reverse_id" else None, seed=7)
     cpu = EdgeLoader(g, seeds, [4, 4], 32, **kwargs)
@@ -67,7 +60,7 @@ def test_pairs_negatives_and_exclusion_on_a_homogeneous_graph(exclude):
 
 
 def test_node_pairs_that_are_not_edges():
-    g, _ = _symmetric()
+    g, _ = symmetric_graph()
     src, dst = torch.tensor([0, 5, 7, 59]), torch.tensor([1, 1, 40, 2])
     dev = _on_device(EdgeLoader(g, (src, dst), [3], 2, negatives=1, seed=3).for_evaluation())
     seen = [torch.stack(_graph_ids(pos)) for _, pos, _, _ in dev]
@@ -131,7 +124,7 @@ def test_an_edge_loader_counts_its_edge_id_index_in_the_budget():
     before the copy, and in the copy once built, so a fixed budget sees it."""
     from graphtrainer.data.device.graph import drop_copies, plan_copy, position_bytes
 
-    g, reverse = _symmetric()
+    g, reverse = symmetric_graph()
     drop_copies(g)
     node_plan = plan_copy(g, CPU, {"_N": ("feat",)}, {}, None)
     loader = EdgeLoader(g, torch.arange(0, 600, 3), [3], 32, negatives=1, exclude="self", seed=1)
@@ -150,7 +143,7 @@ def test_an_int32_graph_gets_int32_ids_as_from_dgl():
     the device path samples in int64 and hands them out in the graph's id type, same values."""
     from graphtrainer.data.node_loader import NodeLoader, default_sampler
 
-    g64, _ = _symmetric()
+    g64, _ = symmetric_graph()
     g32 = g64.int()
     batches = {}
     for g in (g64, g32):

@@ -14,17 +14,16 @@ from graphtrainer.data.device import mode
 from graphtrainer.data.edge_loader import EdgeLoader
 from graphtrainer.data.node_loader import NodeLoader, default_sampler
 
+from link_tasks import symmetric_graph
+
 CPU = torch.device("cpu")
 
 
-def _graph(n=60, m=300, seed=0):
+def _graph():
     """Each edge and its reverse (second half); edge data ``w`` is the edge id."""
-    gen = torch.Generator().manual_seed(seed)
-    src, dst = torch.randint(0, n, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)
-    g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
-    g.ndata["feat"] = torch.randn(n, 4, generator=gen)
-    g.edata["w"] = torch.arange(2 * m, dtype=torch.float32)
-    return g, torch.cat([torch.arange(m, 2 * m), torch.arange(m)])
+    g, reverse = symmetric_graph()
+    g.edata["w"] = torch.arange(g.num_edges(), dtype=torch.float32)
+    return g, reverse
 
 
 def _bipartite(seed=1):
