@@ -9,6 +9,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Set
 from .. import comm
 from .formats import sampler_formats
 from .hetero import check_typed_ids, flatten, type_spans
+from .prefetch import per_type_prefetch
 from .pyg_loader import require_dgl_graph
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
@@ -74,7 +75,8 @@ class NodeLoader(SampledLoader):
                              f"{type(sampler).__name__}")
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
-        self.sampler = sampler = unfused_if_zero(sampler)
+        # A flat prefetch list on a heterograph: what the device sampler reads, in DGL's per-type form.
+        self.sampler = sampler = per_type_prefetch(unfused_if_zero(sampler), graph)
         self.dataloader_kwargs = dataloader_kwargs
         self.sampling = BatchSampling(graph, sampler, self.batch_size, drop_last, self.spans, **dataloader_kwargs)
 
