@@ -55,3 +55,22 @@ def per_type_prefetch(sampler: Any, graph: Any) -> Any:
     for attr, value in changed.items():
         setattr(sampler, attr, value)
     return sampler
+
+
+def check_data_key(graph: Any, key: str, edges: bool, arg: str) -> None:
+    """A ``ValueError`` naming ``key``, the keys the graph has and the fix, where no node
+    (``edges``: edge) type of a DGL graph has ``key`` (DGL would fail at the first batch, or a
+    PyG batch would lack the field). Other graphs (a ``DistGraph``) are left to their loaders."""
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
+
+    if not isinstance(graph, dgl.DGLGraph):
+        return
+    types = list(graph.canonical_etypes if edges else graph.ntypes)
+    view = graph.edges if edges else graph.nodes
+    has = {t: sorted(k for k in view[t].data.keys() if k != "_ID") for t in types}
+    if any(key in names for names in has.values()):
+        return
+    kind, store = ("edge", "edata") if edges else ("node", "ndata")
+    shown = has[types[0]] if len(types) == 1 else has
+    raise ValueError(f"{arg}={key!r}: the graph has no {kind} data {key!r} (its {kind} data: {shown}). Fix: pass "
+                     f"{arg}= one of those, or store the data under that name first (g.{store}[{key!r}] = ...)")
