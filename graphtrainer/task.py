@@ -10,7 +10,7 @@ from torch import nn
 from . import comm as gdist
 from .data.edge_loader import EdgeLoader
 from .data.graph_loader import GraphLoader
-from .data.node_loader import NodeLoader, default_sampler
+from .data.node_loader import NodeLoader, helper_sampler
 from .data.pyg_loader import PygLoader, check_batch_format, check_pyg_ready, with_batch_format
 from .distdgl.graph import is_dist_graph
 from .distdgl.loader import DistEdgeLoader, DistNodeLoader
@@ -265,26 +265,23 @@ class GraphTask:
 
     def node_dataloader(self, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
-                        batch_format: Optional[str] = None,
+                        batch_format: Optional[str] = None, feat_key: Optional[str] = None,
+                        label_key: Optional[str] = None, edge_key: Optional[str] = None,
                         **dataloader_kwargs: Any) -> Union[NodeLoader, DistNodeLoader, PygLoader]:
         """A :class:`~graphtrainer.data.node_loader.NodeLoader` over this rank's share of ``ids``.
 
-        ``sampler`` is a DGL block sampler, or a list of fanouts for a ``NeighborSampler``
-        that prefetches ``feat`` and ``label``. ``graph`` defaults to ``self.graph``. Each
-        epoch the ids are permuted with ``(seed, epoch)`` identically on every rank, then
-        split evenly (padding with repeats, or dropping with ``drop_last=True``). Used for
-        evaluation, the split is exact: every id once.
+        ``sampler`` is a DGL block sampler, or a list of fanouts for a ``NeighborSampler`` that prefetches
+        ``feat`` and ``label``. ``graph`` defaults to ``self.graph``. Each epoch the ids are permuted with
+        ``(seed, epoch)`` identically on every rank, then split evenly (padding with repeats, or dropping with
+        ``drop_last=True``). Used for evaluation, the split is exact: every id once.
 
-        ``ids`` are checked here, before any sampling (DGL would abort the process on an
-        out-of-range id): built in ``__init__``, a bad id raises ``ValueError`` before ``fit``
-        launches anything; built in ``train_dataloader()`` (run in each rank), every rank
-        raises it before its first batch and ``fit`` raises ``RankFailedError`` carrying it.
+        ``ids`` are checked here, before any sampling (DGL would abort the process on an out-of-range id):
+        built in ``__init__``, a bad id raises ``ValueError`` before ``fit`` launches anything; built in
+        ``train_dataloader()`` (run in each rank), every rank raises it and ``fit`` raises ``RankFailedError``.
 
-        On a ``DistGraph`` (a DistDGL run) it is a
-        :class:`~graphtrainer.distdgl.loader.DistNodeLoader`: ``ids`` may be a ``DistTensor``
-        mask such as ``self.graph.ndata["train_mask"]`` (each machine splits its own
-        partition's nodes between its ranks, reshuffled every epoch) or node ids (split
-        over all ranks as here).
+        On a ``DistGraph`` (a DistDGL run) it is a :class:`~graphtrainer.distdgl.loader.DistNodeLoader`:
+        ``ids`` may be a ``DistTensor`` mask such as ``self.graph.ndata["train_mask"]`` (each machine splits
+        its own partition's nodes between its ranks, reshuffled every epoch) or node ids (split as here).
 
         On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly,
         ``batch_size`` counts the seeds of all types, and batches hold ``{ntype: ids}``
@@ -294,14 +291,11 @@ class GraphTask:
 
         ``batch_format="pyg"`` (default :attr:`batch_format`) yields PyG's ``Data`` in place of
         DGL's tuple (:class:`~graphtrainer.data.pyg_loader.PygLoader`; fanouts list the input layer first).
+        ``feat_key``/``label_key``/``edge_key`` name the data read as ``x``, ``y``, ``edge_attr`` (default
+        ``feat``, ``label``, ``feat``) and what a list of fanouts prefetches; a key the graph lacks is refused.
         """
-        graph = graph if graph is not None else getattr(self, "graph", None)
-        if graph is None:
-            raise ValueError("node_dataloader needs a graph: pass graph= or set self.graph")
-        if isinstance(sampler, (list, tuple)):
-            sampler = default_sampler(graph, sampler)
-        if seed is None:
-            seed = self.trainer.seed if self.trainer is not None else 0
+        graph, seed, sampler, fmt = self._helper_args("node_dataloader", graph, seed, sampler, batch_format,
+                                                      feat_key, label_key, edge_key)
         if is_dist_graph(graph):
             if dataloader_kwargs:
                 raise ValueError(f"node_dataloader on a DistGraph takes no DataLoader options "
@@ -311,23 +305,23 @@ class GraphTask:
         else:
             loader = NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
                                 seed=seed, **dataloader_kwargs)
-        return with_batch_format(loader, self.batch_format if batch_format is None else batch_format)
+        return with_batch_format(loader, fmt, feat_key, label_key, edge_key)
 
     def edge_dataloader(self, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
-                        batch_format: Optional[str] = None,
+                        batch_format: Optional[str] = None, feat_key: Optional[str] = None,
+                        edge_key: Optional[str] = None,
                         **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader, PygLoader]:
         """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
 
-        ``edges``: edge ids of the graph (or a boolean mask over edges), or a ``(src, dst)``
-        pair of node-id tensors (e.g. held-out edges that are not in the graph).
-        ``sampler``: a DGL block sampler or a list of fanouts (``NeighborSampler`` prefetching
-        ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it. ``negatives``: ``k``
-        uniform negatives per edge, reproducible from ``(seed, epoch, edge)``, or a DGL
-        negative sampler, or ``None``. ``exclude``: ``"self"`` or ``"reverse_id"`` (with
-        ``reverse_eids``) keeps the seed edges (and reverses) out of the blocks.
+        ``edges``: edge ids of the graph (or a boolean mask over edges), or a ``(src, dst)`` pair of node-id
+        tensors (e.g. held-out edges that are not in the graph). ``sampler``: a DGL block sampler or a list
+        of fanouts (``NeighborSampler`` prefetching ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it.
+        ``negatives``: ``k`` uniform negatives per edge, reproducible from ``(seed, epoch, edge)``, or a DGL
+        negative sampler, or ``None``. ``exclude``: ``"self"`` or ``"reverse_id"`` (with ``reverse_eids``)
+        keeps the seed edges (and reverses) out of the blocks.
 
         Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
@@ -338,14 +332,11 @@ class GraphTask:
 
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
-        :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: PyG's ``Data``
-        with ``edge_label_index`` and ``edge_label``, as ``LinkNeighborLoader`` gives them.
+        :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: PyG's ``Data`` with
+        ``edge_label_index`` and ``edge_label``, as ``LinkNeighborLoader`` gives them (keys: see node_dataloader).
         """
-        graph = graph if graph is not None else getattr(self, "graph", None)
-        if graph is None:
-            raise ValueError("edge_dataloader needs a graph: pass graph= or set self.graph")
-        if seed is None:
-            seed = self.trainer.seed if self.trainer is not None else 0
+        graph, seed, sampler, fmt = self._helper_args("edge_dataloader", graph, seed, sampler, batch_format,
+                                                      feat_key, None, edge_key)
         if is_dist_graph(graph):
             if reverse_eids is not None or dataloader_kwargs:
                 raise ValueError("edge_dataloader on a DistGraph takes no reverse_eids or DataLoader options")
@@ -355,7 +346,16 @@ class GraphTask:
             loader = EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
                                 reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 **dataloader_kwargs)
-        return with_batch_format(loader, self.batch_format if batch_format is None else batch_format)
+        return with_batch_format(loader, fmt, feat_key, None, edge_key)
+
+    def _helper_args(self, name: str, graph: Any, seed: Optional[int], sampler: Any, batch_format: Optional[str],
+                     *keys: Optional[str]) -> Any:
+        graph = graph if graph is not None else getattr(self, "graph", None)
+        if graph is None:
+            raise ValueError(f"{name} needs a graph: pass graph= or set self.graph")
+        fmt = self.batch_format if batch_format is None else batch_format
+        sampler = helper_sampler(graph, sampler, fmt, *keys, labels=name == "node_dataloader")
+        return graph, self.trainer.seed if seed is None and self.trainer is not None else seed or 0, sampler, fmt
 
     def graph_dataloader(self, dataset: Any, batch_size: int, indices: Any = None, *, shuffle: bool = True,
                          drop_last: bool = False, seed: Optional[int] = None) -> GraphLoader:

@@ -14,6 +14,7 @@ import torch
 from .formats import sampler_formats
 from .hetero import check_typed_eids, flatten, type_spans
 from .node_loader import SampledLoader, default_sampler, iterate_sampled, unfused_if_zero
+from .prefetch import per_type_prefetch
 from .sharding import check_seed_ids
 from .workers import BatchSampling
 
@@ -233,6 +234,7 @@ class EdgeLoader(SampledLoader):
                              f"list of fanouts, one per layer ({{etype: k}} per layer on a heterograph), got "
                              f"{type(sampler).__name__}")
         hetero = isinstance(edges, dict) or len(graph.canonical_etypes) > 1
+        sampler = per_type_prefetch(sampler, graph)  # a flat list on a heterograph: DGL's per-type form
         _check_exclude(exclude, hetero, reverse_eids, reverse_etypes)
         n = graph.num_nodes()
         self.pairs: Optional[Tuple[torch.Tensor, torch.Tensor]] = None

@@ -9,7 +9,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Set
 from .. import comm
 from .formats import sampler_formats
 from .hetero import check_typed_ids, flatten, type_spans
-from .pyg_loader import require_dgl_graph
+from .prefetch import per_type_prefetch
+from .pyg_loader import DEFAULT_KEYS, check_batch_format, check_batch_keys, require_dgl_graph
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
 from .workers import BatchSampling
@@ -74,7 +75,8 @@ class NodeLoader(SampledLoader):
                              f"{type(sampler).__name__}")
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
-        self.sampler = sampler = unfused_if_zero(sampler)
+        # A flat prefetch list on a heterograph: what the device sampler reads, in DGL's per-type form.
+        self.sampler = sampler = per_type_prefetch(unfused_if_zero(sampler), graph)
         self.dataloader_kwargs = dataloader_kwargs
         self.sampling = BatchSampling(graph, sampler, self.batch_size, drop_last, self.spans, **dataloader_kwargs)
 
@@ -113,20 +115,51 @@ def unfused_if_zero(sampler: Any) -> Any:
     return sampler
 
 
-def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label") -> Any:
-    """A ``NeighborSampler`` (fanout -1: every neighbour) gathering ``feat`` and seeds' ``label``."""
+def default_sampler(graph: Any, fanouts: Sequence[int], feat_key: str = "feat", label_key: str = "label",
+                    edge_key: Optional[str] = None) -> Any:
+    """A ``NeighborSampler`` (fanout -1: every neighbour) gathering ``feat`` and seeds' ``label``
+    (``edge_key``: also that edge data in every block), each where the graph has it."""
     import dgl  # here, not at the top: the engine imports without DGL for plain-torch tasks
 
     fanouts = check_fanouts(fanouts)
     require_dgl_graph(graph)
-    if len(graph.ntypes) > 1:
-        # Per type: DGL would fail on a type without the feature.
+    feats: Any
+    labels: Any
+    if len(graph.ntypes) > 1:  # per type: DGL would fail on a type without the key
         feats = {nt: [feat_key] for nt in graph.ntypes if feat_key in graph.nodes[nt].data} or None
         labels = {nt: [label_key] for nt in graph.ntypes if label_key and label_key in graph.nodes[nt].data} or None
-        return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
-    feats = [feat_key] if feat_key in graph.ndata else None
-    labels = [label_key] if label_key in graph.ndata else None
-    return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels)
+    else:
+        feats = [feat_key] if feat_key in graph.ndata else None
+        labels = [label_key] if label_key and label_key in graph.ndata else None
+    edge_feats: Any = None
+    if edge_key and len(graph.canonical_etypes) > 1:
+        edge_feats = {et: [edge_key] for et in graph.canonical_etypes if edge_key in graph.edges[et].data} or None
+    elif edge_key and edge_key in graph.edata:
+        edge_feats = [edge_key]
+    return dgl.dataloading.NeighborSampler(list(fanouts), prefetch_node_feats=feats, prefetch_labels=labels,
+                                           prefetch_edge_feats=edge_feats)
+
+
+def helper_sampler(graph: Any, sampler: Any, batch_format: str, feat_key: Optional[str] = None,
+                   label_key: Optional[str] = None, edge_key: Optional[str] = None, labels: bool = True) -> Any:
+    """The sampler of a task's loader helper: a list of fanouts becomes :func:`default_sampler`
+    reading the keys named (``labels=False``: no seed labels, for link prediction). Keys named
+    are checked against the graph; with DGL batches and a sampler object they would do nothing,
+    so they are refused, naming where those keys go."""
+    named = [f"{a}={k!r}" for a, k in (("feat_key", feat_key), ("label_key", label_key), ("edge_key", edge_key))
+             if k is not None]
+    fanouts = isinstance(sampler, (list, tuple))
+    if check_batch_format(batch_format) == "dgl" and named and not fanouts:
+        raise ValueError(f"{', '.join(named)}: with batch_format='dgl' and a sampler object these keys change "
+                         "nothing (DGL's batches keep the graph's names). Fix: name the data in the sampler, "
+                         "NeighborSampler(fanouts, prefetch_node_feats=[...], prefetch_labels=[...], "
+                         "prefetch_edge_feats=[...]), or pass a list of fanouts; with batch_format='pyg' the keys "
+                         "name what batches read as x, y and edge_attr")
+    check_batch_keys(graph, feat_key, label_key, edge_key)
+    if not fanouts:
+        return sampler
+    label = (DEFAULT_KEYS[1] if label_key is None else label_key) if labels else ""
+    return default_sampler(graph, sampler, DEFAULT_KEYS[0] if feat_key is None else feat_key, label, edge_key)
 
 
 def check_fanouts(fanouts: Any) -> List[Any]:

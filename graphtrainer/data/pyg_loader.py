@@ -6,14 +6,18 @@ the split, epochs, evaluation mode, ``len`` and formats stay the wrapped loader'
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
 from ..nn.pyg import PYG_INSTALL, is_pyg_data, pyg_data_class, to_pyg
+from .prefetch import check_data_key
 from .sharded_loader import ShardedLoader
 
 BATCH_FORMATS = ("dgl", "pyg")
+#: What a PyG batch reads as ``x``, ``y`` and ``edge_attr`` unless told: node data ``feat`` and
+#: ``label``, edge data ``feat``.
+DEFAULT_KEYS = ("feat", "label", "feat")
 
 
 def check_batch_format(batch_format: Any) -> str:
@@ -58,13 +62,19 @@ class PygLoader(ShardedLoader):
     ``edge_key``), ``y``, ``batch_size``, ``n_id``, ``e_id``, ``num_sampled_nodes`` and
     ``num_sampled_edges``; edge batches also ``edge_label_index``, ``edge_label`` and
     ``input_id``. ``feat_key``/``label_key``/``edge_key``: the data read as ``x``, ``y`` and
-    ``edge_attr``; sampled on the device, the loader gathers them whatever its sampler prefetches.
+    ``edge_attr`` (default ``"feat"``, ``"label"``, ``"feat"``; ``label_key=""``: no ``y``); sampled
+    on the device, the loader gathers them whatever its sampler prefetches. A key named here that
+    the graph lacks is refused (:func:`check_batch_keys`); a default one gives a warning.
     """
 
-    def __init__(self, loader: ShardedLoader, feat_key: str = "feat", label_key: str = "label",
-                 edge_key: str = "feat"):
+    def __init__(self, loader: ShardedLoader, feat_key: Optional[str] = None, label_key: Optional[str] = None,
+                 edge_key: Optional[str] = None):
         graph = getattr(loader, "graph", None)
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
+        check_batch_keys(graph, feat_key, label_key, edge_key)
+        feat_key, label_key, edge_key = (DEFAULT_KEYS[0] if feat_key is None else feat_key,
+                                         DEFAULT_KEYS[1] if label_key is None else label_key,
+                                         DEFAULT_KEYS[2] if edge_key is None else edge_key)
         self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
         loader.batch_keys = (feat_key, label_key, edge_key)  # gathered on the device whatever the sampler names
         ndata = getattr(graph, "ndata", None)
@@ -79,7 +89,8 @@ class PygLoader(ShardedLoader):
         if rename is not None:
             key, field, pyg_name, note = rename
             warnings.warn(f"the graph has no node data {key!r} (it has {others}), so these PyG batches carry no "
-                          f"{field}: x is g.ndata[{feat_key!r}] and y is g.ndata[{label_key!r}] (rename, e.g. "
+                          f"{field}: x is g.ndata[{feat_key!r}] and y is g.ndata[{label_key!r}] (pass "
+                          f"{'feat_key' if field == 'x' else 'label_key'}={pyg_name!r} to the loader, or rename: "
                           f"g.ndata[{key!r}] = g.ndata.pop({pyg_name!r})){'; ' + note if note else ''}",
                           UserWarning, stacklevel=3)
 
@@ -119,6 +130,21 @@ class PygLoader(ShardedLoader):
             yield to_pyg(batch, self.feat_key, self.label_key, self.edge_key)
 
 
-def with_batch_format(loader: Any, batch_format: str) -> Any:
-    """``loader`` as it is (``"dgl"``), or yielding PyG batches (``"pyg"``)."""
-    return PygLoader(loader) if check_batch_format(batch_format) == "pyg" else loader
+def check_batch_keys(graph: Any, feat_key: Optional[str], label_key: Optional[str], edge_key: Optional[str]) -> None:
+    """A ``ValueError`` for a key named (not ``None``, not ``""``) that no node (edge) type of
+    ``graph`` has, naming it, the graph's keys and the fix, before any batch is sampled."""
+    for arg, key, edges in (("feat_key", feat_key, False), ("label_key", label_key, False),
+                            ("edge_key", edge_key, True)):
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"{arg}={key!r}: give the name of the graph's {'edge' if edges else 'node'} data, a str")
+        if key:
+            check_data_key(graph, key, edges, arg)
+
+
+def with_batch_format(loader: Any, batch_format: str, feat_key: Optional[str] = None,
+                      label_key: Optional[str] = None, edge_key: Optional[str] = None) -> Any:
+    """``loader`` as it is (``"dgl"``), or yielding PyG batches (``"pyg"``) that read ``x``, ``y``
+    and ``edge_attr`` from the data named ``feat_key``, ``label_key`` and ``edge_key``."""
+    if check_batch_format(batch_format) == "pyg":
+        return PygLoader(loader, feat_key=feat_key, label_key=label_key, edge_key=edge_key)
+    return loader

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from ...nn.blocks import TorchBlock, TorchHeteroBlock
+from ..prefetch import per_type
 from .compact import NodeMaps, compact_layer
 from .graph import DeviceGraph, EType, Keys, gather
 from .neighbors import Excluded, Sampled, sample_layer
@@ -27,21 +28,19 @@ class Unsupported(ValueError):
 
 
 def _keys(spec: Any, graph: Any, edges: bool) -> Keys:
-    """DGL's prefetch argument (a list of keys, or ``{type: keys}``) as ``{type: keys}``."""
+    """DGL's prefetch argument (a list of keys, or ``{type: keys}``) as ``{type: keys}``; a flat list
+    on several types: the types having each key, as the loaders give DGL (:mod:`..prefetch`)."""
+    spec = per_type(spec, graph, edges)
     if not spec:
         return {}
-    types = graph.canonical_etypes if edges else graph.ntypes
-    view = graph.edges if edges else graph.nodes
     if isinstance(spec, dict):
         out = {}
         for t, keys in spec.items():
             t = graph.to_canonical_etype(t) if edges else t
             out[t] = tuple([keys] if isinstance(keys, str) else keys)
         return out
-    keys = tuple([spec] if isinstance(spec, str) else spec)
-    if len(types) == 1:
-        return {types[0]: keys}
-    return {t: tuple(k for k in keys if k in view[t].data) for t in types if any(k in view[t].data for k in keys)}
+    types = graph.canonical_etypes if edges else graph.ntypes
+    return {types[0]: tuple([spec] if isinstance(spec, str) else spec)}
 
 
 def _all_keys(view: Any, types: Any) -> Keys:
