@@ -174,3 +174,33 @@ def test_device_batches_cut_each_ranks_share_as_the_cpu_batches_do(drop_last, ev
         cpu, dev = ([seeds for _, seeds, _ in loader] for loader in loaders)
         assert len(dev) == len(loaders[1]) == len(cpu)
         assert all(torch.equal(a, b) for a, b in zip(cpu, dev))
+
+
+def test_a_heterograph_node_loader_on_the_device_keeps_the_cpu_loaders_batches_and_order():
+    """Typed seeds: the same ``{type: ids}`` per batch as DGL's path (each type permuted and split),
+    blocks ending at them with each type's features, and for evaluation every id once, in order."""
+    gen = torch.Generator().manual_seed(3)
+    g = dgl.heterograph({("user", "follows", "user"): (torch.randint(0, 30, (200,), generator=gen),
+                                                       torch.randint(0, 30, (200,), generator=gen)),
+                         ("item", "bought-by", "user"): (torch.randint(0, 20, (150,), generator=gen),
+                                                         torch.randint(0, 30, (150,), generator=gen)),
+                         ("user", "buys", "item"): (torch.randint(0, 30, (150,), generator=gen),
+                                                    torch.randint(0, 20, (150,), generator=gen))})
+    for nt, n in (("user", 30), ("item", 20)):
+        g.nodes[nt].data["feat"] = torch.randn(n, 3, generator=gen)
+    ids = {"user": torch.arange(3, 30, 2), "item": torch.arange(0, 20, 3)}
+    loaders = [NodeLoader(g, ids, default_sampler(g, [2, 2]), 5) for _ in range(2)]
+    assert mode.place(loaders[1], CPU, "device", announce=False) == "device"
+    for evaluation in (False, True):
+        if evaluation:
+            loaders = [loader.for_evaluation() for loader in loaders]
+        cpu, dev = list(loaders[0]), list(loaders[1])
+        assert len(cpu) == len(dev) == len(loaders[1])
+        for (_, seeds_c, _), (inputs, seeds, blocks) in zip(cpu, dev):
+            assert seeds.keys() == seeds_c.keys() and all(torch.equal(seeds[nt], seeds_c[nt]) for nt in seeds)
+            for nt in seeds:
+                assert torch.equal(blocks[-1].dstdata["_ID"][nt], seeds[nt])
+                assert torch.equal(blocks[0].srcdata["feat"][nt], g.nodes[nt].data["feat"][inputs[nt]])
+        if evaluation:
+            for nt in ids:
+                assert torch.equal(torch.cat([seeds[nt] for _, seeds, _ in dev]), ids[nt])
