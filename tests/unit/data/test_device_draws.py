@@ -2,10 +2,12 @@
 biased in a way the structure and marginal tests cannot see: whole k-subsets equally likely
 (both draw methods, as DGL's), draws with replacement uniform and independent, exclusion drawing
 evenly among the edges left, and each batch drawn from its own generator keyed by
-``(seed, rank, epoch, batch)``, whatever came before it in the epoch. On the CPU here."""
+``(seed, rank, epoch, batch)``, whatever came before it in the epoch. On the CPU here; on a GPU
+tests/integration/test_gpu.py runs the draws again with ``GRAPHTRAINER_SAMPLER_DEVICE=cuda``."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 import torch
@@ -25,6 +27,7 @@ from link_tasks import symmetric_graph
 from test_device_sampler import skewed_graph
 
 CPU = torch.device("cpu")
+DEV = torch.device(os.environ.get("GRAPHTRAINER_SAMPLER_DEVICE", "cpu"))
 P = 0.999  # each test's chi-square quantile: a correct sampler fails it 1 time in 1000 seeds
 
 
@@ -35,13 +38,13 @@ def _copies(deg: int, trials: int) -> dgl.DGLGraph:
 
 def _draw(g, k, replace=False, method="floyd", excluded=None, seed=0):
     """Each destination's drawn offsets, ``[trials, k]`` (sorted within a row)."""
-    rel = device_graph(g, CPU, {}, {}).relations[g.canonical_etypes[0]]
+    rel = device_graph(g, DEV, {}, {}).relations[g.canonical_etypes[0]]
     deg = int(rel.max_degree)
-    seeds = torch.unique(g.edges()[1])
-    ex = None if excluded is None else Excluded(rel, excluded)
-    out = sample_layer(rel, seeds, k, replace, torch.Generator().manual_seed(seed), ex, method)
+    seeds = torch.unique(g.edges()[1]).to(DEV)
+    ex = None if excluded is None else Excluded(rel, excluded.to(DEV))
+    out = sample_layer(rel, seeds, k, replace, torch.Generator(DEV).manual_seed(seed), ex, method)
     eid = out.eid if out.valid is None else out.eid[out.valid]
-    return (eid % deg).view(seeds.numel(), k).sort(1).values
+    return (eid.cpu() % deg).view(seeds.numel(), k).sort(1).values
 
 
 def _by_destination(g, eids: torch.Tensor) -> torch.Tensor:
@@ -119,13 +122,13 @@ def test_exclusion_draws_evenly_among_the_edges_left():
 
 def _signatures(batches) -> list:
     """Each batch's sampled edge ids, block by block."""
-    return [torch.cat([b.edata["_ID"] for b in batch[-1]]) for batch in batches]
+    return [torch.cat([b.edata["_ID"] for b in batch[-1]]).cpu() for batch in batches]
 
 
 def _node_batches():
     g = skewed_graph()
     loader = NodeLoader(g, torch.arange(g.num_nodes()), dgl.dataloading.NeighborSampler([3, 3]), 4)
-    return g, mode.device_batches(loader, CPU)
+    return g, mode.device_batches(loader, DEV)
 
 
 def test_each_node_batch_draws_from_its_own_generator_keyed_by_seed_rank_epoch_and_index():
@@ -140,9 +143,9 @@ def test_each_node_batch_draws_from_its_own_generator_keyed_by_seed_rank_epoch_a
     assert torch.equal(after_isolated[1], after_others[1])
     from graphtrainer.data.device.batches import node_maps
 
-    gen = torch.Generator().manual_seed(batch_seed(5, 1, 2, 1))
-    _, alone = batches.sampler.sample(batches.graph, node_maps(batches.graph), {"_N": hubs}, gen)
-    assert torch.equal(torch.cat([b.edata["_ID"] for b in alone]), after_isolated[1])
+    gen = torch.Generator(DEV).manual_seed(batch_seed(5, 1, 2, 1))
+    _, alone = batches.sampler.sample(batches.graph, node_maps(batches.graph), {"_N": hubs.to(DEV)}, gen)
+    assert torch.equal(torch.cat([b.edata["_ID"] for b in alone]).cpu(), after_isolated[1])
     for key in ((6, 1, 2), (5, 0, 2), (5, 1, 3)):  # seed, rank, epoch: each changes the draw
         other = _signatures(batches.iterate(torch.cat([torch.arange(4), hubs]), *key))
         assert not torch.equal(other[1], after_isolated[1]), key
@@ -151,7 +154,7 @@ def test_each_node_batch_draws_from_its_own_generator_keyed_by_seed_rank_epoch_a
 def test_each_edge_batch_draws_from_its_own_generator():
     g, _ = symmetric_graph()
     loader = EdgeLoader(g, torch.arange(600), [4, 4], 8, negatives=None, seed=1)
-    batches = mode.device_batches(loader, CPU)
+    batches = mode.device_batches(loader, DEV)
     second = torch.arange(100, 108)
     one = _signatures(batches.iterate(torch.cat([torch.arange(8), second]), 5, 1, 2))
     two = _signatures(batches.iterate(torch.cat([torch.arange(200, 208), second]), 5, 1, 2))
