@@ -17,6 +17,7 @@ from graphtrainer import ModelCheckpoint, Preempted, RankFailedError, Trainer
 from graphtrainer.checkpoint.content import read_checkpoint
 from graphtrainer.loop import preemption
 from graphtrainer.data.device import mode
+from graphtrainer.data.device.graph import bytes_to_copy
 from graphtrainer.data.node_loader import NodeLoader, default_sampler
 from graphtrainer.examples.node_classification import NodeClassification, standardize_features
 
@@ -104,8 +105,6 @@ def test_a_malformed_budget_names_the_variable(monkeypatch, raw):
 
 
 def _structure_and_labels(g):
-    from graphtrainer.data.device.graph import bytes_to_copy
-
     return bytes_to_copy(g, CPU, {"_N": ("label",)}, {})
 
 
@@ -139,10 +138,13 @@ def test_a_graph_over_the_memory_budget_is_refused_before_the_first_batch(monkey
     monkeypatch.setenv(mode.BUDGET_ENV, "1000")
     trainer = Trainer(num_procs=2, launcher="fork", max_epochs=1, sampling="device", progress_bar=False,
                       logger=False, default_root_dir=root_dir)
+    graph = make_graph()
+    need = bytes_to_copy(graph, CPU, {"_N": ("feat", "label")}, {})  # the training loader's copy
     with pytest.raises(RankFailedError) as err:
-        trainer.fit(_Steps(make_graph()))
+        trainer.fit(_Steps(graph))
     text = str(err.value)
-    assert "need" in text and "more than the 1,000 bytes allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" in text, text
+    assert f"need {need:,} bytes on cpu, more than the 1,000 bytes allowed ($GRAPHTRAINER_SAMPLING_BUDGET)" \
+        in text, text
     assert "raise $GRAPHTRAINER_SAMPLING_BUDGET (bytes) or unset it" in text
     assert "Trainer(sampling='cpu')" in text and "a batch was trained" not in text
     assert not rank_children()
@@ -157,10 +159,11 @@ def _history(root_dir, launcher, seed=3):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_device_sampling_runs_repeat_and_fork_equals_spawn(root_dir):
+def test_device_sampling_runs_repeat_and_fork_equals_spawn_and_forkserver(root_dir):
     fork = _history(root_dir, "fork")
     assert fork == _history(root_dir, "fork")
     assert fork == _history(root_dir, "spawn")
+    assert fork == _history(root_dir, "forkserver")
     assert fork != _history(root_dir, "fork", seed=4)  # the batches do follow the seed
     assert not rank_children()
 
@@ -314,8 +317,6 @@ def test_pyg_batches_from_device_sampled_blocks():
 def test_loaders_of_one_graph_share_its_copy_and_its_memory_budget(monkeypatch):
     """The budget covers the copy once: a validation loader of the graph the training loader
     copied adds nothing, so a budget with room for one copy takes both loaders."""
-    from graphtrainer.data.device.graph import bytes_to_copy
-
     g = make_graph()
     sampler = default_sampler(g, [3, 3])
     keys = ({"_N": ("feat", "label")}, {})

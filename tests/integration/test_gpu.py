@@ -396,10 +396,10 @@ def test_device_sampler_structure_and_distribution_on_gpu():
     """The sampler's unit tests (structure, exclusion, layout, chi-square against DGL) with
     every sampled tensor on GPU 0, in a child pytest (this process stays off CUDA)."""
     pytest.importorskip("dgl", reason="DGL is not installed on this GPU machine")
-    unit = ROOT / "tests" / "unit" / "data" / "test_device_sampler.py"
+    unit = [str(ROOT / "tests" / "unit" / "data" / name) for name in ("test_device_sampler.py", "test_device_draws.py")]
     env = dict(os.environ, GRAPHTRAINER_SAMPLER_DEVICE="cuda",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(unit)],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *unit],
                           env=env, capture_output=True, text=True, timeout=280, cwd=str(ROOT))
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
 

@@ -114,10 +114,16 @@ def place(loader: Any, device: torch.device, mode: str, announce: bool) -> str:
     loaders, left alone). ``announce``: say what ``"auto"`` chose on a GPU, and which data
     ``"device"`` gathers on the host."""
     if not hasattr(loader, "use_device_sampling"):
-        if mode == "device" and type(loader).__module__.startswith("dgl."):
-            raise ValueError(f"sampling='device' cannot sample DGL's own {type(loader).__name__} (it samples as "
-                             "it was built, on the CPU). Fix: return self.node_dataloader(ids, sampler, batch_size) "
-                             "or self.edge_dataloader(...), or use Trainer(sampling='cpu')")
+        # DGL's own neighbour-sampling DataLoader (not GraphDataLoader: whole graphs, nothing to sample)
+        if type(loader).__module__.startswith("dgl.") and getattr(loader, "graph_sampler", None) is not None:
+            name = type(loader).__name__
+            fix = "return self.node_dataloader(ids, sampler, batch_size) or self.edge_dataloader(...)"
+            if mode == "device":
+                raise ValueError(f"sampling='device' cannot sample DGL's own {name} (it samples as it was built, "
+                                 f"on the CPU). Fix: {fix}, or use Trainer(sampling='cpu')")
+            if mode == "auto" and announce and auto_samples_on(device):  # nothing falls back silently
+                print(f"[graphtrainer] sampling='auto': DGL's own {name} samples on the CPU because it samples as "
+                      f"it was built; {fix} to sample on {device}", file=sys.stderr)
         return "cpu"
     if mode == "cpu" or (mode == "auto" and not auto_samples_on(device)):
         loader.use_device_sampling(None)

@@ -165,3 +165,21 @@ def test_an_int32_graph_gets_int32_ids_as_from_dgl():
                 assert a.dtype == torch.int32 and torch.equal(a.long(), b)
             assert torch.equal(torch.stack(g32.find_edges(pos32.edata["_ID"])).long(),
                                torch.stack(_graph_ids(pos64)))
+
+
+@pytest.mark.parametrize("fanouts", [[4, 4], [4, 4, 4]])
+@pytest.mark.parametrize("exclude,extra", [(None, 1), ("self", 2), ("reverse_id", 2)])
+def test_a_link_batch_waits_once_per_layer_plus_once_for_its_pair_nodes_and_once_for_its_exclusion(
+        fanouts, exclude, extra):
+    """The node sampler's one wait per layer, and per batch one to number the pair graphs' nodes
+    (``unique``) and one to sort out the excluded edges: on a GPU each is a synchronisation."""
+    from graphtrainer.testing.op_count import OpCounter
+
+    g, reverse = symmetric_graph()
+    loader = EdgeLoader(g, torch.arange(600), fanouts, 32, negatives=2, exclude=exclude, seed=1,
+                        reverse_eids=reverse if exclude == "reverse_id" else None)
+    batches = iter(mode.device_batches(loader, CPU).iterate(torch.arange(600), 0, 0, 0))
+    next(batches)  # constants made once
+    with OpCounter() as counter:
+        next(batches)
+    assert counter.host_reads == len(fanouts) + extra, counter.by_op
