@@ -39,7 +39,9 @@ class ModelCheckpoint(Callback):
     ends only. A checkpoint written after a mid-epoch validation resumes exactly at the next
     batch; with ``accumulate_grad_batches`` > 1 only validations at optimizer-step boundaries
     count (a checkpoint then would lose the partial accumulation). ``every_n_train_steps``
-    (None or 0) and ``train_time_interval`` (None) are refused otherwise.
+    (None or 0) and ``train_time_interval`` (None) are refused otherwise. As Lightning's, it writes
+    each global step once: a second save point at the same step (the epoch's end after an early stop
+    or ``max_steps`` right after a mid-epoch validation) saves neither a top-k file nor ``last.ckpt``.
     """
 
     after_reduction = True
@@ -76,6 +78,8 @@ class ModelCheckpoint(Callback):
         self.best_model_score: Optional[float] = None
         self.last_model_path = ""
         self._saved_order: List[str] = []
+        # The fit's own record, never in state_dict (as Lightning's): a resumed fit has saved nothing yet.
+        self._last_global_step_saved: Optional[int] = None
 
     def setup(self, trainer: RunView, task: GraphTask, stage: str) -> None:
         if stage == "fit" and self.dirpath is None:
@@ -114,6 +118,8 @@ class ModelCheckpoint(Callback):
     def _save(self, trainer: RunView, task: GraphTask) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
+        if self._last_global_step_saved == trainer.global_step:
+            return  # this step's files are written (a stop mid-epoch validates again at the epoch's end)
         monitored = monitored_now(trainer, self.monitor, "ModelCheckpoint") if self.monitor else None
         if self.monitor and monitored is None:
             return  # not measured this epoch (no validation): neither saved nor ranked
@@ -124,6 +130,8 @@ class ModelCheckpoint(Callback):
         if self.save_last:
             save_checkpoint(trainer, task, decision["last"])
         saved = decision["save"] or self.save_last
+        if saved:
+            self._last_global_step_saved = trainer.global_step
         if saved and trainer.rank == 0 and callable(getattr(trainer.logger, "after_save_checkpoint", None)):
             trainer.logger.after_save_checkpoint(self)
         if trainer.rank == 0:
@@ -143,7 +151,7 @@ class ModelCheckpoint(Callback):
         if self.save_top_k != 0:
             if self.monitor is None:
                 save = path
-                order.append(path)
+                order = [p for p in order if p != path] + [path]  # a name written again is one file
                 if self.save_top_k > 0:
                     delete, order = order[:-self.save_top_k], order[-self.save_top_k:]
                 best_k = {p: float("nan") for p in order}
