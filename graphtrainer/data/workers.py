@@ -39,6 +39,11 @@ _PYG_NAMES = {
     "edge_label": "edge data of the graph reach the step by batch.input_id (g.edata[key][batch.input_id])",
     "input_nodes": "pass the node ids as the ids argument",
 }
+#: node_dataloader's arguments that reach an edge loader's options, and why they do not apply there.
+_NODE_ONLY = {
+    "label_key": "node_dataloader's: link batches carry no y (edge_label: 1 for positive pairs, 0 for negatives); "
+                 "node labels are g.ndata[key][batch.n_id]",
+}
 
 
 def check_loader_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -47,6 +52,8 @@ def check_loader_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     for name in kwargs:
         if name in _PYG_NAMES:
             raise ValueError(f"{name}= is PyG's loader argument; here: {_PYG_NAMES[name]}")
+        if name in _NODE_ONLY:
+            raise ValueError(f"{name}= is {_NODE_ONLY[name]}")
     owned = sorted(set(kwargs) & set(_OWNED))
     if owned:
         raise ValueError(f"{', '.join(owned)}: set by graphtrainer's loader from its own arguments "

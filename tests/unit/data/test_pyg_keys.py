@@ -99,6 +99,12 @@ def test_a_key_the_graph_lacks_is_refused_before_any_batch(key, arg, pattern):
             _Task(g).edge_dataloader(torch.arange(8), [2], 4, **{arg: key})
 
 
+def test_label_key_on_an_edge_loader_says_link_batches_carry_no_y():
+    g = _graph()
+    with pytest.raises(ValueError, match=r"label_key= is node_dataloader's: link batches carry no y"):
+        _Task(g).edge_dataloader(torch.arange(8), [2], 4, label_key="target")  # before any sampling mode
+
+
 def test_keys_that_would_change_nothing_are_refused_naming_the_sampler_argument():
     g = _graph()
     sampler = dgl.dataloading.NeighborSampler([2])
