@@ -111,7 +111,8 @@ class DeviceSampler:
         add = [{nt: (k,)} if k and k in graph.ndata else {} for k in (feat_key, label_key)]
         edges = {et: (edge_key,)} if edge_key and edge_key in graph.edata else {}
         return replace(self, node_feats=merge_keys(self.node_feats or {}, add[0]),
-                       labels=merge_keys(self.labels or {}, add[1]), edge_feats=merge_keys(self.edge_feats or {}, edges))
+                       labels=merge_keys(self.labels or {}, add[1]),
+                       edge_feats=merge_keys(self.edge_feats or {}, edges))
 
     def node_keys(self) -> Keys:
         return merge_keys(self.node_feats or {}, self.labels or {})
