@@ -149,6 +149,11 @@ class RunState:
     #: task has a validation loader at all.
     validated_this_epoch: bool = False
     has_val_loader: bool = False
+    #: The global step of this fit's last validation (mid-epoch or at an epoch's end; None before
+    #: the first), the same on every rank. A validation runs once per step: an epoch ending at the
+    #: step a mid-epoch validation just measured keeps its values, and a callback acting after
+    #: validations judges each once (:class:`~graphtrainer.callbacks.EarlyStopping`).
+    last_validation_step: Optional[int] = None
     #: Training batches this rank runs this epoch (None when the loader has no length).
     num_training_batches: Optional[int] = None
     #: The last training loss (detached).

@@ -41,7 +41,8 @@ class ModelCheckpoint(Callback):
     count (a checkpoint then would lose the partial accumulation). ``every_n_train_steps``
     (None or 0) and ``train_time_interval`` (None) are refused otherwise. As Lightning's, it writes
     each global step once: a second save point at the same step (the epoch's end after an early stop
-    or ``max_steps`` right after a mid-epoch validation) saves neither a top-k file nor ``last.ckpt``.
+    or ``max_steps`` right after a mid-epoch validation, which keeps that validation's values) saves
+    neither a top-k file nor ``last.ckpt``.
     """
 
     after_reduction = True
@@ -119,7 +120,7 @@ class ModelCheckpoint(Callback):
         if (trainer.current_epoch + 1) % self.every_n_epochs != 0:
             return
         if self._last_global_step_saved == trainer.global_step:
-            return  # this step's files are written (a stop mid-epoch validates again at the epoch's end)
+            return  # this step's files are written (the epoch's end after a stop right after a validation)
         monitored = monitored_now(trainer, self.monitor, "ModelCheckpoint") if self.monitor else None
         if self.monitor and monitored is None:
             return  # not measured this epoch (no validation): neither saved nor ranked

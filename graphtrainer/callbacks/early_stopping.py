@@ -19,7 +19,8 @@ class EarlyStopping(Callback):
     Lightning's ``check_on_train_epoch_end`` (as ``ModelCheckpoint``'s ``save_on_train_epoch_end``):
     by default after each validation when ``val_check_interval`` validates mid-epoch, else at
     epoch ends. A stop decided after a mid-epoch validation ends that epoch there on every rank
-    (once ``min_epochs`` are done), as ``max_steps`` does: the epoch's end still runs.
+    (once ``min_epochs`` are done), as ``max_steps`` does: the epoch's end still runs, without
+    validating again at that step; each validation is one check (the epoch's end after such a stop is none).
     """
 
     after_reduction = True
@@ -40,6 +41,8 @@ class EarlyStopping(Callback):
         self.best_score: Optional[float] = None
         self.stopped_epoch: Optional[int] = None
         self.stop_reason: Optional[str] = None
+        # The fit's own record, never in state_dict: the validation (its global step) last judged.
+        self._judged_validation: Optional[int] = None
 
     @property
     def state_key(self) -> str:
@@ -56,8 +59,12 @@ class EarlyStopping(Callback):
         self.stop_reason = state.get("stop_reason")
 
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
-        if acts_at_epoch_end(trainer, self.check_on_train_epoch_end):
-            self._check(trainer)
+        if not acts_at_epoch_end(trainer, self.check_on_train_epoch_end):
+            return
+        after_validations = acts_mid_epoch(trainer, self.check_on_train_epoch_end)
+        if after_validations and trainer.state.last_validation_step == self._judged_validation:
+            return  # no validation since the last check (the epoch ended where a mid-epoch one ran)
+        self._check(trainer)
 
     def on_mid_epoch_validation_end(self, trainer: RunView, task: GraphTask) -> None:
         if acts_mid_epoch(trainer, self.check_on_train_epoch_end):
@@ -68,6 +75,7 @@ class EarlyStopping(Callback):
         monitored = monitored_now(trainer, self.monitor, "EarlyStopping")
         if monitored is None:
             return  # not measured this epoch: not a check
+        self._judged_validation = trainer.state.last_validation_step
         decision = gdist.broadcast_object(self._decide(metrics[monitored], trainer.current_epoch)
                                           if trainer.rank == 0 else None)
         self.load_state_dict(decision)

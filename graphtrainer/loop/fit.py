@@ -11,7 +11,8 @@ loops, with what decides each turn::
             step(batch)                         # TrainingStep: forward, backward, optimizer
             on_train_batch_end, step log, mid-epoch validation (then on_mid_epoch_validation_end)
             stop.at_step()                      # max_steps; a signal agreed by the ranks; an agreed early stop
-        epoch end: metrics reduced, validation, on_train_epoch_end, schedulers, history
+        epoch end: metrics reduced, validation (unless one just ran at this step), on_train_epoch_end,
+                   schedulers, history
         stop.at_epoch_end()                     # one all-reduce: stop? next batch counts
     on_train_end, on_fit_end, teardown
 
@@ -239,8 +240,11 @@ def _end_epoch(fit: _Fit) -> None:
     with ctx.section("epoch end"):
         metrics = ctx.step_log.metrics.reduce("fit")
     if fit.val_loader is not None and (epoch + 1) % config.check_val_every_n_epoch == 0:
-        with ctx.section("validation"):
-            metrics.update(eval_epoch(ctx, VALIDATE, fit.val_loader)[0])
+        # A stop right after a mid-epoch validation (early stop, max_steps) ends the epoch at the
+        # step it measured: the same weights, so its values, already in the epoch's, stand (Lightning).
+        if state.last_validation_step != state.global_step:
+            with ctx.section("validation"):
+                metrics.update(_validate(fit))
         state.validated_this_epoch = True
     with ctx.section("epoch end"):
         state.add_epoch_metrics(metrics)
@@ -295,7 +299,7 @@ def _validate_mid_epoch(fit: _Fit, batch_idx: int) -> None:
     only. Collective (every rank reaches the same batch index: see :func:`_val_points`)."""
     ctx, state = fit.ctx, fit.state
     training_sums = ctx.step_log.metrics.stash()
-    metrics, _ = eval_epoch(ctx, VALIDATE, fit.val_loader)
+    metrics = _validate(fit)
     ctx.step_log.metrics.restore(training_sums)
     state.add_epoch_metrics(metrics)
     if state.logger is not None:
@@ -309,3 +313,10 @@ def _validate_mid_epoch(fit: _Fit, batch_idx: int) -> None:
         call_after_reduction(ctx, "on_mid_epoch_validation_end")
     finally:
         state.batches_done_in_epoch, state.rng_at_stop = 0, None
+
+
+def _validate(fit: _Fit) -> Dict[str, float]:
+    """The validation loop's reduced metrics; notes the step it measured. Collective."""
+    metrics, _ = eval_epoch(fit.ctx, VALIDATE, fit.val_loader)
+    fit.state.last_validation_step = fit.state.global_step
+    return metrics

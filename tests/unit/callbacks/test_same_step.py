@@ -1,6 +1,6 @@
 """ModelCheckpoint writes each global step's checkpoints once (Lightning's rule): after a stop
 mid-epoch (an early stop or ``max_steps`` at a ``val_check_interval`` validation) the epoch's
-own end validates again at the same step, and saves nothing more there. The record of the saved
+own end comes at the same step (without validating again), and saves nothing more there. The record of the saved
 step is the fit's own, never a checkpoint's: a resumed fit has saved nothing yet."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _files(folder: Path):
 ], ids=["recent-and-last", "monitored"])
 def test_a_mid_epoch_early_stop_writes_its_steps_checkpoints_once(root_dir, tmp_path, options, saves, kept):
     # lr=0: val_loss is the same at every validation; checks at steps 2 (best), 4, 6 (stop, epoch 1 after
-    # its batch 1), then epoch 1's end validates again at step 6.
+    # its batch 1), then epoch 1's end comes at step 6 (keeping that validation's values).
     mc = ModelCheckpoint(dirpath=tmp_path / "ck", **options)
     log = _Saves(tmp_path / "saves.txt")
     trainer = _trainer(root_dir, 5, [mc, EarlyStopping(monitor="val_loss", patience=2, verbose=False), log])
@@ -75,7 +75,7 @@ def test_a_mid_epoch_early_stop_writes_its_steps_checkpoints_once(root_dir, tmp_
 @pytest.mark.timeout(180)
 def test_max_steps_at_a_validation_saves_once_and_a_resumed_fit_saves_its_new_steps(root_dir, tmp_path):
     # 1 rank, 8 batches: validations after batches 1, 3 (steps 2, 4); max_steps=4 stops there, and the
-    # epoch's end validates again at step 4.
+    # epoch's end comes at step 4 too.
     def fit(max_steps, ckpt_path=None):
         mc = ModelCheckpoint(dirpath=tmp_path / "ck", save_top_k=-1, save_last=True)
         log = _Saves(tmp_path / f"saves-{max_steps}.txt")
