@@ -274,9 +274,10 @@ def _record_epoch(state: RunState) -> None:
 
 
 def _val_points(fit: _Fit, fewest: Optional[int]) -> FrozenSet[int]:
-    """The batch indices after which to validate this epoch (``val_check_interval``): the
-    same on every rank, and only where every rank still has batches (``fewest``: the agreed
-    smallest count, None when a loader cannot tell). Collective."""
+    """The batch indices after which to validate this epoch (``val_check_interval``; none in an
+    epoch ``check_val_every_n_epoch`` skips, as Lightning): the same on every rank, and only where
+    every rank still has batches (``fewest``: the agreed smallest count, None when a loader cannot
+    tell). Collective."""
     interval, state = fit.ctx.config.val_check_interval, fit.state
     if interval is None or fit.val_loader is None:
         return frozenset()
@@ -289,6 +290,8 @@ def _val_points(fit: _Fit, fewest: Optional[int]) -> FrozenSet[int]:
     if every > fewest:
         raise ValueError(f"val_check_interval={interval} is larger than the epoch: the rank with the fewest "
                          f"training batches has {fewest}. Use at most {fewest}, or a fraction of the epoch")
+    if (state.current_epoch + 1) % fit.ctx.config.check_val_every_n_epoch:
+        return frozenset()  # checked above all the same: a bad interval fails in the first epoch
     # The last batch is left to the epoch's own validation.
     return frozenset(k * every - 1 for k in range(1, fewest // every + 1) if k * every < fewest)
 

@@ -88,3 +88,20 @@ def test_an_epoch_ending_after_its_last_validation_still_validates_at_its_end(ro
     trainer.fit(RegressionTask())
     assert runs.steps() == validated
     assert trainer.history[-1]["step"] == validated[-1] and "val_loss" in trainer.history[-1]
+
+
+@pytest.mark.timeout(180)
+def test_an_epoch_check_val_every_n_epoch_skips_validates_neither_mid_epoch_nor_at_its_end(root_dir, tmp_path):
+    # 2 ranks, 4 batches each (steps 4 per epoch), check_val_every_n_epoch=2: epochs 1 and 3
+    # validate after batch 1 and at their ends; epochs 0 and 2 not at all (Lightning).
+    runs = _Validations(tmp_path / "validations.txt")
+    trainer = _trainer(root_dir, 4, [runs], check_val_every_n_epoch=2)
+    trainer.fit(RegressionTask())
+    assert runs.steps() == [6, 8, 14, 16]
+    assert ["val_loss" in row for row in trainer.history] == [False, True, False, True]
+
+
+@pytest.mark.timeout(60)
+def test_an_interval_longer_than_the_epoch_fails_in_the_first_epoch_even_one_that_does_not_validate(root_dir):
+    with pytest.raises(Exception, match="val_check_interval=9 is larger than the epoch"):
+        _trainer(root_dir, 2, [], num_procs=1, val_check_interval=9, check_val_every_n_epoch=2).fit(RegressionTask())
