@@ -61,6 +61,8 @@ class PackedGraphs:
         self.ndata = self._common([g.ndata for g in graphs])
         self.edata = self._common([g.edata for g in graphs])
         self.labels = torch.stack(labels)
+        # Batches in the graphs' id type, as dgl.batch gives them (int32 graphs stay int32).
+        self.idtype = graphs[0].idtype if all(g.idtype == graphs[0].idtype for g in graphs) else torch.int64
 
     @staticmethod
     def _common(frames: Sequence[Any]) -> Dict[str, torch.Tensor]:
@@ -87,13 +89,14 @@ class PackedGraphs:
         edges = _ranges(self.edge_ptr[indices], ne)
         new_base = torch.cumsum(nn_, 0) - nn_  # first node of each graph in the batch
         shift = torch.repeat_interleave(new_base, ne)
-        g = dgl.graph((self.src[edges] + shift, self.dst[edges] + shift), num_nodes=int(nn_.sum()))
+        g = dgl.graph((self.src[edges] + shift, self.dst[edges] + shift), num_nodes=int(nn_.sum()),
+                      idtype=self.idtype)
         for key, value in self.ndata.items():
             g.ndata[key] = value[nodes]
         for key, value in self.edata.items():
             g.edata[key] = value[edges]
-        g.set_batch_num_nodes(nn_)
-        g.set_batch_num_edges(ne)
+        g.set_batch_num_nodes(nn_.to(self.idtype))
+        g.set_batch_num_edges(ne.to(self.idtype))
         return g, self.labels[indices]
 
 
