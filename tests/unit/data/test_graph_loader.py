@@ -78,6 +78,23 @@ def test_int32_graphs_are_batched_as_int32_graphs_as_dgl_batch_does():
     assert PackedGraphs(data)[1][0].idtype == torch.int32
 
 
+def test_data_that_some_graphs_lack_or_shape_differently_is_named_not_silently_dropped():
+    """dgl.batch refuses graphs whose data keys differ; packing dropped such a key from every
+    batch without a word (the step then failed with KeyError: 'feat' in a rank)."""
+    import dgl
+
+    data = _graphs_with_edata()
+    del data[2][0].ndata["feat"]
+    with pytest.warns(UserWarning, match=r"node data 'feat' is missing from 1 of 6 graphs \(e.g. graph 2\)"):
+        packed = PackedGraphs(data)
+    assert "feat" not in packed.ndata and "w" in packed.edata
+    data = _graphs_with_edata()
+    data[4][0].edata["w"] = torch.rand(data[4][0].num_edges(), 3)
+    with pytest.raises(ValueError, match=r"edge data 'w' has different shapes per row across the graphs: "
+                                         r"\[\(\), \(3,\)\]"):
+        PackedGraphs(data)
+
+
 def test_bad_graph_input_is_a_clear_error():
     import dgl
 
