@@ -141,6 +141,8 @@ class _CopiedExclusion:
     tensors its pair graph holds as ``edata[EID]``, which then no longer match its edges (DGL 2.1)."""
 
     def __init__(self, graph: Any, exclude: str, reverse_eids: Any, reverse_etypes: Any):
+        if reverse_eids is not None:  # in the graph's id type: DGL refuses int64 exclusions on an int32 graph
+            reverse_eids = reverse_eids.to(graph.idtype)
         self.graph, self.exclude, self.reverse_eids, self.reverse_etypes = graph, exclude, reverse_eids, reverse_etypes
 
     def __call__(self, seed_edges: Any) -> Any:

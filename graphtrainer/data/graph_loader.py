@@ -10,6 +10,7 @@ packed, they trained an epoch in 4.3 s (10.9 s for the list with a higher limit)
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
@@ -29,7 +30,8 @@ def _ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 class PackedGraphs:
     """A dataset of graphs as flat tensors: ``len``, ``[i]`` gives ``(graph, label)``,
     :meth:`batch` ``(dgl.batch(graphs), labels)``. ``dataset``: a ``DGLDataset`` or sequence
-    of ``(graph, label)`` of homogeneous graphs; features kept are those every graph has."""
+    of ``(graph, label)`` of homogeneous graphs; features kept are those every graph has (a key
+    only some graphs have is left out with a warning naming it; one whose shape differs is refused)."""
 
     def __init__(self, dataset: Any):
         import dgl  # here: the engine imports without DGL (plain-torch tasks)
@@ -58,16 +60,35 @@ class PackedGraphs:
         ends = [g.edges() for g in graphs]
         self.src = torch.cat([s for s, _ in ends]).to(torch.int64)  # local node ids of each graph
         self.dst = torch.cat([d for _, d in ends]).to(torch.int64)
-        self.ndata = self._common([g.ndata for g in graphs])
-        self.edata = self._common([g.edata for g in graphs])
+        self.ndata = self._common([g.ndata for g in graphs], "node")
+        self.edata = self._common([g.edata for g in graphs], "edge")
         self.labels = torch.stack(labels)
+        # Batches in the graphs' id type, as dgl.batch gives them (int32 graphs stay int32).
+        self.idtype = graphs[0].idtype if all(g.idtype == graphs[0].idtype for g in graphs) else torch.int64
 
     @staticmethod
-    def _common(frames: Sequence[Any]) -> Dict[str, torch.Tensor]:
+    def _common(frames: Sequence[Any], kind: str) -> Dict[str, torch.Tensor]:
         keys = set(frames[0].keys())
         for frame in frames[1:]:
             keys &= set(frame.keys())
-        return {k: torch.cat([frame[k] for frame in frames]) for k in sorted(keys) if not k.startswith("_")}
+        # A key some graphs lack is left out of every batch: say so here, not as a KeyError in a rank's step.
+        partial = sorted({k for frame in frames for k in frame.keys() if not k.startswith("_")} - keys)
+        for k in partial:
+            missing = [i for i, frame in enumerate(frames) if k not in frame.keys()]
+            warnings.warn(f"graph_dataloader: {kind} data {k!r} is missing from {len(missing)} of {len(frames)} "
+                          f"graphs (e.g. graph {missing[0]}), so no batch has it (dgl.batch refuses such a "
+                          f"dataset). Fix: give every graph {k!r}, or delete it from all", UserWarning, stacklevel=3)
+        out = {}
+        for k in sorted(keys):
+            if k.startswith("_"):
+                continue
+            shapes = {tuple(frame[k].shape[1:]) for frame in frames}
+            if len(shapes) > 1:
+                raise ValueError(f"graph_dataloader: {kind} data {k!r} has different shapes per row across the "
+                                 f"graphs: {sorted(shapes)}; every graph's {k!r} needs the same shape past its first "
+                                 "dimension, as dgl.batch needs")
+            out[k] = torch.cat([frame[k] for frame in frames])
+        return out
 
     def __len__(self) -> int:
         return self.num_nodes.numel()
@@ -87,13 +108,14 @@ class PackedGraphs:
         edges = _ranges(self.edge_ptr[indices], ne)
         new_base = torch.cumsum(nn_, 0) - nn_  # first node of each graph in the batch
         shift = torch.repeat_interleave(new_base, ne)
-        g = dgl.graph((self.src[edges] + shift, self.dst[edges] + shift), num_nodes=int(nn_.sum()))
+        g = dgl.graph((self.src[edges] + shift, self.dst[edges] + shift), num_nodes=int(nn_.sum()),
+                      idtype=self.idtype)
         for key, value in self.ndata.items():
             g.ndata[key] = value[nodes]
         for key, value in self.edata.items():
             g.edata[key] = value[edges]
-        g.set_batch_num_nodes(nn_)
-        g.set_batch_num_edges(ne)
+        g.set_batch_num_nodes(nn_.to(self.idtype))
+        g.set_batch_num_edges(ne.to(self.idtype))
         return g, self.labels[indices]
 
 

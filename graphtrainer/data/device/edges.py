@@ -19,29 +19,33 @@ from .graph import EType, Keys, device_graph, gather
 from .sampler import DeviceSampler, Unsupported, merge_keys
 
 
-def _relation(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int, same_set: bool) -> TorchBlock:
-    """Edges ``src -> dst`` (local ids, in that edge order) in CSC form."""
+def _relation(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int, same_set: bool,
+              idtype: torch.dtype = torch.int64) -> TorchBlock:
+    """Edges ``src -> dst`` (local ids, in that edge order) in CSC form, in ``idtype`` (the graph's, as DGL's)."""
     order = torch.argsort(dst, stable=True)
     indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(torch.bincount(dst, minlength=num_dst), 0, out=indptr[1:])
-    return TorchBlock(indptr, src[order], order, num_src, num_dst, is_block=not same_set)
+    return TorchBlock(indptr.to(idtype), src[order].to(idtype), order.to(idtype), num_src, num_dst,
+                      is_block=not same_set)
 
 
-def pair_graph(src: torch.Tensor, dst: torch.Tensor, nodes: torch.Tensor, eids: Optional[torch.Tensor]) -> TorchBlock:
+def pair_graph(src: torch.Tensor, dst: torch.Tensor, nodes: torch.Tensor, eids: Optional[torch.Tensor],
+               idtype: torch.dtype = torch.int64) -> TorchBlock:
     """A graph over ``nodes`` with edges ``src -> dst`` (local ids) in that edge order, as DGL's
     compacted pair graphs: ``ndata["_ID"]`` the graph's node ids, ``edata["_ID"]`` its edge ids."""
-    g = _relation(src, dst, nodes.numel(), nodes.numel(), True)
+    g = _relation(src, dst, nodes.numel(), nodes.numel(), True, idtype)
     g.srcdata = g.dstdata = {"_ID": nodes}
     g.edata = {"_ID": eids} if eids is not None else {}
     return g
 
 
 def hetero_pair_graph(edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
-                      eids: Optional[Dict[EType, torch.Tensor]]) -> TorchHeteroBlock:
+                      eids: Optional[Dict[EType, torch.Tensor]], idtype: torch.dtype = torch.int64) -> TorchHeteroBlock:
     """DGL's compacted heterograph pair graph: every relation (empty where the batch has none of
     it), every node type, ``ndata["_ID"]`` and ``edata["_ID"]`` per type."""
     counts = {nt: ids.numel() for nt, ids in nodes.items()}
-    relations = {et: _relation(u, v, counts[et[0]], counts[et[2]], et[0] == et[2]) for et, (u, v) in edges.items()}
+    relations = {et: _relation(u, v, counts[et[0]], counts[et[2]], et[0] == et[2], idtype)
+                 for et, (u, v) in edges.items()}
     return TorchHeteroBlock(relations, dict(counts), dict(counts), src_store={"_ID": dict(nodes)},
                             edge_store={"_ID": dict(eids)} if eids is not None else {}, is_block=False)
 
@@ -185,13 +189,13 @@ class DeviceEdgeBatches:
         if not self.graph.hetero:
             (et, (u, v)), = edges.items()
             pair = pair_graph(u, v, ids(nodes[self.graph.ntypes[0]]),
-                              None if eids is None else ids(next(iter(eids.values()))))
+                              None if eids is None else ids(next(iter(eids.values()))), self.graph.idtype)
             pair.canonical_etype = et
             return pair
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
         every = {et: edges.get(et, (empty, empty)) for et in self.graph.relations}
         full_eids = None if eids is None else {et: ids(eids.get(et, empty)) for et in self.graph.relations}
-        return hetero_pair_graph(every, {nt: ids(v) for nt, v in nodes.items()}, full_eids)
+        return hetero_pair_graph(every, {nt: ids(v) for nt, v in nodes.items()}, full_eids, self.graph.idtype)
 
     def _one(self, inputs: Dict[str, torch.Tensor]) -> Any:
         ids, ntypes = self.graph.ids, self.graph.ntypes

@@ -173,7 +173,9 @@ def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.T
         local = torch.arange(indices.numel(), device=indices.device)
         kwargs = dict(srcdata={NID: dg.ids(src[et[0]])}, dstdata={NID: dg.ids(dst[et[2]])},
                       edata={EID: dg.ids(eids)}) if with_data else {}
-        return TorchBlock(indptr, indices, local, src[et[0]].numel(), dst[et[2]].numel(), canonical_etype=et, **kwargs)
+        # Structure in the graph's id type, as DGL's blocks (block.idtype, edges()); sampled in int64.
+        return TorchBlock(dg.ids(indptr), dg.ids(indices), dg.ids(local), src[et[0]].numel(), dst[et[2]].numel(),
+                          canonical_etype=et, **kwargs)
 
     if not dg.hetero:
         return one(next(iter(edges)), True)

@@ -167,6 +167,34 @@ def test_an_int32_graph_gets_int32_ids_as_from_dgl():
                                torch.stack(_graph_ids(pos64)))
 
 
+def test_an_int32_graphs_device_blocks_and_pair_graphs_have_int32_structure_as_dgls():
+    """DGL's blocks and pair graphs of an int32 graph are int32 graphs: ``idtype``, ``edges()``,
+    ``nodes()``; the device path's were int64 (only their ``_ID`` data was int32)."""
+    from graphtrainer.data.node_loader import NodeLoader, default_sampler
+
+    g, reverse = symmetric_graph()
+    g = g.int()
+    hetero = dgl.heterograph({("a", "to", "b"): g.edges(), ("b", "back", "a"): g.edges()[::-1]},
+                             num_nodes_dict={"a": 60, "b": 60}).int()
+    for graph, seeds, eids in ((g, torch.arange(0, 60, 2), torch.arange(0, 600, 7)),
+                               (hetero, {"b": torch.arange(0, 60, 2)}, {"to": torch.arange(0, 300, 7)})):
+        nodes = NodeLoader(graph, seeds, default_sampler(graph, [3, 3]), 8)
+        edges = EdgeLoader(graph, eids, [3], 32, negatives=1, exclude="self", seed=1)
+        for loader in (nodes, edges):
+            cpu = next(iter(loader))
+            assert mode.place(loader, CPU, "device", announce=False) == "device"
+            dev = next(iter(loader))
+            for c, d in zip([*cpu[1:-1], *cpu[-1]], [*dev[1:-1], *dev[-1]]):
+                if not isinstance(c, dgl.DGLGraph):
+                    continue  # a node batch's seeds
+                assert c.idtype == d.idtype == torch.int32
+                for et in c.canonical_etypes:
+                    u, v = d.edges(etype=et)
+                    assert u.dtype == v.dtype == d.edges(form="eid", etype=et).dtype == torch.int32
+            if loader is edges:
+                assert dev[1].nodes(graph.ntypes[0]).dtype == torch.int32
+
+
 @pytest.mark.parametrize("fanouts", [[4, 4], [4, 4, 4]])
 @pytest.mark.parametrize("exclude,extra", [(None, 1), ("self", 2), ("reverse_id", 2)])
 def test_a_link_batch_waits_once_per_layer_plus_once_for_its_pair_nodes_and_once_for_its_exclusion(

@@ -92,6 +92,28 @@ def test_an_int32_graph_samples_on_the_cpu_as_in_dgl_with_the_int64_graphs_negat
     assert torch.equal(negatives[torch.int32], negatives[torch.int64])
 
 
+@pytest.mark.parametrize("reverse_dtype", [torch.int64, torch.int32])
+def test_an_int32_graph_excludes_reverse_edges_on_the_cpu_and_the_device(reverse_dtype):
+    """exclude="reverse_id" on an int32 graph: DGL's exclusion refuses int64 ids there (the loader
+    kept reverse_eids in int64, so every CPU batch failed deep in DGL); both paths keep the seed
+    edges and their reverses out of the blocks."""
+    g64, reverse = _graph()
+    g = g64.int()
+    seeds = torch.arange(0, 300, 7)
+    for where in ("cpu", "device"):
+        loader = EdgeLoader(g, seeds, [3, 3], 16, negatives=1, exclude="reverse_id",
+                            reverse_eids=reverse.to(reverse_dtype))
+        if where == "device":
+            assert mode.place(loader, CPU, "device", announce=False) == "device"
+        seen = 0
+        for _, pos, _, blocks in loader:
+            eids = pos.edata["_ID"].long()
+            banned = set(eids.tolist()) | set(reverse[eids].tolist())
+            assert all(not banned & set(b.edata["_ID"].tolist()) for b in blocks), where
+            seen += eids.numel()
+        assert seen == seeds.numel(), where
+
+
 def test_negatives_must_be_a_count_a_sampler_or_none():
     g, _ = _graph()
     for bad in (2.0, True, 0, -1, "2"):
