@@ -255,3 +255,21 @@ def test_graphtaskcli_is_exported_from_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "jsonargparse", None)  # as if the [cli] extra were missing
     with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[cli\]'"):
         exec("from graphtrainer import GraphTaskCLI", {})
+
+
+@pytest.mark.parametrize("key, value, way", [
+    ("accelerator", "gpu", "gpus=N (one rank per GPU) or num_procs=N (CPU ranks)"),  # not "did you mean 'allocator'"
+    ("devices", 2, "gpus=N or gpus=[0, 1] (GPUs), or num_procs=N (CPU ranks)"),
+    ("strategy", "ddp", "every run is DDP; launcher='fork', 'spawn' or 'forkserver'"),
+])
+@pytest.mark.parametrize("given", ["file", "flag"])
+def test_lightning_trainer_keys_name_graphtrainers_way(tmp_path, capsys, key, value, way, given):
+    config = _config(tmp_path / "runs")
+    flags: List[str] = []
+    if given == "file":
+        config["trainer"][key] = value
+    else:
+        flags = [f"--trainer.{key}", str(value)]
+    line = _refusal(tmp_path, capsys, config, *flags)
+    assert line.startswith(f"error: trainer.{key} is Lightning's; graphtrainer: {way}"), line
+
