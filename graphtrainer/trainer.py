@@ -10,7 +10,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from . import comm as gdist
 from . import options
 from .callbacks.base import Callback
 from .callbacks.checkpoint import ModelCheckpoint
@@ -379,6 +378,7 @@ class Trainer(RunView):
         if ckpt_path not in ("best", "last"):
             return ckpt_path
         path, said = resolve_named(ckpt_path, self.checkpoint_callbacks, self.default_root_dir, fresh_if_none)
-        if detect_external_launch() is None or gdist.get_rank() == 0:
+        external = detect_external_launch()  # the process group may not exist yet: its rank says who prints
+        if external is None or external.rank == 0:
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: {said}", flush=True)
         return path
