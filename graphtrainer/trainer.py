@@ -17,6 +17,7 @@ from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint.content import save_checkpoint
+from .checkpoint.file import check_checkpoint_path
 from .checkpoint.run_files import prepare_run_dir, remove_dead_partials, remove_if_unused, resolve_named
 from .distdgl.cluster import check_options
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
@@ -376,6 +377,8 @@ class Trainer(RunView):
         ``fresh_if_none`` (fit): "last" with no checkpoint yet means a fresh start, so one
         command line serves the first start and every restart after a preemption."""
         if ckpt_path not in ("best", "last"):
+            if ckpt_path is not None:  # here, before any rank starts, not in every rank after loading data
+                check_checkpoint_path(ckpt_path)
             return ckpt_path
         path, said = resolve_named(ckpt_path, self.checkpoint_callbacks, self.default_root_dir, fresh_if_none)
         external = detect_external_launch()  # the process group may not exist yet: its rank says who prints

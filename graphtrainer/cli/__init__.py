@@ -129,9 +129,14 @@ class GraphTaskCLI:
 
     # ---- running ----------------------------------------------------------------------
     def run_subcommand(self) -> Any:
-        """``Trainer.<subcommand>(task, ckpt_path)``; rank 0 prints what validate/test/predict return."""
+        """``Trainer.<subcommand>(task, ckpt_path)``; rank 0 prints what validate/test/predict return.
+        A ``ckpt_path`` that names nothing is refused here."""
         method = getattr(self.trainer, self.subcommand)
-        out = method(self.task, ckpt_path=self.config.ckpt_path)
+        try:  # a config problem: one error line, before any rank starts
+            ckpt_path = self.trainer._resolve_ckpt(self.config.ckpt_path, fresh_if_none=self.subcommand == "fit")
+        except (ValueError, FileNotFoundError) as err:
+            _refuse(one_line(str(err)), err)
+        out = method(self.task, ckpt_path=ckpt_path)
         if self.trainer.rank != 0:  # under torchrun or Slurm every rank runs this; one prints
             return out
         if self.subcommand in ("validate", "test"):

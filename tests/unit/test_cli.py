@@ -273,3 +273,26 @@ def test_lightning_trainer_keys_name_graphtrainers_way(tmp_path, capsys, key, va
     line = _refusal(tmp_path, capsys, config, *flags)
     assert line.startswith(f"error: trainer.{key} is Lightning's; graphtrainer: {way}"), line
 
+
+def _ckpt_config(root: Path, lr: float) -> Dict[str, Any]:
+    config = _with_callbacks(root, {"class_path": "graphtrainer.ModelCheckpoint",
+                                    "init_args": {"monitor": "val_loss", "save_last": True}})
+    config["task"]["init_args"]["lr"] = lr
+    return config
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--ckpt_path", "best"], "error: ckpt_path='best': no best checkpoint found in "),
+    (["--ckpt_path", "nosuch.ckpt"], "error: checkpoint nosuch.ckpt does not exist: pass an existing "
+                                     "file, or ckpt_path='last' / 'best'"),
+])
+@pytest.mark.parametrize("command", ["fit", "test"])
+def test_a_ckpt_path_that_names_nothing_is_one_error_line_and_status_2(tmp_path, capsys, flags, expected, command):
+    path = _write(tmp_path / "run.yaml", _ckpt_config(tmp_path / "runs", 0.1))
+    with pytest.raises(SystemExit) as info:  # before: a traceback, status 1 (a missing file: from every rank)
+        GraphTaskCLI(args=[command, "--config", str(path), *flags])
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
