@@ -296,3 +296,22 @@ def test_a_ckpt_path_that_names_nothing_is_one_error_line_and_status_2(tmp_path,
     assert len(lines) == 1 and lines[0].startswith(expected), lines
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
+
+def test_last_and_best_with_a_runs_saved_config_mean_that_runs_checkpoints(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for lr in (0.1, 0.01):  # two runs: version_1 is the newest
+        GraphTaskCLI(args=["fit", "--config", str(_write(tmp_path / "run.yaml", _ckpt_config(root, lr)))])
+    capsys.readouterr()
+    for which in ("best", "last"):
+        for run in ("version_0", "version_1"):
+            GraphTaskCLI(args=["test", "--config", str(root / run / CONFIG_FILE), "--ckpt_path", which])
+            out = capsys.readouterr().out
+            assert f"ckpt_path='{which}': using {root / run / 'checkpoints'}" in out, out  # before: version_1's
+    # A config that is no run's own: the newest run's, as before.
+    GraphTaskCLI(args=["test", "--config", str(tmp_path / "run.yaml"), "--ckpt_path", "best"])
+    assert f"using {root / 'version_1' / 'checkpoints'}" in capsys.readouterr().out
+    # fit resumes that run into a new folder.
+    cli = GraphTaskCLI(args=["fit", "--config", str(root / "version_0" / CONFIG_FILE), "--ckpt_path", "last",
+                             "--trainer.max_epochs", "3"])
+    assert f"using {root / 'version_0' / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out
+    assert [row["epoch"] for row in cli.trainer.history] == [2] and cli.trainer.log_dir == root / "version_2"
