@@ -10,7 +10,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from . import comm as gdist
 from . import options
 from .callbacks.base import Callback
 from .callbacks.checkpoint import ModelCheckpoint
@@ -18,6 +17,7 @@ from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
 from .checkpoint.content import save_checkpoint
+from .checkpoint.file import check_checkpoint_path
 from .checkpoint.run_files import prepare_run_dir, remove_dead_partials, remove_if_unused, resolve_named
 from .distdgl.cluster import check_options
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
@@ -372,13 +372,18 @@ class Trainer(RunView):
                 task.model = task.configure_model()
             task.module.load_state_dict(result.state_dict)
 
-    def _resolve_ckpt(self, ckpt_path: Optional[str], fresh_if_none: bool = False) -> Optional[str]:
+    def _resolve_ckpt(self, ckpt_path: Optional[str], fresh_if_none: bool = False,
+                      run_dir: Optional[str | os.PathLike] = None) -> Optional[str]:
         """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0.
         ``fresh_if_none`` (fit): "last" with no checkpoint yet means a fresh start, so one
-        command line serves the first start and every restart after a preemption."""
+        command line serves the first start and every restart after a preemption. ``run_dir``:
+        "last"/"best" of that run folder, not of the newest run."""
         if ckpt_path not in ("best", "last"):
+            if ckpt_path is not None:  # here, before any rank starts, not in every rank after loading data
+                check_checkpoint_path(ckpt_path)
             return ckpt_path
-        path, said = resolve_named(ckpt_path, self.checkpoint_callbacks, self.default_root_dir, fresh_if_none)
-        if detect_external_launch() is None or gdist.get_rank() == 0:
+        path, said = resolve_named(ckpt_path, self.checkpoint_callbacks, self.default_root_dir, fresh_if_none, run_dir)
+        external = detect_external_launch()  # the process group may not exist yet: its rank says who prints
+        if external is None or external.rank == 0:
             print(f"[graphtrainer] ckpt_path={ckpt_path!r}: {said}", flush=True)
         return path

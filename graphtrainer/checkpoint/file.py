@@ -223,8 +223,9 @@ def _damaged(path: Path, why: str) -> str:
             "another checkpoint (an earlier epoch's file, or last.ckpt)")
 
 
-def read_verified(path: str | os.PathLike) -> Dict[str, Any]:
-    """Verify ``path``, then load it on CPU without running code from it (``weights_only``)."""
+def check_checkpoint_path(path: str | os.PathLike) -> Path:
+    """``path`` as a ``Path`` when it is a file; else ``IsADirectoryError`` (naming the checkpoints
+    in it) or ``FileNotFoundError``, each saying what to pass instead."""
     path = Path(path)
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.ckpt"))
@@ -232,7 +233,14 @@ def read_verified(path: str | os.PathLike) -> Dict[str, Any]:
         raise IsADirectoryError(f"checkpoint path {path} is a directory{hint}: pass one checkpoint file "
                                 "inside it, or ckpt_path='last' / 'best'")
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
+        raise FileNotFoundError(f"checkpoint {path} does not exist: pass an existing file, or "
+                                "ckpt_path='last' / 'best' (a ModelCheckpoint's files)")
+    return path
+
+
+def read_verified(path: str | os.PathLike) -> Dict[str, Any]:
+    """Verify ``path``, then load it on CPU without running code from it (``weights_only``)."""
+    path = check_checkpoint_path(path)
     verify(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -62,19 +62,21 @@ def run_dirs(root: Path) -> List[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_ok: bool = False) -> Optional[str]:
+def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_ok: bool = False,
+                    run_dir: Optional[str | os.PathLike] = None) -> Optional[str]:
     """The file ``ckpt_path="last"`` or ``"best"`` means for ``callback`` (a ModelCheckpoint);
     None when there is none and ``missing_ok`` (a ``ValueError`` otherwise).
 
     This trainer's last fit answers first, else (a fresh process) the callback's explicit
-    ``dirpath`` or the newest run under ``root`` with checkpoints. "last" is its ``last.ckpt``
-    or else its newest checkpoint (``save_last=False``); "best" is read from the
-    ModelCheckpoint state in its newest checkpoint.
+    ``dirpath``, or the run folder ``run_dir`` when given, or the newest run under ``root`` with
+    checkpoints. "last" is its ``last.ckpt`` or else its newest checkpoint (``save_last=False``);
+    "best" is read from the ModelCheckpoint state in its newest checkpoint.
     """
     known = callback.best_model_path if which == "best" else callback.last_model_path
     if known and Path(known).is_file():
         return str(known)
     folders = ([Path(callback.explicit_dirpath)] if callback.explicit_dirpath is not None
+               else [Path(run_dir) / "checkpoints"] if run_dir is not None
                else [d / "checkpoints" for d in run_dirs(Path(root))])
     for folder in folders:
         path = _last_in(folder) if which == "last" else _best_in(folder, callback.state_key)
@@ -82,30 +84,34 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
             return path
     if missing_ok:
         return None
-    raise ValueError(f"ckpt_path={which!r}: {missing_checkpoint(callback, root, which)}"
+    raise ValueError(f"ckpt_path={which!r}: {missing_checkpoint(callback, root, which, run_dir)}"
                      + (" (save one with ModelCheckpoint(save_last=True))" if which == "last" else
                         f" (none written by a ModelCheckpoint with {callback.state_key})")
                      + ": run fit first, or pass a file path")
 
 
-def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike,
-                  fresh_if_none: bool = False) -> Tuple[Optional[str], str]:
+def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike, fresh_if_none: bool = False,
+                  run_dir: Optional[str | os.PathLike] = None) -> Tuple[Optional[str], str]:
     """``(path, what was chosen in words)`` for ``ckpt_path="last"``/``"best"`` from the first
-    ``ModelCheckpoint``; with ``fresh_if_none``, "last" with none yet gives no path."""
+    ``ModelCheckpoint``; with ``fresh_if_none``, "last" with none yet gives no path. ``run_dir``:
+    look in that run folder only (not the newest run under ``root``)."""
     if not callbacks:
         raise ValueError(f"ckpt_path={which!r} needs a ModelCheckpoint callback in this trainer "
                          "(none is configured): add one, or pass a file path")
-    path = find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last")
-    said = f"using {path}" if path else f"{missing_checkpoint(callbacks[0], root)} yet: starting from scratch"
+    path = find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last", run_dir=run_dir)
+    said = (f"using {path}" if path else
+            f"{missing_checkpoint(callbacks[0], root, run_dir=run_dir)} yet: starting from scratch")
     if path and which == "last" and Path(path).name != "last.ckpt":
         said = (f"no last.ckpt in {Path(path).parent} (ModelCheckpoint(save_last=True) keeps one): "
                 f"using its newest checkpoint, {path}")
     return path, said
 
 
-def missing_checkpoint(callback: Any, root: str | os.PathLike, which: str = "last") -> str:
+def missing_checkpoint(callback: Any, root: str | os.PathLike, which: str = "last",
+                       run_dir: Optional[str | os.PathLike] = None) -> str:
     """"no <which> checkpoint found in <where ``callback``'s checkpoints are looked for>"."""
-    where = str(callback.explicit_dirpath) if callback.explicit_dirpath is not None else f"{root}/version_*/checkpoints"
+    where = (str(callback.explicit_dirpath) if callback.explicit_dirpath is not None
+             else str(Path(run_dir) / "checkpoints") if run_dir is not None else f"{root}/version_*/checkpoints")
     return f"no {which} checkpoint found in {where}"
 
 

@@ -14,6 +14,7 @@ file back as ``--config`` repeats the run.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
@@ -129,9 +130,16 @@ class GraphTaskCLI:
 
     # ---- running ----------------------------------------------------------------------
     def run_subcommand(self) -> Any:
-        """``Trainer.<subcommand>(task, ckpt_path)``; rank 0 prints what validate/test/predict return."""
+        """``Trainer.<subcommand>(task, ckpt_path)``; rank 0 prints what validate/test/predict return.
+        ``ckpt_path`` "last"/"best" with a run's saved ``config.yaml`` as ``--config`` means
+        that run's checkpoint (else the newest run's); one that names nothing is refused here."""
         method = getattr(self.trainer, self.subcommand)
-        out = method(self.task, ckpt_path=self.config.ckpt_path)
+        try:  # a config problem: one error line, before any rank starts
+            ckpt_path = self.trainer._resolve_ckpt(self.config.ckpt_path, fresh_if_none=self.subcommand == "fit",
+                                                   run_dir=self._config_run_dir())
+        except (ValueError, FileNotFoundError) as err:
+            _refuse(one_line(str(err)), err)
+        out = method(self.task, ckpt_path=ckpt_path)
         if self.trainer.rank != 0:  # under torchrun or Slurm every rank runs this; one prints
             return out
         if self.subcommand in ("validate", "test"):
@@ -140,6 +148,15 @@ class GraphTaskCLI:
         elif self.subcommand == "predict":
             print(f"predict: {tuple(out.shape)} {out.dtype}", flush=True)
         return out
+
+    def _config_run_dir(self) -> Optional[Path]:
+        """The run folder whose saved config was given last as ``--config``
+        (``<root>/version_<n>/config.yaml``), if one was."""
+        for file in reversed(self.config.get("config") or []):
+            path = Path(str(file))
+            if path.name == CONFIG_FILE and re.fullmatch(r"version_\d+", path.parent.name):
+                return path.parent
+        return None
 
     # ---- parsing ----------------------------------------------------------------------
     def _command_parser(self, ja: Any, files: List[str], **kwargs: Any) -> Any:

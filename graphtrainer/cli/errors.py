@@ -14,6 +14,8 @@ import inspect
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from ..loop.lightning_names import lightning_trainer_way
+
 
 def import_class(path: str) -> Any:
     """The object ``"package.module.Name"`` names."""
@@ -122,6 +124,9 @@ def _unknown_flag(flag: str, parsers: Sequence[Any]) -> Optional[str]:
             if not valid:
                 return None
             group = prefix.rstrip(".")
+            way = lightning_trainer_way(part) if group == "trainer" else None
+            if way is not None:  # not a typo of a close name ("accelerator" is not "allocator")
+                return f"trainer.{part} is Lightning's; graphtrainer: {way}"
             return _unknown(".".join(parts[:i + 1]), part, valid, f"{group} accepts" if group else "valid top-level keys:")
     return None
 

@@ -4,7 +4,7 @@ warns about each, naming graphtrainer's way (:func:`check_lightning_names`)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 _OUTPUTS = "it takes no outputs: keep what you need in {step} or on_{stage}_batch_end"
 _NO_LOOP = ("graphtrainer steps the optimizers itself: use on_before_optimizer_step / on_before_zero_grad, "
@@ -115,6 +115,11 @@ _TRAINER_OPTIONS: Dict[str, str] = {
     "reload_dataloaders_every_n_epochs": "loaders are made once per fit and reshuffled every epoch by set_epoch",
     "use_distributed_sampler": "graphtrainer's loaders split ids between ranks themselves",
 }
+
+
+def lightning_trainer_way(name: str) -> Optional[str]:
+    """graphtrainer's way for Lightning's ``Trainer`` argument ``name``; None if it is not one."""
+    return _TRAINER_OPTIONS.get(name)
 
 
 def check_trainer_options(options: Dict[str, Any]) -> None:

@@ -255,3 +255,63 @@ def test_graphtaskcli_is_exported_from_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "jsonargparse", None)  # as if the [cli] extra were missing
     with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[cli\]'"):
         exec("from graphtrainer import GraphTaskCLI", {})
+
+
+@pytest.mark.parametrize("key, value, way", [
+    ("accelerator", "gpu", "gpus=N (one rank per GPU) or num_procs=N (CPU ranks)"),  # not "did you mean 'allocator'"
+    ("devices", 2, "gpus=N or gpus=[0, 1] (GPUs), or num_procs=N (CPU ranks)"),
+    ("strategy", "ddp", "every run is DDP; launcher='fork', 'spawn' or 'forkserver'"),
+])
+@pytest.mark.parametrize("given", ["file", "flag"])
+def test_lightning_trainer_keys_name_graphtrainers_way(tmp_path, capsys, key, value, way, given):
+    config = _config(tmp_path / "runs")
+    flags: List[str] = []
+    if given == "file":
+        config["trainer"][key] = value
+    else:
+        flags = [f"--trainer.{key}", str(value)]
+    line = _refusal(tmp_path, capsys, config, *flags)
+    assert line.startswith(f"error: trainer.{key} is Lightning's; graphtrainer: {way}"), line
+
+
+def _ckpt_config(root: Path, lr: float) -> Dict[str, Any]:
+    config = _with_callbacks(root, {"class_path": "graphtrainer.ModelCheckpoint",
+                                    "init_args": {"monitor": "val_loss", "save_last": True}})
+    config["task"]["init_args"]["lr"] = lr
+    return config
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--ckpt_path", "best"], "error: ckpt_path='best': no best checkpoint found in "),
+    (["--ckpt_path", "nosuch.ckpt"], "error: checkpoint nosuch.ckpt does not exist: pass an existing "
+                                     "file, or ckpt_path='last' / 'best'"),
+])
+@pytest.mark.parametrize("command", ["fit", "test"])
+def test_a_ckpt_path_that_names_nothing_is_one_error_line_and_status_2(tmp_path, capsys, flags, expected, command):
+    path = _write(tmp_path / "run.yaml", _ckpt_config(tmp_path / "runs", 0.1))
+    with pytest.raises(SystemExit) as info:  # before: a traceback, status 1 (a missing file: from every rank)
+        GraphTaskCLI(args=[command, "--config", str(path), *flags])
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_last_and_best_with_a_runs_saved_config_mean_that_runs_checkpoints(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for lr in (0.1, 0.01):  # two runs: version_1 is the newest
+        GraphTaskCLI(args=["fit", "--config", str(_write(tmp_path / "run.yaml", _ckpt_config(root, lr)))])
+    capsys.readouterr()
+    for which in ("best", "last"):
+        for run in ("version_0", "version_1"):
+            GraphTaskCLI(args=["test", "--config", str(root / run / CONFIG_FILE), "--ckpt_path", which])
+            out = capsys.readouterr().out
+            assert f"ckpt_path='{which}': using {root / run / 'checkpoints'}" in out, out  # before: version_1's
+    # A config that is no run's own: the newest run's, as before.
+    GraphTaskCLI(args=["test", "--config", str(tmp_path / "run.yaml"), "--ckpt_path", "best"])
+    assert f"using {root / 'version_1' / 'checkpoints'}" in capsys.readouterr().out
+    # fit resumes that run into a new folder.
+    cli = GraphTaskCLI(args=["fit", "--config", str(root / "version_0" / CONFIG_FILE), "--ckpt_path", "last",
+                             "--trainer.max_epochs", "3"])
+    assert f"using {root / 'version_0' / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out
+    assert [row["epoch"] for row in cli.trainer.history] == [2] and cli.trainer.log_dir == root / "version_2"
