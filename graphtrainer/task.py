@@ -155,11 +155,11 @@ class GraphTask:
         return None
 
     def test_step(self, batch: Any, batch_idx: int) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must override test_step(batch, batch_idx) to use Trainer.test")
+        raise NotImplementedError(f"{type(self).__name__} must override test_step(batch, batch_idx) for Trainer.test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         """One output row per seed of the batch (node, edge or graph), in the batch's order."""
-        raise NotImplementedError(f"{type(self).__name__} must override predict_step(batch, batch_idx) to use Trainer.predict")
+        raise NotImplementedError(f"{type(self).__name__} must override predict_step(batch, batch_idx) to predict")
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device) -> Any:
         """Move tensors and DGL graphs/blocks (anything with ``.to``) in ``batch`` to ``device``."""

@@ -63,7 +63,8 @@ def one_line(message: str) -> str:
     return re.sub(r"\s*\n\s*", "; ", message.strip())
 
 
-def _index_of(message: str, class_path: str, key: str, option: Optional[str], list_index: Optional[Callable[[str], Optional[int]]]) -> str:
+def _index_of(message: str, class_path: str, key: str, option: Optional[str],
+              list_index: Optional[Callable[[str], Optional[int]]]) -> str:
     """``[i]`` when the failing class is item i of a list (``trainer.callbacks``), else ``""``."""
     given = _GIVEN.search(message)
     text = given.group(1).strip() if given else ""
@@ -127,7 +128,8 @@ def _unknown_flag(flag: str, parsers: Sequence[Any]) -> Optional[str]:
             way = lightning_trainer_way(part) if group == "trainer" else None
             if way is not None:  # not a typo of a close name ("accelerator" is not "allocator")
                 return f"trainer.{part} is Lightning's; graphtrainer: {way}"
-            return _unknown(".".join(parts[:i + 1]), part, valid, f"{group} accepts" if group else "valid top-level keys:")
+            where = f"{group} accepts" if group else "valid top-level keys:"
+            return _unknown(".".join(parts[:i + 1]), part, valid, where)
     return None
 
 

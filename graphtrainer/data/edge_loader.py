@@ -119,8 +119,8 @@ def check_reverse_etypes(graph: Any, reverse_etypes: Dict[Any, Any]) -> Dict[Any
         if bad.numel():
             e = int(bad[0])
             raise ValueError(f"reverse_etypes: edge {e} of {rev} ({int(ru[e])}->{int(rv[e])}) does not reverse "
-                             f"edge {e} of {et} ({int(u[e])}->{int(v[e])}); {bad.numel()} of {u.numel()} differ. Build the "
-                             "reverse relation from the same edge list: {rel: (u, v), rev: (v, u)}")
+                             f"edge {e} of {et} ({int(u[e])}->{int(v[e])}); {bad.numel()} of {u.numel()} differ. "
+                             "Build the reverse relation from the same edge list: {rel: (u, v), rev: (v, u)}")
         out[et] = rev
     return out
 

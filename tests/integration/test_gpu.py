@@ -187,7 +187,8 @@ NN_SCRIPT = SCRIPT.with_name("nn_gpu_script.py")
 
 
 def _run_nn(out, *args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(NN_SCRIPT), "--out", str(out), *args], env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -240,7 +240,8 @@ def test_module_refusal_is_one_error_line_and_status_2(tmp_path):
     config = _with_callbacks(tmp_path / "runs", {"class_path": "graphtrainer.EarlyStopping",
                                                  "init_args": {"monitor": "val_loss", "mode": "maximum"}})
     env = tutorial_env(PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'helpers'}")  # tasks.RegressionTask
-    out = subprocess.run([sys.executable, "-m", "graphtrainer", "fit", "--config", str(_write(tmp_path / "run.yaml", config))],
+    config_file = str(_write(tmp_path / "run.yaml", config))
+    out = subprocess.run([sys.executable, "-m", "graphtrainer", "fit", "--config", config_file],
                          capture_output=True, text=True, timeout=150, cwd=ROOT, env=env)
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: trainer.callbacks[0] (graphtrainer.EarlyStopping): "
