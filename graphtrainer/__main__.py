@@ -10,7 +10,11 @@ def _run() -> None:
     except ImportError as err:  # the [cli] extra is not installed: say how to get it, no traceback
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the ranks are ended by then (the launcher's own handling): no traceback
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -232,3 +232,33 @@ def test_a_partial_checkpoint_of_a_killed_writer_is_removed_by_the_next_fit(root
             callbacks=[ModelCheckpoint(save_last=True)]).fit(RegressionTask())  # writes into version_1
     assert not partial[0].exists()
     assert f"removed partial checkpoint files of writers that no longer run: {partial[0]}" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ctrl_c_to_a_command_line_fit_ends_it_with_one_line_and_status_130(tmp_path, process_owner, terminal_sigint):
+    """``python -m graphtrainer fit`` under Ctrl-C: the ranks end (the launcher's cleanup), then
+    one line and status 130 as shells expect, not a KeyboardInterrupt traceback."""
+    import yaml
+
+    config = {"trainer": {"num_procs": 2, "max_epochs": 100000, "progress_bar": False,
+                          "default_root_dir": str(tmp_path / "runs")},
+              "task": {"class_path": "fault_driver.Marked", "init_args": {"ready_dir": str(tmp_path)}}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "tmp").mkdir()
+    env = env_without_launch(TMPDIR=str(tmp_path / "tmp"),
+                             PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)]))
+    proc = process_owner.start([sys.executable, "-m", "graphtrainer", "fit", "--config", str(tmp_path / "run.yaml")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 100
+    while not all((tmp_path / f"rank{r}.pid").exists() for r in (0, 1)):
+        if proc.poll() is not None:
+            raise AssertionError(f"the command ended early: {proc.communicate()}")
+        assert time.monotonic() < deadline, "the ranks never started training"
+        time.sleep(0.05)
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    _gone_within(descendants, 20)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "interrupted", err[-3000:]
