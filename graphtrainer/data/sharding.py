@@ -67,6 +67,9 @@ def check_seed_ids(ids: Any, num_nodes: int, what: str = "seed ids", unit: str =
             raise ValueError(f"{what}: a boolean mask must have one entry per {unit} "
                              f"({num_nodes}), got {ids.numel()}")
         ids = ids.nonzero(as_tuple=True)[0]
+    if ids.dtype == torch.uint8 and ids.numel() == num_nodes and bool(((ids == 0) | (ids == 1)).all()):
+        raise ValueError(f"{what}: a uint8 0/1 tensor with one entry per {unit} reads as a mask, but uint8 is "
+                         "not an id type: pass mask.bool() (a boolean mask), or int64 ids")
     if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"{what}: dtype {ids.dtype} is not an integer id type; pass int64 {unit} "
                          "ids (e.g. mask.nonzero().squeeze(1)) or a boolean mask")

@@ -87,8 +87,10 @@ def gather_predictions(loader: Any, outputs: List[Any], device: torch.device, li
     """One row per id, in the order the loader was given the ids (with ``limited``, for the
     ids the limited batches covered, still in that order). Collective."""
     if outputs:
-        if not all(isinstance(o, torch.Tensor) for o in outputs):
-            raise ValueError("predict_step must return a tensor with one row per seed (node, edge or graph)")
+        bad = next((o for o in outputs if not isinstance(o, torch.Tensor)), None)
+        if bad is not None:
+            raise ValueError(f"predict_step must return a tensor with one row per seed (node, edge or graph), "
+                             f"got {type(bad).__name__}: return one tensor (e.g. torch.cat of its parts)")
         local = torch.cat([o.detach() for o in outputs])
     else:
         local = None

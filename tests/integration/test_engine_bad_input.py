@@ -153,9 +153,16 @@ def test_a_batch_limit_that_leaves_no_batch_fails_before_the_first_epoch(root_di
     (torch.tensor([[1, 2]]), r"expected a 1-D tensor of node ids, got shape \(1, 2\)"),
     (torch.tensor([], dtype=torch.int64), "the id set is empty"),
     (torch.zeros(5, dtype=torch.bool), r"a boolean mask must have one entry per node \(160\), got 5"),
+    (torch.arange(160) % 2 == 0, None),  # a boolean mask: accepted
+    ((torch.arange(160) % 2).to(torch.uint8), r"a uint8 0/1 tensor with one entry per node reads as a mask, but "
+                                              r"uint8 is not an id type: pass mask.bool\(\)"),
+    (torch.tensor([3, 7], dtype=torch.uint8), r"dtype torch.uint8 is not an integer id type"),
 ])
 def test_node_loader_checks_ids_when_built(ids, message):
     graph = make_graph(num_nodes=160)
+    if message is None:
+        assert len(NodeLoader(graph, ids, full_sampler(2), 4)) == 20  # 80 seeds, batches of 4
+        return
     with pytest.raises(ValueError, match=message):
         NodeLoader(graph, ids, full_sampler(2), 4)
     task = FullSageTask(graph, 4)

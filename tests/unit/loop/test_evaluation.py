@@ -125,3 +125,17 @@ def test_sampled_evaluation_is_seeded_by_the_trainer(trained, num_procs):
     assert results[0] == results[1]
     other = Trainer(num_procs=num_procs, seed=6, threads_per_proc=1, progress_bar=False, logger=False)
     assert other.test(task, ckpt_path=trained["ckpt"].best_model_path) != results[0]  # sampling matters
+
+
+class _DictPredictions(SageTask):
+    def predict_step(self, batch, batch_idx):
+        return {"logits": super().predict_step(batch, batch_idx)}
+
+
+@pytest.mark.timeout(120)
+def test_predict_step_returning_a_dict_is_refused_naming_what_it_returned(trained):
+    trainer = Trainer(num_procs=1, progress_bar=False, default_root_dir=trained["root"])
+    with pytest.raises(Exception, match=r"predict_step must return a tensor with one row per seed .*got dict: return "
+                                        r"one tensor"):
+        trainer.predict(_DictPredictions(trained["graph"], eval_batch_size=4),
+                        ckpt_path=trained["ckpt"].best_model_path)
