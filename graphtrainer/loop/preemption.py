@@ -194,7 +194,8 @@ def stop_run(ctx: Any, batches_done: int) -> None:
     where = (f"at epoch {state.current_epoch} after batch {batches_done - 1}" if batches_done else
              f"at the end of epoch {state.current_epoch - 1}")
     message = (f"fit stopped by {describe()} {where} (step {state.global_step}); checkpoint {path}. Resume with "
-               f"fit(task, ckpt_path='last') (command line: --ckpt_path last); the process exits with status {PREEMPTED_EXIT_CODE}")
+               f"fit(task, ckpt_path='last') (command line: --ckpt_path last); the process exits with status "
+               f"{PREEMPTED_EXIT_CODE}")
     if state.rank == 0:
         done = requeue_if_asked()
         if done:
