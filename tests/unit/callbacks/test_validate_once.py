@@ -10,19 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphtrainer import Callback, EarlyStopping, ModelCheckpoint, Trainer
+from graphtrainer import Callback, EarlyStopping, ModelCheckpoint
 
+from mid_epoch_runs import mid_epoch_trainer as _trainer
 from tasks import RegressionTask
 
 # 64 samples, batch 8: 4 batches per rank and epoch with 2 ranks, 8 with 1;
 # val_check_interval=2 validates after every second batch (not the last) and at the epoch's end.
-
-
-def _trainer(root, epochs, callbacks, **kw):
-    kw.setdefault("num_procs", 2)
-    kw.setdefault("val_check_interval", 2)
-    return Trainer(max_epochs=epochs, seed=0, progress_bar=False, enable_model_summary=False,
-                   default_root_dir=root, callbacks=list(callbacks), **kw)
 
 
 class _Validations(Callback):
