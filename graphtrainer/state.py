@@ -221,8 +221,9 @@ class RunView:
     state: RunState
     callbacks: List[Any]
 
-    def save_checkpoint(self, path: Union[str, os.PathLike]) -> None:
-        """Write a checkpoint of the running task. Must be called on all processes."""
+    def save_checkpoint(self, path: Union[str, os.PathLike], weights_only: bool = False) -> None:
+        """Write a checkpoint of the running task (``weights_only``: only the model's weights, as
+        Lightning's; such a file evaluates but cannot resume a fit). Must be called on all processes."""
         raise NotImplementedError
 
     @property

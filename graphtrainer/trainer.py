@@ -291,12 +291,13 @@ class Trainer(RunView):
         order the ids were given, whatever the number of ranks."""
         return self._run(task, "predict", self._resolve_ckpt(ckpt_path)).predictions
 
-    def save_checkpoint(self, path: Union[str, os.PathLike]) -> None:
-        """Write a checkpoint of the running task. Must be called on all processes."""
+    def save_checkpoint(self, path: Union[str, os.PathLike], weights_only: bool = False) -> None:
+        """Write a checkpoint of the running task (``weights_only``: only the model's weights, as
+        Lightning's; such a file evaluates but cannot resume a fit). Must be called on all processes."""
         if self.state.task is None:
             raise RuntimeError("save_checkpoint saves the running task: call it from a hook or callback "
                                "during fit")
-        save_checkpoint(self, self.state.task, path)
+        save_checkpoint(self, self.state.task, path, weights_only=weights_only)
 
     # ---- launching ----------------------------------------------------------------------
     def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:

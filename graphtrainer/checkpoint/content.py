@@ -19,6 +19,10 @@ A checkpoint is a dict of plain values and tensors, loadable with
 ``precision``          the Trainer's precision; ``grad_scaler``: the float16 scaler's state
 ``rng_states``         per rank: python, numpy and torch generator states
 ``loggers``            (optional) rank 0's loggers' ``state_dict()`` (an external run's id)
+``weights_only``       only in a weights-only checkpoint (``ModelCheckpoint(save_weights_only=True)``,
+                       ``trainer.save_checkpoint(path, weights_only=True)``): True; it holds
+                       ``state_dict``, ``epoch``, ``epoch_finished``, ``global_step``,
+                       ``hyper_parameters`` and the versions only, so it evaluates but never resumes
 ``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
                        fit (:mod:`graphtrainer.loop.preemption`), ``max_steps`` or an agreed stop
                        ended ``epoch`` early, or after a mid-epoch validation (then
@@ -51,8 +55,8 @@ from .file import CheckpointError, atomic_save, read_verified
 #: 2: ``epoch`` is the epoch written in, with ``epoch_finished`` (1: epochs completed).
 FORMAT_VERSION = 2
 
-__all__ = ["CheckpointError", "FORMAT_VERSION", "atomic_save", "build_checkpoint", "load_checkpoint",
-           "read_checkpoint", "restore_training_state", "save_checkpoint"]
+__all__ = ["CheckpointError", "FORMAT_VERSION", "atomic_save", "build_checkpoint", "check_resumable",
+           "load_checkpoint", "read_checkpoint", "restore_training_state", "save_checkpoint"]
 
 
 def rng_state() -> Dict[str, Any]:
@@ -75,27 +79,24 @@ def set_rng_state(state: Dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]] = None) -> Optional[Dict[str, Any]]:
-    """The checkpoint dict (with ``extra``) on rank 0, None elsewhere. Must be called on all processes."""
+def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]] = None,
+                     weights_only: bool = False) -> Optional[Dict[str, Any]]:
+    """The checkpoint dict (with ``extra``) on rank 0, None elsewhere. Must be called on all processes
+    (with the same ``weights_only``: a full checkpoint gathers every rank's RNG states)."""
+    if weights_only:
+        return _weights_only(trainer, task, extra) if trainer.rank == 0 else None
     state = trainer.state
     rngs = gdist.all_gather_object(state.rng_at_stop or rng_state())
     if trainer.rank != 0:
         return None
     if state.batches_done_in_epoch:  # written mid-epoch: resume at the next batch
         extra = {"batches_done_in_epoch": state.batches_done_in_epoch, **(extra or {})}
-    module = task.module
     ckpt: Dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "graphtrainer": __version__,
-        "state_dict": {k: v.detach().cpu() for k, v in module.state_dict().items()},
+        **_model_part(trainer, task),
         "optimizer_states": [_to_cpu(opt.state_dict()) for opt in trainer.optimizers],
         "lr_scheduler_states": [cfg.scheduler.state_dict() for cfg in trainer.lr_schedulers],
-        "epoch": trainer.current_epoch,
-        "epoch_finished": bool(trainer.state.epoch_finished),
-        "global_step": trainer.global_step,
         # Only callbacks with something to restore (a progress bar or summary has nothing).
         "callbacks": {key: value for key, value in callback_states(trainer.callbacks).items() if value},
-        "hyper_parameters": dict(getattr(task, "hparams", {})),
         "world_size": trainer.world_size,
         "precision": trainer.state.precision.name if trainer.state.precision is not None else "32",
         "grad_scaler": trainer.state.precision.state_dict() if trainer.state.precision is not None else None,
@@ -106,6 +107,26 @@ def build_checkpoint(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]
         ckpt["loggers"] = trainer.logger.state_dict()
     for cb in trainer.callbacks:
         cb.on_save_checkpoint(trainer, task, ckpt)
+    task.on_save_checkpoint(ckpt)
+    return ckpt
+
+
+def _model_part(trainer: RunView, task: Any) -> Dict[str, Any]:
+    """What every checkpoint holds, a weights-only one included."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "graphtrainer": __version__,
+        "state_dict": {k: v.detach().cpu() for k, v in task.module.state_dict().items()},
+        "epoch": trainer.current_epoch,
+        "epoch_finished": bool(trainer.state.epoch_finished),
+        "global_step": trainer.global_step,
+        "hyper_parameters": dict(getattr(task, "hparams", {})),
+    }
+
+
+def _weights_only(trainer: RunView, task: Any, extra: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    # As Lightning's: no optimizer, scheduler, callback or RNG state, and only the task's hook runs.
+    ckpt = {**_model_part(trainer, task), "weights_only": True, **(extra or {})}
     task.on_save_checkpoint(ckpt)
     return ckpt
 
@@ -121,10 +142,11 @@ def _to_cpu(value: Any) -> Any:
 
 
 def save_checkpoint(trainer: RunView, task: Any, path: str | os.PathLike,
-                    extra: Optional[Dict[str, Any]] = None) -> None:
-    """Rank 0 writes ``path`` atomically, then all ranks wait. Must be called on all processes."""
+                    extra: Optional[Dict[str, Any]] = None, weights_only: bool = False) -> None:
+    """Rank 0 writes ``path`` atomically, then all ranks wait. Must be called on all processes.
+    ``weights_only``: only the model's weights and counters (see the module's table)."""
     heartbeat.beat("save_checkpoint")  # (a long save is no hang between batch boundaries)
-    ckpt = build_checkpoint(trainer, task, extra)
+    ckpt = build_checkpoint(trainer, task, extra, weights_only)
     if ckpt is not None:
         atomic_save(ckpt, path)
     gdist.barrier()
@@ -170,8 +192,21 @@ def load_checkpoint(path: str | os.PathLike, module: nn.Module) -> Dict[str, Any
     return ckpt
 
 
+def check_resumable(ckpt: Dict[str, Any]) -> None:
+    """Refuse to resume training from a checkpoint that holds only the model's weights (as Lightning)."""
+    if ckpt.get("weights_only") or "optimizer_states" not in ckpt:
+        path = ckpt.get("_path", "the checkpoint")
+        raise CheckpointError(
+            f"checkpoint {path} holds only the model's weights (ModelCheckpoint(save_weights_only=True) writes "
+            "such files), not the optimizer, scheduler, counter and callback states that resuming a fit needs. "
+            "Pass it to validate/test/predict(ckpt_path=...); resume from a full checkpoint (one written without "
+            "save_weights_only); or, to train on from these weights, load them into the task's model "
+            "(torch.load(path, weights_only=True)['state_dict']) and call fit without ckpt_path")
+
+
 def restore_training_state(trainer: RunView, task: Any, ckpt: Dict[str, Any]) -> None:
     """Optimizers, schedulers, counters, callbacks and RNG from ``ckpt`` (on every rank)."""
+    check_resumable(ckpt)
     path = ckpt.get("_path", "checkpoint")
     opt_states: List[Any] = ckpt.get("optimizer_states", [])
     if len(opt_states) != len(trainer.optimizers):

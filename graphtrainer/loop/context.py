@@ -93,9 +93,10 @@ class RankContext(RunView):
         #: launching process does not give it to every rank).
         self.run_dir_from_rank0 = False
 
-    def save_checkpoint(self, path: Union[str, os.PathLike]) -> None:
-        """Write a checkpoint of the running task. Must be called on all processes."""
-        save_checkpoint(self, self.task, path)
+    def save_checkpoint(self, path: Union[str, os.PathLike], weights_only: bool = False) -> None:
+        """Write a checkpoint of the running task (``weights_only``: only the model's weights, as
+        Lightning's; such a file evaluates but cannot resume a fit). Must be called on all processes."""
+        save_checkpoint(self, self.task, path, weights_only=weights_only)
 
     # The rank's own pieces, made by the runtime once the device is known.
     @property

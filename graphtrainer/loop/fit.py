@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import comm as gdist
 from .. import heartbeat
-from ..checkpoint.content import load_checkpoint, restore_training_state, rng_state
+from ..checkpoint.content import check_resumable, load_checkpoint, restore_training_state, rng_state
 from ..launch.lean import trim_after_epoch
 from ..state import RunResult, RunState
 from . import preemption
@@ -82,6 +82,8 @@ def run_fit(ctx: RankContext, ckpt_path: Optional[str]) -> RunResult:
     call_hook(ctx, "setup", "fit")
     module = build_model(ctx)
     checkpoint = load_checkpoint(ckpt_path, module) if ckpt_path else None
+    if checkpoint is not None:
+        check_resumable(checkpoint)  # a weights-only file: refused before DDP, optimizers and loaders
     ddp = None
     if gdist.is_distributed():
         ddp = wrap_in_ddp(module, state.device, config.ddp_kwargs)
