@@ -4,14 +4,18 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Mapping, Optional, Union
 
 from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint
+from ..checkpoint.file import link_or_copy
 from ..state import RunView
 from ..task import GraphTask
 from .base import Callback, acts_at_epoch_end, acts_mid_epoch, monitored_now, per_step_only
+
+_FIELD = re.compile(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}")
 
 
 class ModelCheckpoint(Callback):
@@ -22,13 +26,24 @@ class ModelCheckpoint(Callback):
     ``save_top_k=-1`` keeps all, ``0`` none (with ``save_last`` only ``last.ckpt``).
     ``filename`` is formatted with ``epoch`` (0-based, as the checkpoint's ``"epoch"``),
     ``step`` and the logged metrics as ``name=value`` (``"{epoch}-{val_loss:.4f}"`` gives
-    ``epoch=3-val_loss=0.4120.ckpt``). ``dirpath`` defaults to the run's own
+    ``epoch=3-val_loss=0.4120.ckpt``), or as the value alone with
+    ``auto_insert_metric_name=False`` (``"{epoch}"`` gives ``3.ckpt``); a ``/`` becomes ``_``. A name
+    that is already a file gets ``-v1``, ``-v2``, ... (``last.ckpt``: ``last-v1.ckpt``), except the file
+    this save replaces (the newest without ``monitor``, the dropped k-th best with it), as Lightning's
+    ``enable_version_counter``; False overwrites. ``dirpath`` defaults to the run's own
     ``<log_dir>/checkpoints``. A ``monitor`` never logged raises a ``KeyError`` naming the
     metrics that exist, at the first epoch end where it should be (as Lightning); an old
     name (``val_hits@20``) monitors its new one with a ``DeprecationWarning``.
 
-    Each ``fit`` starts with no best file and no top-k; resuming restores them only from a
-    checkpoint of this same explicit ``dirpath``, so another run's files are never touched.
+    ``save_weights_only=True`` writes only the model's weights and counters: such a file
+    evaluates (``validate``/``test``/``predict``) but resuming a fit from it is refused. ``save_last``:
+    True writes ``last.ckpt`` at every save point; ``"link"`` makes it a relative symbolic link to the
+    newest checkpoint this fit saved (a copy where links cannot be made, or before any), as Lightning's.
+
+    Each ``fit`` starts with no best file and no top-k. Resuming from a checkpoint written into this
+    same ``dirpath`` restores them; from another folder (an earlier run's own ``checkpoints``, another
+    ``dirpath``) only :attr:`best_model_path` is restored, with a warning (as Lightning), so another
+    run's files are never ranked or deleted.
     Rank 0 decides what to save and delete and broadcasts it; saving is collective. After
     ``fit``, :attr:`best_model_path`, :attr:`best_model_score` and :attr:`last_model_path`
     are set on the caller's side too.
@@ -48,10 +63,12 @@ class ModelCheckpoint(Callback):
     after_reduction = True
     saves_checkpoints = True
 
-    def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: str = "{epoch}-{step}",
+    def __init__(self, dirpath: Optional[str | os.PathLike] = None, filename: Optional[str] = "{epoch}-{step}",
                  monitor: Optional[str] = None, mode: str = "min", save_top_k: int = 1,
-                 save_last: bool = False, every_n_epochs: int = 1, save_on_train_epoch_end: Optional[bool] = None,
-                 every_n_train_steps: Optional[int] = None, train_time_interval: Any = None):
+                 save_last: Optional[Union[bool, Literal["link"]]] = False, every_n_epochs: int = 1,
+                 save_on_train_epoch_end: Optional[bool] = None, every_n_train_steps: Optional[int] = None,
+                 train_time_interval: Any = None, save_weights_only: bool = False,
+                 auto_insert_metric_name: bool = True, enable_version_counter: bool = True):
         per_step_only("ModelCheckpoint", every_n_train_steps=every_n_train_steps,
                       train_time_interval=train_time_interval)
         if mode not in ("min", "max"):
@@ -60,15 +77,22 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"save_top_k={save_top_k}: use -1 (all), 0 (none) or a positive count")
         if every_n_epochs < 1:
             raise ValueError("every_n_epochs must be at least 1")
+        if not (save_last is None or isinstance(save_last, bool) or save_last == "link"):
+            raise ValueError(f"save_last={save_last!r}: use True (last.ckpt, a copy), 'link' (last.ckpt, a link to "
+                             "the newest checkpoint) or False")
         #: The folder given by the user, or None for the run's own ``checkpoints`` folder.
         self.explicit_dirpath = Path(dirpath) if dirpath is not None else None
-        self.filename = filename
+        self.filename = filename or "{epoch}-{step}"  # None: Lightning's default
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
         self.save_last = save_last
         self.every_n_epochs = every_n_epochs
         self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.save_weights_only = save_weights_only
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self.enable_version_counter = enable_version_counter
+        self._warns = True  # False on ranks other than 0 (set in setup): one warning per run
         self.reset()
 
     def reset(self) -> None:
@@ -81,8 +105,10 @@ class ModelCheckpoint(Callback):
         self._saved_order: List[str] = []
         # The fit's own record, never in state_dict (as Lightning's): a resumed fit has saved nothing yet.
         self._last_global_step_saved: Optional[int] = None
+        self._newest_saved = ""  # the file save_last="link" points last.ckpt at
 
     def setup(self, trainer: RunView, task: GraphTask, stage: str) -> None:
+        self._warns = trainer.rank == 0
         if stage == "fit" and self.dirpath is None:
             self.dirpath = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
 
@@ -98,15 +124,23 @@ class ModelCheckpoint(Callback):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         saved = state.get("dirpath")
-        if self.dirpath is not None and saved is not None and Path(saved) != self.dirpath:
-            return  # another run's folder: its files are not this run's to rank or delete
+        if self.dirpath is None and saved:
+            self.dirpath = Path(saved)  # the caller's side taking in its run's result
+        if saved is not None and self.dirpath is not None and Path(saved) != self.dirpath:
+            # Another folder's files are not this run's to rank or delete; its best file is still worth
+            # knowing (as Lightning, which restores best_model_path alone and says so).
+            if self._warns:
+                warnings.warn(f"ModelCheckpoint: the checkpoint was written into {saved}, not this run's dirpath "
+                              f"{self.dirpath}: only best_model_path is restored (best_model_score, "
+                              "best_k_models and last_model_path start afresh). Pass ModelCheckpoint(dirpath=...) "
+                              "the same folder to restore them all", UserWarning, stacklevel=2)
+            self.best_model_path = state.get("best_model_path", "")
+            return
         self.best_k_models = dict(state.get("best_k_models", {}))
         self.best_model_path = state.get("best_model_path", "")
         self.best_model_score = state.get("best_model_score")
         self.last_model_path = state.get("last_model_path", "")
         self._saved_order = list(state.get("saved_order", []))
-        if self.dirpath is None and saved:
-            self.dirpath = Path(saved)
 
     def on_train_epoch_end(self, trainer: RunView, task: GraphTask) -> None:
         if acts_at_epoch_end(trainer, self.save_on_train_epoch_end):
@@ -127,9 +161,10 @@ class ModelCheckpoint(Callback):
         decision = gdist.broadcast_object(self._decide(trainer, monitored) if trainer.rank == 0 else None)
         self.load_state_dict(decision["state"])  # before saving: the file holds the state that includes it
         if decision["save"]:
-            save_checkpoint(trainer, task, decision["save"])
+            save_checkpoint(trainer, task, decision["save"], weights_only=self.save_weights_only)
+            self._newest_saved = decision["save"]
         if self.save_last:
-            save_checkpoint(trainer, task, decision["last"])
+            self._save_last(trainer, task, decision["last"])
         saved = decision["save"] or self.save_last
         if saved:
             self._last_global_step_saved = trainer.global_step
@@ -142,26 +177,36 @@ class ModelCheckpoint(Callback):
                 except FileNotFoundError:
                     pass
 
+    def _save_last(self, trainer: RunView, task: GraphTask, path: str) -> None:
+        if self.save_last == "link" and self._newest_saved and self.save_top_k != 0:
+            if trainer.rank == 0 and os.path.abspath(self._newest_saved) != os.path.abspath(path):
+                link_or_copy(self._newest_saved, path)
+            gdist.barrier()
+        else:
+            save_checkpoint(trainer, task, path, weights_only=self.save_weights_only)
+
     def _decide(self, trainer: RunView, monitored: Optional[str]) -> Dict[str, Any]:
         metrics = trainer.callback_metrics
         score = metrics.get(monitored) if monitored else None
-        path = str(self.dirpath / (self._format(trainer) + ".ckpt"))
+        values = self._values(trainer)
         save: Optional[str] = None
         delete: List[str] = []
         best_k, order = dict(self.best_k_models), list(self._saved_order)
         if self.save_top_k != 0:
             if self.monitor is None:
-                save = path
-                order = [p for p in order if p != path] + [path]  # a name written again is one file
+                # As Lightning: the newest file is the one a repeated name replaces.
+                save = self._free_path(values, replaces=order[-1] if order else None)
+                order = [p for p in order if p != save] + [save]  # a name written again is one file
                 if self.save_top_k > 0:
                     delete, order = order[:-self.save_top_k], order[-self.save_top_k:]
                 best_k = {p: float("nan") for p in order}
             elif score is not None and math.isfinite(score):
-                if self.save_top_k < 0 or len(best_k) < self.save_top_k or self._better(score, self._worst(best_k)):
-                    save = path
-                    best_k[path] = score
+                full = 0 < self.save_top_k <= len(best_k)
+                if not full or self._better(score, self._worst(best_k)):
+                    save = self._free_path(values, replaces=self._worst_path(best_k) if full else None)
+                    best_k[save] = score
                     if 0 < self.save_top_k < len(best_k):
-                        worst = max(best_k, key=best_k.get) if self.mode == "min" else min(best_k, key=best_k.get)
+                        worst = self._worst_path(best_k)
                         delete.append(worst)
                         del best_k[worst]
         delete = [p for p in delete if p != save]
@@ -174,7 +219,7 @@ class ModelCheckpoint(Callback):
             else:
                 best = min(best_k, key=best_k.get) if self.mode == "min" else max(best_k, key=best_k.get)
                 state["best_model_path"], state["best_model_score"] = best, best_k[best]
-        last = str(self.dirpath / "last.ckpt")
+        last = self._free_path({}, replaces=self.last_model_path or None, filename="last") if self.save_last else ""
         if self.save_last:
             state["last_model_path"] = last
         return {"save": save, "delete": delete, "state": state, "last": last}
@@ -185,14 +230,44 @@ class ModelCheckpoint(Callback):
     def _worst(self, best_k: Dict[str, float]) -> float:
         return max(best_k.values()) if self.mode == "min" else min(best_k.values())
 
-    def _format(self, trainer: RunView) -> str:
-        values = {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+    def _worst_path(self, best_k: Dict[str, float]) -> str:
+        return max(best_k, key=best_k.get) if self.mode == "min" else min(best_k, key=best_k.get)
+
+    def next_last_path(self) -> str:
+        """Where ``last.ckpt`` goes next: this run's :attr:`last_model_path` once it has one, else
+        ``last.ckpt`` or, with the version counter, the first ``last-v<n>.ckpt`` not yet in :attr:`dirpath`.
+        Reads this process's file system: rank 0 decides."""
+        return self._free_path({}, replaces=self.last_model_path or None, filename="last")
+
+    def _values(self, trainer: RunView) -> Dict[str, Any]:
+        return {"epoch": trainer.current_epoch, "step": trainer.global_step, **trainer.callback_metrics}
+
+    def _free_path(self, values: Mapping[str, Any], replaces: Optional[str], filename: Optional[str] = None) -> str:
+        """The formatted path, versioned past files that exist (unless it is ``replaces``, the file this save
+        replaces, or the counter is off)."""
+        path = self.format_checkpoint_name(values, filename)
+        version = 1
+        while self.enable_version_counter and path != replaces and os.path.lexists(path):
+            path = self.format_checkpoint_name(values, filename, ver=version)
+            version += 1
+        return path
+
+    def format_checkpoint_name(self, metrics: Mapping[str, Any], filename: Optional[str] = None,
+                               ver: Optional[int] = None) -> str:
+        """``filename`` (default: this callback's) formatted with ``metrics`` (``epoch``, ``step`` and logged
+        values), ``-v<ver>`` appended when given, and ``.ckpt``; inside :attr:`dirpath` once known.
+        ``{name}`` becomes ``name=value``, or ``value`` with ``auto_insert_metric_name=False``; a ``/``
+        becomes ``_``. A field not in ``metrics`` raises a ``KeyError`` naming those that are."""
 
         def sub(match: "re.Match[str]") -> str:
             name, spec = match.group(1), match.group(2) or ""
-            if name not in values:
+            if name not in metrics:
                 raise KeyError(f"ModelCheckpoint filename uses {{{name}}}, which was not logged; "
-                               f"available: {sorted(values)}")
-            return f"{name}={format(values[name], spec[1:]) if spec else values[name]}"
+                               f"available: {sorted(metrics)}")
+            value = format(metrics[name], spec[1:]) if spec else f"{metrics[name]}"
+            return f"{name}={value}" if self.auto_insert_metric_name else value
 
-        return re.sub(r"\{([A-Za-z_][\w/.]*)(:[^}]*)?\}", sub, self.filename).replace("/", "_")
+        name = _FIELD.sub(sub, filename or self.filename).replace("/", "_")
+        if ver is not None:
+            name = f"{name}-v{ver}"
+        return str(self.dirpath / f"{name}.ckpt") if self.dirpath is not None else f"{name}.ckpt"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -121,6 +122,28 @@ def atomic_save(obj: Dict[str, Any], path: str | os.PathLike) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def link_or_copy(target: str | os.PathLike, link: str | os.PathLike) -> bool:
+    """Make ``link`` a relative symbolic link to ``target`` (a file beside it), replacing what is there
+    in one rename; where symbolic links cannot be made, an atomic copy. Returns whether it linked."""
+    target, link = Path(target), Path(link)
+    tmp = link.with_name(f".{link.name}.tmp-{_host()}-{os.getpid()}")
+    _IN_PROGRESS.add(tmp)
+    try:
+        tmp.unlink(missing_ok=True)
+        try:
+            os.symlink(os.path.relpath(target, link.parent), tmp)
+            linked = True
+        except OSError:  # a file system or OS without symbolic links for this user
+            shutil.copyfile(target, tmp)
+            linked = False
+        os.replace(tmp, link)
+    finally:
+        _IN_PROGRESS.discard(tmp)
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+    return linked
 
 
 def _host() -> str:

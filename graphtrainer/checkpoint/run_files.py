@@ -15,6 +15,7 @@ from .content import read_checkpoint
 from .file import remove_stale_partials
 
 _VERSION = re.compile(r"^version_(\d+)$")
+_LAST = re.compile(r"^last(-v\d+)?\.ckpt$")
 #: What a fit writes into its folder before its first epoch ends (config.yaml: the CLI writes it).
 _START_FILES = {"hparams.yaml", "metrics.csv", "config.yaml"}
 
@@ -69,7 +70,8 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
 
     This trainer's last fit answers first, else (a fresh process) the callback's explicit
     ``dirpath``, or the run folder ``run_dir`` when given, or the newest run under ``root`` with
-    checkpoints. "last" is its ``last.ckpt`` or else its newest checkpoint (``save_last=False``);
+    checkpoints. "last" is its newest ``last.ckpt`` (or ``last-v<n>.ckpt``, the version counter's) or else its
+    newest checkpoint (``save_last=False``);
     "best" is read from the ModelCheckpoint state in its newest checkpoint.
     """
     known = callback.best_model_path if which == "best" else callback.last_model_path
@@ -101,7 +103,7 @@ def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike, fre
     path = find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last", run_dir=run_dir)
     said = (f"using {path}" if path else
             f"{missing_checkpoint(callbacks[0], root, run_dir=run_dir)} yet: starting from scratch")
-    if path and which == "last" and Path(path).name != "last.ckpt":
+    if path and which == "last" and not is_last_name(path):
         said = (f"no last.ckpt in {Path(path).parent} (ModelCheckpoint(save_last=True) keeps one): "
                 f"using its newest checkpoint, {path}")
     return path, said
@@ -115,11 +117,25 @@ def missing_checkpoint(callback: Any, root: str | os.PathLike, which: str = "las
     return f"no {which} checkpoint found in {where}"
 
 
+def is_last_name(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a ``last.ckpt``, or one the version counter named (``last-v1.ckpt``, ...)."""
+    return bool(_LAST.match(Path(path).name))
+
+
+def _last_version(path: Path) -> int:
+    found = _LAST.match(path.name)
+    return int(found.group(1)[2:]) if found and found.group(1) else 0
+
+
 def _last_in(folder: Path) -> str | None:
-    path = folder / "last.ckpt"
-    if path.is_file():
-        return str(path)
-    found = sorted(folder.glob("*.ckpt"), key=lambda p: (p.stat().st_mtime, p.name)) if folder.is_dir() else []
+    if not folder.is_dir():
+        return None
+    # The newest written (a link's own time: when save_last="link" pointed it there).
+    lasts = sorted((p for p in folder.glob("last*.ckpt") if is_last_name(p) and p.is_file()),
+                   key=lambda p: (p.lstat().st_mtime, _last_version(p)))
+    if lasts:
+        return str(lasts[-1])
+    found = sorted(folder.glob("*.ckpt"), key=lambda p: (p.stat().st_mtime, p.name))
     return str(found[-1]) if found else None  # the newest, when no last.ckpt was kept
 
 

@@ -205,8 +205,14 @@ def stop_run(ctx: Any, batches_done: int) -> None:
 
 
 def _checkpoint_path(ctx: Any) -> Path:
-    """Where ``ckpt_path="last"`` finds it: the ModelCheckpoint's folder, else the run's."""
-    folder = next((cb.dirpath for cb in ctx.callbacks if hasattr(cb, "last_model_path") and cb.dirpath), None)
-    if folder is None:
-        folder = ctx.state.log_dir / "checkpoints" if ctx.state.log_dir else Path("checkpoints")
+    """Where ``ckpt_path="last"`` finds it: the ModelCheckpoint's next ``last.ckpt`` (``last-v1.ckpt`` beside
+    an earlier run's, as its version counter names it; rank 0 decides), else the run's. Collective."""
+    owner = next((cb for cb in ctx.callbacks if hasattr(cb, "last_model_path") and cb.dirpath), None)
+    if owner is not None and callable(getattr(owner, "next_last_path", None)):
+        path = gdist.broadcast_object(owner.next_last_path() if ctx.state.rank == 0 else None)
+        owner.last_model_path = path  # in the file's callback state: the resumed run writes this file again
+        return Path(path)
+    if owner is not None:
+        return Path(owner.dirpath) / "last.ckpt"
+    folder = ctx.state.log_dir / "checkpoints" if ctx.state.log_dir else Path("checkpoints")
     return Path(folder) / "last.ckpt"
