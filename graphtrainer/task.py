@@ -311,7 +311,7 @@ class GraphTask:
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
                         batch_format: Optional[str] = None, feat_key: Optional[str] = None,
-                        edge_key: Optional[str] = None,
+                        edge_key: Optional[str] = None, neg_sampling: Optional[str] = None, edge_label: Any = None,
                         **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader, PygLoader]:
         """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
@@ -332,9 +332,9 @@ class GraphTask:
 
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
-        :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: PyG's ``Data`` with
-        ``edge_label_index`` and ``edge_label``, as ``LinkNeighborLoader`` gives them (keys: see node_dataloader).
-        """
+        :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: ``LinkNeighborLoader``'s
+        ``Data``, ``neg_sampling="binary"`` (default) or ``"triplet"``, ``edge_label``: the positives' labels, one
+        per seed edge (:class:`~graphtrainer.data.pyg_loader.PygLoader`; keys: see node_dataloader)."""
         graph, seed, sampler, fmt = self._helper_args("edge_dataloader", graph, seed, sampler, batch_format,
                                                       feat_key, None, edge_key)
         if is_dist_graph(graph):
@@ -346,7 +346,7 @@ class GraphTask:
             loader = EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
                                 reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 **dataloader_kwargs)
-        return with_batch_format(loader, fmt, feat_key, None, edge_key)
+        return with_batch_format(loader, fmt, feat_key, None, edge_key, neg_sampling, edge_label)
 
     def _helper_args(self, name: str, graph: Any, seed: Optional[int], sampler: Any, batch_format: Optional[str],
                      *keys: Optional[str]) -> Any:

@@ -42,7 +42,7 @@ def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tens
 class PerEdgeUniform:
     """DGL negative sampler: ``k`` negatives ``(u, w)`` per positive edge ``(u, v)``, ``w`` uniform
     over the nodes, reproducible from ``(seed, epoch, edge id)``; the loader sets :attr:`seed` and
-    :attr:`epoch`."""
+    :attr:`epoch`. With :attr:`random_sources` (PyG's binary negatives) ``u`` is drawn too."""
 
     def __init__(self, k: int = 1):
         if int(k) < 1:
@@ -54,6 +54,9 @@ class PerEdgeUniform:
     #: On a heterograph: each edge type's offset in the flat edge-id space (set by the loader),
     #: so that edges of two types with the same id get different negatives.
     offsets: Optional[Dict[Any, int]] = None
+    #: Draw the source of each negative as well (``LinkNeighborLoader(neg_sampling="binary")``)
+    #: instead of keeping the positive edge's (DGL's ``Uniform``, PyG's ``"triplet"``).
+    random_sources: bool = False
 
     def __call__(self, g: Any, eids: Any) -> Any:
         if isinstance(eids, dict):  # heterograph: negatives of each type among its destination type
@@ -62,15 +65,22 @@ class PerEdgeUniform:
                 etype = g.to_canonical_etype(etype)
                 src, _ = g.find_edges(ids, etype=etype)
                 offset = (self.offsets or {}).get(etype, 0)
-                out[etype] = self.draw(src, ids + offset, g.num_nodes(etype[2]))
+                out[etype] = self.draw(src, ids + offset, g.num_nodes(etype[2]), g.num_nodes(etype[0]))
             return out
         src, _ = g.find_edges(eids)
         return self.draw(src, eids, g.num_nodes())
 
-    def draw(self, src: torch.Tensor, keys: torch.Tensor, num_nodes: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        # int64 keys: the hash must not wrap around in an int32 graph's id type.
-        dst = edge_hash(self.seed, self.epoch, keys.long(), self.k) % num_nodes
-        return src.repeat_interleave(self.k), dst.reshape(-1).to(src.dtype)
+    def draw(self, src: torch.Tensor, keys: torch.Tensor, num_nodes: int,
+             num_src_nodes: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` negatives of each edge, edge by edge: ``(sources, destinations)``."""
+        # int64 keys: the hash must not wrap around in an int32 graph's id type. Columns k..2k-1
+        # (sources) are the same hash's further draws: destinations stay as without them.
+        drawn = edge_hash(self.seed, self.epoch, keys.long(), 2 * self.k if self.random_sources else self.k)
+        dst = (drawn[:, :self.k] % num_nodes).reshape(-1).to(src.dtype)
+        if not self.random_sources:
+            return src.repeat_interleave(self.k), dst
+        far = drawn[:, self.k:] % (num_nodes if num_src_nodes is None else num_src_nodes)
+        return far.reshape(-1).to(src.dtype), dst
 
 
 def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:

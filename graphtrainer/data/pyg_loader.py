@@ -10,7 +10,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..nn.pyg import PYG_INSTALL, is_pyg_data, pyg_data_class, to_pyg
+from ..nn.pyg import NEG_SAMPLING, PYG_INSTALL, is_pyg_data, pyg_data_class, to_pyg
 from .prefetch import check_data_key
 from .sharded_loader import ShardedLoader
 
@@ -60,15 +60,20 @@ class PygLoader(ShardedLoader):
 
     Node batches carry ``x``, ``edge_index``, ``edge_attr`` (where the graph has edge data
     ``edge_key``), ``y``, ``batch_size``, ``n_id``, ``e_id``, ``num_sampled_nodes`` and
-    ``num_sampled_edges``; edge batches also ``edge_label_index``, ``edge_label`` and
-    ``input_id``. ``feat_key``/``label_key``/``edge_key``: the data read as ``x``, ``y`` and
-    ``edge_attr`` (default ``"feat"``, ``"label"``, ``"feat"``; ``label_key=""``: no ``y``); sampled
-    on the device, the loader gathers them whatever its sampler prefetches. A key named here that
-    the graph lacks is refused (:func:`check_batch_keys`); a default one gives a warning.
+    ``num_sampled_edges``; edge batches also ``input_id`` and, by ``neg_sampling``, PyG's
+    ``"binary"`` fields ``edge_label_index`` and ``edge_label`` (the default; negatives drawn at
+    both ends) or its ``"triplet"`` fields ``src_index``, ``dst_pos_index`` and ``dst_neg_index``
+    (negatives keep the positive's source). ``edge_label``: one value (row) per seed edge as the
+    edge loader was given them, the positives' ``edge_label`` (as PyG's, shifted by 1 when its
+    least value is 0 and there are negatives, 0 being theirs). ``feat_key``/``label_key``/``edge_key``:
+    the data read as ``x``, ``y`` and ``edge_attr`` (default ``"feat"``, ``"label"``, ``"feat"``;
+    ``label_key=""``: no ``y``); sampled on the device, the loader gathers them whatever its sampler
+    prefetches. A key named here that the graph lacks is refused (:func:`check_batch_keys`); a
+    default one gives a warning.
     """
 
     def __init__(self, loader: ShardedLoader, feat_key: Optional[str] = None, label_key: Optional[str] = None,
-                 edge_key: Optional[str] = None):
+                 edge_key: Optional[str] = None, neg_sampling: Optional[str] = None, edge_label: Any = None):
         graph = getattr(loader, "graph", None)
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
         check_batch_keys(graph, feat_key, label_key, edge_key)
@@ -76,6 +81,8 @@ class PygLoader(ShardedLoader):
                                          DEFAULT_KEYS[1] if label_key is None else label_key,
                                          DEFAULT_KEYS[2] if edge_key is None else edge_key)
         self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
+        self.neg_sampling = link_mode(loader, neg_sampling, edge_label)
+        self.edge_labels = None if edge_label is None else EdgeLabels(edge_label, loader, self.neg_sampling)
         loader.batch_keys = (feat_key, label_key, edge_key)  # gathered on the device whatever the sampler names
         ndata = getattr(graph, "ndata", None)
         if ndata is None or not hasattr(ndata, "keys"):
@@ -96,7 +103,8 @@ class PygLoader(ShardedLoader):
 
     def __getattr__(self, name: str) -> Any:
         # Everything not defined here is the wrapped loader's (graph, sampler, ids, epoch, ...).
-        if name in ("inner", "feat_key", "label_key", "edge_key") or name.startswith("__"):
+        if name in ("inner", "feat_key", "label_key", "edge_key", "neg_sampling", "edge_labels") or \
+                name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -126,8 +134,90 @@ class PygLoader(ShardedLoader):
         self.inner.check_world(world_size)
 
     def __iter__(self) -> Iterator[Any]:
+        keys = (self.feat_key, self.label_key, self.edge_key)
+        if self.neg_sampling is None:  # node batches
+            for batch in self.inner:
+                yield to_pyg(batch, *keys)
+            return
+        # Pairs: each batch's positions in the pair list (its input_id, as PyG's), batch by batch.
+        positions = iter(self.inner.local_batches()) if self.inner.pairs is not None else None
         for batch in self.inner:
-            yield to_pyg(batch, self.feat_key, self.label_key, self.edge_key)
+            ids = None if positions is None else next(positions)
+            if ids is not None and ids.numel() != batch[1].num_edges():
+                raise RuntimeError(f"batch_format='pyg': a batch of {batch[1].num_edges()} pairs met {ids.numel()} "
+                                   "positions (the loader's batches and local_batches() disagree)")
+            label = None
+            if self.edge_labels is not None:
+                label = self.edge_labels.rows(ids if ids is not None else batch[1].edata["_ID"])
+            yield to_pyg(batch, *keys, neg_sampling=self.neg_sampling, edge_label=label, input_id=ids)
+
+
+def link_mode(loader: Any, neg_sampling: Optional[str], edge_label: Any) -> Optional[str]:
+    """The PyG negative-sampling mode of an edge loader's batches (None for a node loader), after
+    setting its negatives to draw as that mode does; a ``ValueError`` naming the fix for what
+    does not fit."""
+    if not hasattr(loader, "pairs"):
+        if neg_sampling is not None or edge_label is not None:
+            raise ValueError("neg_sampling= and edge_label= shape link batches (edge_dataloader); a node loader's "
+                             "PyG batches have neither: its labels are y (label_key=)")
+        return None
+    mode = "binary" if neg_sampling is None else neg_sampling
+    if mode not in NEG_SAMPLING:
+        raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label; each "
+                         "negative pair drawn at both ends, as PyG's) or 'triplet' (src_index, dst_pos_index and "
+                         "dst_neg_index; negatives keep the positive's source). How many: negatives=k")
+    negatives = getattr(loader, "negatives", None)
+    drawn_here = isinstance(getattr(negatives, "random_sources", None), bool)  # PerEdgeUniform: negatives=k
+    if mode == "triplet":
+        if not drawn_here:
+            raise ValueError("neg_sampling='triplet' needs negatives=k (an int: k destinations drawn per positive "
+                             f"edge, keeping its source), got negatives={negatives!r}")
+        if edge_label is not None:
+            raise ValueError("edge_label= goes with neg_sampling='binary' (as in PyG, a triplet batch has no "
+                             "edge_label); read the positives' data by batch.input_id instead")
+    if drawn_here:
+        negatives.random_sources = mode == "binary"
+    return mode
+
+
+class EdgeLabels:
+    """``edge_label`` of the seed edges (one row each, as given), found per batch by edge id
+    (``input_id``) or by position in the pair list."""
+
+    def __init__(self, edge_label: Any, loader: Any, mode: Optional[str]):
+        label = edge_label if isinstance(edge_label, torch.Tensor) else torch.as_tensor(edge_label)
+        ids = loader.ids
+        if getattr(loader, "scope", None) == "machine":
+            raise ValueError("edge_label= with a DistTensor edge mask: give edge ids or (src, dst) pairs, so "
+                             "that each label has its edge")
+        if label.dim() == 0 or label.shape[0] != ids.numel():
+            also = " (one per seed edge, not per graph edge: edge_label[mask])" if label.dim() and \
+                label.shape[0] == getattr(loader.graph, "num_edges", lambda: -1)() else ""
+            raise ValueError(f"edge_label: one value (row) per seed edge, as edges lists them ({ids.numel()}), "
+                             f"got shape {tuple(label.shape)}{also}")
+        if mode == "binary" and loader.negatives is not None and label.numel() and bool(label.min() == 0):
+            label = label + 1  # as PyG: 0 is the negatives' label
+        self.by_position = loader.pairs is not None
+        self.keys: Optional[torch.Tensor] = None
+        if not self.by_position:
+            order = torch.argsort(ids, stable=True)
+            self.keys, label = ids[order], label[order]
+            same = (self.keys[1:] == self.keys[:-1]).nonzero(as_tuple=True)[0]
+            unequal = label[same] != label[same + 1]
+            differ = (unequal.flatten(1).any(1) if unequal.dim() > 1 else unequal).nonzero(as_tuple=True)[0]
+            if differ.numel():
+                e = int(self.keys[same[differ[0]]])
+                raise ValueError(f"edge_label: edge {e} is given twice with different labels; give each edge once")
+        self.label = label
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The labels of the batch's seed edges: ``ids`` are edge ids, or positions in the pair list."""
+        if self.label.device != ids.device:  # sampled on the device: the table moves once
+            self.label = self.label.to(ids.device)
+            self.keys = None if self.keys is None else self.keys.to(ids.device)
+        if self.keys is None:
+            return self.label[ids.long()]
+        return self.label[torch.searchsorted(self.keys, ids.long())]
 
 
 def check_batch_keys(graph: Any, feat_key: Optional[str], label_key: Optional[str], edge_key: Optional[str]) -> None:
@@ -142,9 +232,16 @@ def check_batch_keys(graph: Any, feat_key: Optional[str], label_key: Optional[st
 
 
 def with_batch_format(loader: Any, batch_format: str, feat_key: Optional[str] = None,
-                      label_key: Optional[str] = None, edge_key: Optional[str] = None) -> Any:
+                      label_key: Optional[str] = None, edge_key: Optional[str] = None,
+                      neg_sampling: Optional[str] = None, edge_label: Any = None) -> Any:
     """``loader`` as it is (``"dgl"``), or yielding PyG batches (``"pyg"``) that read ``x``, ``y``
-    and ``edge_attr`` from the data named ``feat_key``, ``label_key`` and ``edge_key``."""
+    and ``edge_attr`` from the data named ``feat_key``, ``label_key`` and ``edge_key``, with
+    ``neg_sampling``'s fields and ``edge_label`` (link batches)."""
     if check_batch_format(batch_format) == "pyg":
-        return PygLoader(loader, feat_key=feat_key, label_key=label_key, edge_key=edge_key)
+        return PygLoader(loader, feat_key=feat_key, label_key=label_key, edge_key=edge_key,
+                         neg_sampling=neg_sampling, edge_label=edge_label)
+    if neg_sampling is not None or edge_label is not None:
+        raise ValueError("neg_sampling= and edge_label= shape PyG batches (batch_format='pyg'); DGL's batches hold "
+                         "the negatives as neg_pair_graph (negatives=k keeps each edge's source) and the seed "
+                         "edges' data as pair_graph.edata")
     return loader

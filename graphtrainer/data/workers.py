@@ -33,10 +33,13 @@ _OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
 _PYG_NAMES = {
     "num_neighbors": "the sampler argument takes fanouts in DGL's order, the input layer first: PyG's "
                      "num_neighbors=[25, 10] is [10, 25]",
-    "neg_sampling_ratio": "negatives=k: k uniform negatives per positive edge",
-    "neg_sampling": "negatives=k: k uniform negatives per positive edge",
+    "neg_sampling_ratio": "negatives=k: k uniform negatives per positive edge (edge_dataloader's "
+                          "neg_sampling='binary' or 'triplet' picks PyG's mode)",
+    "neg_sampling": "edge_dataloader(..., batch_format='pyg', neg_sampling='binary' or 'triplet') or "
+                    "PygLoader(loader, neg_sampling=...); negatives=k: how many per positive edge",
     "edge_label_index": "pass the pairs as the edges argument, a (src, dst) tuple of tensors",
-    "edge_label": "edge data of the graph reach the step by batch.input_id (g.edata[key][batch.input_id])",
+    "edge_label": "edge_dataloader(..., batch_format='pyg', edge_label=...) or PygLoader(loader, edge_label=...); "
+                  "edge data of the graph reach the step by batch.input_id too (g.edata[key][batch.input_id])",
     "input_nodes": "pass the node ids as the ids argument",
 }
 #: node_dataloader's arguments that reach an edge loader's options, and why they do not apply there.

@@ -8,9 +8,13 @@ block's source nodes, so all blocks share ``blocks[0].srcdata["_ID"]``'s numberi
 
 As in PyG's neighbour sampling, **each node's in-edges are sampled once**, at the hop where
 the node first appears: DGL samples every destination again in every block, so hop ``h``
-(``blocks[-h]``) keeps only the in-edges of the nodes new at hop ``h - 1`` (hop 1: the seeds).
-Edges are ordered by hop, and ``num_sampled_nodes``/``num_sampled_edges`` count them per hop,
-so PyG's ``trim_to_layer`` (and ``BasicGNN``'s ``num_sampled_*_per_hop``) work.
+(``blocks[-h]``) keeps only the in-edges of the nodes new at hop ``h - 1`` (hop 1: the seeds),
+and the batch holds only the nodes those edges reach: the sources DGL's re-sampling alone
+reached (a whole hop's after a fanout of 0) are left out. Nodes are numbered as PyG's sampler
+numbers them: the seeds, then each hop's new nodes in the order first met (walking the
+previous hop's nodes in order). Edges are ordered by hop, and ``num_sampled_nodes``/
+``num_sampled_edges`` count them per hop, so PyG's ``trim_to_layer`` (and ``BasicGNN``'s
+``num_sampled_*_per_hop``) work.
 
 Fanouts keep DGL's order (``fanouts[i]`` is ``blocks[i]``'s: the input layer first), so
 PyG's ``num_neighbors=[25, 10]`` (hop 1 first) is ``fanouts=[10, 25]``.
@@ -20,7 +24,7 @@ torch-geometric is optional: nothing here imports it until a batch is made.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -80,23 +84,41 @@ def _homogeneous(blocks: Sequence[Any], feat_key: str, label_key: str, edge_key:
     return out
 
 
-def _hop_edges(blocks: List[TorchBlock]) -> Tuple[List[int], List[Dict[str, torch.Tensor]]]:
-    """Nodes within each hop (``nodes[h]``: hops ``0..h``) and, per hop, the kept edges:
-    ``src``, ``dst`` (shared numbering), ``eid`` (positions in the block's edge data)."""
-    depth = len(blocks)
-    nodes = [blocks[-1].num_dst] + [blocks[depth - h].num_src for h in range(1, depth + 1)]
-    # Hop h keeps destinations [nodes[h-2], nodes[h-1]); one host sync for all hops' int counts.
-    starts = [nodes[h - 2] if h > 1 else 0 for h in range(1, depth + 1)]
-    cuts = torch.stack([blocks[depth - h].indptr[starts[h - 1]] for h in range(1, depth + 1)]).tolist()
-    hops = []
+def _hops(blocks: List[TorchBlock]) -> Tuple[torch.Tensor, List[int], List[Dict[str, torch.Tensor]]]:
+    """PyG's subgraph within the blocks: ``order`` (the kept nodes as positions among
+    ``blocks[0]``'s sources, in PyG's order), the nodes new at each hop (seeds first) and, per hop,
+    the kept edges: ``src``, ``dst`` (PyG's numbering) and ``eid`` (rows of the block's edge data).
+
+    Hop ``h`` keeps the in-edges (from ``blocks[-h]``) of the nodes new at hop ``h - 1`` only, and
+    a node is kept where a kept edge reaches it: DGL's re-sampling of older nodes adds sources
+    (all of a hop with fanout 0 after it) that PyG never reaches. As PyG's sampler numbers them,
+    nodes new at a hop come in the order they are first met, walking the previous hop's nodes in order."""
+    depth, seeds = len(blocks), blocks[-1].num_dst
+    device = blocks[0].indptr.device
+    new_id = torch.full((blocks[0].num_src,), -1, dtype=torch.int64, device=device)
+    frontier = torch.arange(seeds, device=device)  # old positions of the nodes new at the previous hop
+    new_id[:seeds] = frontier
+    parts, counts, hops, total = [frontier], [seeds], [], seeds
     for h in range(1, depth + 1):
-        block, lo = blocks[depth - h], starts[h - 1]
-        first, last = int(cuts[h - 1]), block.num_edges()
-        degrees = (block.indptr[lo + 1:] - block.indptr[lo:-1]).long()
-        dst = torch.repeat_interleave(torch.arange(lo, block.num_dst, device=block.device), degrees,
-                                      output_size=last - first)
-        hops.append({"src": block.indices[first:last].long(), "dst": dst, "eid": block.edge_ids[first:last].long()})
-    return nodes, hops
+        block = blocks[depth - h]
+        indptr = block.indptr.long()
+        starts, degrees = indptr[frontier], indptr[frontier + 1] - indptr[frontier]
+        num = int(degrees.sum())
+        walk = torch.arange(num, device=device)
+        # CSC positions of the frontier's in-edges, node by node in frontier order.
+        begin = torch.cumsum(degrees, 0) - degrees
+        pos = torch.repeat_interleave(starts - begin, degrees, output_size=num) + walk
+        src = block.indices[pos].long()
+        dst = torch.repeat_interleave(new_id[frontier], degrees, output_size=num)
+        first = torch.full_like(new_id, num).scatter_reduce_(0, src, walk, "amin")
+        fresh = src[(new_id[src] < 0) & (first[src] == walk)]  # unseen, at its first edge: in first-met order
+        new_id[fresh] = torch.arange(total, total + fresh.numel(), device=device)
+        total += fresh.numel()
+        hops.append({"src": new_id[src], "dst": dst, "eid": block.edge_ids[pos].long()})
+        parts.append(fresh)
+        counts.append(int(fresh.numel()))
+        frontier = fresh
+    return torch.cat(parts), counts, hops
 
 
 def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str = "label",
@@ -110,22 +132,27 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str 
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
     blocks = _homogeneous(blocks, feat_key, label_key, edge_key)
-    nodes, hops = _hop_edges(blocks)
+    order, counts, hops = _hops(blocks)
     depth = len(blocks)
+    # Every source node kept, in the blocks' own order: the batch reads their rows as they are.
+    same = order.numel() == blocks[0].num_src and bool((order == torch.arange(
+        order.numel(), device=order.device)).all())
     data = data_class()
     if feat_key in blocks[0].srcdata:
-        data.x = blocks[0].srcdata[feat_key]
+        x = blocks[0].srcdata[feat_key]
+        data.x = x if same else x[order]
     if label_key and label_key in blocks[-1].dstdata:
         data.y = blocks[-1].dstdata[label_key]
     data.edge_index = torch.cat([torch.stack([hop["src"], hop["dst"]]) for hop in hops], dim=1)
     if NID in blocks[0].srcdata:
-        data.n_id = blocks[0].srcdata[NID].long()
+        n_id = blocks[0].srcdata[NID].long()
+        data.n_id = n_id if same else n_id[order]
     for key, name in ((EID, "e_id"), (edge_key, "edge_attr")):
         if key and all(key in block.edata for block in blocks):  # in edge_index's order: by hop
             value = torch.cat([blocks[depth - h].edata[key][hop["eid"]] for h, hop in enumerate(hops, 1)])
             setattr(data, name, value.long() if key == EID else value)
-    data.batch_size = nodes[0]
-    data.num_sampled_nodes = [nodes[0]] + [nodes[h] - nodes[h - 1] for h in range(1, depth + 1)]
+    data.batch_size = counts[0]
+    data.num_sampled_nodes = counts
     data.num_sampled_edges = [int(hop["src"].numel()) for hop in hops]
     return data
 
@@ -135,24 +162,44 @@ def _pairs(graph: Any) -> torch.Tensor:
     return torch.stack([src.long(), dst.long()])
 
 
+NEG_SAMPLING = ("binary", "triplet")
+
+
 def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: str = "feat",
-                edge_key: str = "feat") -> Any:
-    """``LinkNeighborLoader``'s batch (binary negatives) from an edge batch: :func:`blocks_to_pyg`'s
-    fields plus ``edge_label_index`` (positive pairs, then negative ones, in the batch's
-    numbering), ``edge_label`` (1.0 / 0.0) and, over edge ids, ``input_id`` (the positive pairs'
-    edge ids: ``g.edata["rating"][batch.input_id]`` is their data); ``batch_size`` is the number
-    of positive pairs."""
+                edge_key: str = "feat", neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
+                input_id: Optional[torch.Tensor] = None) -> Any:
+    """``LinkNeighborLoader``'s batch from an edge batch: :func:`blocks_to_pyg`'s fields plus
+    ``input_id`` (the positive pairs' edge ids, ``g.edata["rating"][batch.input_id]`` being their
+    data; else ``input_id`` as given) and, with ``neg_sampling="binary"``, ``edge_label_index``
+    (positive pairs, then negative ones, in the batch's numbering) and ``edge_label`` (``edge_label``
+    as given for the positives, else 1.0; zeros for the negatives); with ``"triplet"``,
+    ``src_index``, ``dst_pos_index`` and ``dst_neg_index`` (``[batch_size]`` for one negative per
+    positive, else ``[batch_size, k]``: the negatives must keep their positive's source, ``k`` each,
+    in order). ``batch_size`` is the number of positive pairs."""
+    if neg_sampling not in NEG_SAMPLING:
+        raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label, "
+                         "negatives drawn at both ends) or 'triplet' (src_index, dst_pos_index, dst_neg_index)")
     data = blocks_to_pyg(blocks, feat_key=feat_key, label_key="", edge_key=edge_key)
+    pos = _pairs(pair_graph)
     if EID in pair_graph.edata:
         data.input_id = pair_graph.edata[EID].long()
-    pos = _pairs(pair_graph)
-    parts = [pos] if neg_pair_graph is None else [pos, _pairs(neg_pair_graph)]
-    data.edge_label_index = torch.cat(parts, dim=1)
-    labels = [torch.ones(pos.shape[1], device=pos.device)]
-    if neg_pair_graph is not None:
-        labels.append(torch.zeros(parts[1].shape[1], device=pos.device))
-    data.edge_label = torch.cat(labels)
-    data.batch_size = int(pos.shape[1])
+    elif input_id is not None:
+        data.input_id = input_id.to(pos.device).long()
+    p = int(pos.shape[1])
+    data.batch_size = p
+    neg = None if neg_pair_graph is None else _pairs(neg_pair_graph)
+    if neg_sampling == "triplet":
+        if neg is None or (p and neg.shape[1] % p):
+            raise ValueError("neg_sampling='triplet' needs k negatives per positive pair (negatives=k), "
+                             f"got {0 if neg is None else neg.shape[1]} for {p} pairs")
+        data.src_index, data.dst_pos_index = pos[0], pos[1]
+        data.dst_neg_index = neg[1].view(p, -1).squeeze(-1)
+        return data
+    data.edge_label_index = pos if neg is None else torch.cat([pos, neg], dim=1)
+    label = torch.ones(p, device=pos.device) if edge_label is None else edge_label.to(pos.device)
+    if neg is not None:
+        label = torch.cat([label, label.new_zeros((neg.shape[1],) + tuple(label.shape[1:]))])
+    data.edge_label = label
     return data
 
 
@@ -160,15 +207,18 @@ def _is_graph(obj: Any) -> bool:
     return is_dgl_graph(obj) or isinstance(obj, TorchBlock)
 
 
-def to_pyg(batch: Any, feat_key: str = "feat", label_key: str = "label", edge_key: str = "feat") -> Any:
+def to_pyg(batch: Any, feat_key: str = "feat", label_key: str = "label", edge_key: str = "feat",
+           neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
+           input_id: Optional[torch.Tensor] = None) -> Any:
     """The PyG batch of one of graphtrainer's batches: a node batch ``(input_nodes, output_nodes,
-    blocks)``, an edge batch ``(input_nodes, pair_graph[, neg_pair_graph], blocks)``, or a bare
-    list of blocks."""
+    blocks)``, an edge batch ``(input_nodes, pair_graph[, neg_pair_graph], blocks)`` (the last three
+    arguments: :func:`link_to_pyg`'s), or a bare list of blocks."""
     if isinstance(batch, (list, tuple)) and batch and all(_is_graph(b) for b in batch):
         return blocks_to_pyg(batch, feat_key, label_key, edge_key)
     if isinstance(batch, (list, tuple)) and len(batch) in (3, 4) and isinstance(batch[-1], (list, tuple)):
         if _is_graph(batch[1]):
-            return link_to_pyg(batch[1], batch[2] if len(batch) == 4 else None, batch[-1], feat_key, edge_key)
+            return link_to_pyg(batch[1], batch[2] if len(batch) == 4 else None, batch[-1], feat_key, edge_key,
+                               neg_sampling, edge_label, input_id)
         if len(batch) == 3:
             return blocks_to_pyg(batch[-1], feat_key, label_key, edge_key)
     raise TypeError(f"batch_format='pyg': cannot read {type(batch).__name__} as a sampled batch; expected "

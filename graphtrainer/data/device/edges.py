@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from ...nn.blocks import TorchBlock, TorchHeteroBlock
-from ..edge_loader import PerEdgeUniform, edge_hash
+from ..edge_loader import PerEdgeUniform
 from ..hetero import split_flat
 from .batches import batch_generator, batch_ranges, node_maps
 from .graph import EType, Keys, device_graph, gather
@@ -141,10 +141,9 @@ class DeviceEdgeBatches:
                     src, dst = self.graph.relations[et].endpoints(eids)
                 ends = [compaction.add(et[0], src), compaction.add(et[2], dst)]
                 if negatives is not None:
-                    keys = eids + self.offsets.get(et, 0)
-                    far = edge_hash(negatives.seed, negatives.epoch, keys, negatives.k) % self.graph.num_nodes[et[2]]
-                    ends += [compaction.add(et[0], src.repeat_interleave(negatives.k)),
-                             compaction.add(et[2], far.reshape(-1))]
+                    near, far = negatives.draw(src, eids + self.offsets.get(et, 0), self.graph.num_nodes[et[2]],
+                                               self.graph.num_nodes[et[0]])
+                    ends += [compaction.add(et[0], near), compaction.add(et[2], far)]
                 slots[et] = ends
             nodes, local = compaction.run()
             edges = [{et: (local[s[j][0]][s[j][1]], local[s[j + 1][0]][s[j + 1][1]]) for et, s in slots.items()}

@@ -45,7 +45,8 @@ def check_pyg_semantics(g, fanouts, batch, data):
     input_nodes, seeds, blocks = batch
     depth, bs = len(fanouts), seeds.numel()
     assert isinstance(data, Data) and data.batch_size == bs
-    assert torch.equal(data.n_id, input_nodes) and torch.equal(data.n_id[:bs], seeds)  # seeds first
+    assert torch.equal(data.n_id[:bs], seeds) and bool(torch.isin(data.n_id, input_nodes).all())  # seeds first
+    assert data.n_id.unique().numel() == data.n_id.numel()
     assert torch.equal(data.x, g.ndata["feat"][data.n_id]) and torch.equal(data.y, g.ndata["label"][seeds])
     src, dst = data.edge_index
     # Every edge is an edge of the graph, found through n_id and e_id; none twice.
@@ -161,11 +162,13 @@ def test_link_batches_are_link_neighbor_loader_batches():
         p = pos.num_edges()
         assert data.batch_size == p == infer_batch_size(data) and data.edge_label_index.shape == (2, 3 * p)
         assert torch.equal(data.edge_label, torch.cat([torch.ones(p), torch.zeros(2 * p)]))
-        assert data.num_sampled_nodes[0] == pos.num_nodes()  # the pairs' endpoints come first
+        # the pairs' endpoints come first, and are all the seeds
+        assert data.edge_label_index.unique().tolist() == list(range(data.num_sampled_nodes[0]))
         ends = data.n_id[data.edge_label_index]
         s, d = (pos.ndata[dgl.NID][e] for e in pos.edges())  # the pairs as the DGL format gives them
         assert torch.equal(ends[0, :p], s) and torch.equal(ends[1, :p], d) and bool(g.has_edges_between(s, d).all())
-        assert torch.equal(ends[0, p:], s.repeat_interleave(2))  # PerEdgeUniform: (u, random w)
+        # PerEdgeUniform's destinations; binary negatives draw their sources too (test_pyg_parity.py)
+        assert torch.equal(ends[1, p:], neg.ndata[dgl.NID][neg.edges()[1]])
         gsrc, gdst = g.find_edges(data.e_id)
         assert torch.equal(data.n_id[data.edge_index[0]], gsrc) and torch.equal(data.n_id[data.edge_index[1]], gdst)
         assert not set(data.e_id.tolist()) & set(seeds.tolist())  # exclude="self" kept
