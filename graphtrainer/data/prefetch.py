@@ -57,6 +57,34 @@ def per_type_prefetch(sampler: Any, graph: Any) -> Any:
     return sampler
 
 
+def one_type_keys(spec: Any, graph: Any, edges: bool = False, what: str = "prefetch") -> List[str]:
+    """The keys ``spec`` (a key, a list of keys, or ``{type: keys}``: every form DGL's samplers
+    take) names on a graph of one node (``edges``: edge) type, for loaders that read data by key
+    (DistDGL's). A type the graph does not have, or a key its data lacks, raises a ``ValueError``
+    naming it, what the graph has and the fix."""
+    if not spec:
+        return []
+    kind = "edge" if edges else "node"
+    types = list(graph.canonical_etypes if edges else graph.ntypes)
+    if isinstance(spec, dict):
+        accepted = set(types) | ({t[1] for t in types} if edges else set())  # a relation's name or triple
+        unknown = [t for t in spec if t not in accepted]
+        if unknown:
+            raise ValueError(f"{what}={spec!r}: the graph has no {kind} type {unknown} (its {kind} types: {types}). "
+                             f"Fix: name its type{'s' if len(types) > 1 else ''}, or pass a list of keys")
+        keys = [k for ks in spec.values() for k in ([ks] if isinstance(ks, str) else ks)]
+    else:
+        keys = [spec] if isinstance(spec, str) else list(spec)
+    keys = list(dict.fromkeys(keys))
+    data = graph.edata if edges else graph.ndata
+    has = sorted(k for k in data.keys() if k != "_ID")
+    missing = [k for k in keys if k not in has]
+    if missing:
+        raise ValueError(f"{what}={spec!r}: the graph has no {kind} data {missing} (its {kind} data: {has}). Fix: "
+                         "name keys the graph has")
+    return keys
+
+
 def check_data_key(graph: Any, key: str, edges: bool, arg: str) -> None:
     """A ``ValueError`` naming ``key``, the keys the graph has and the fix, where no node
     (``edges``: edge) type of a DGL graph has ``key`` (DGL would fail at the first batch, or a

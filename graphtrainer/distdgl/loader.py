@@ -9,9 +9,9 @@ trainer then uses ``Join``) and predictions come back in ascending (partition) n
 tensor of partition ids or a plain mask: one global permutation split over all ranks, as
 ``NodeLoader``, at the cost of locality.
 
-Each batch reads the sampler's ``prefetch_node_feats`` and ``prefetch_labels`` from the
-``DistGraph`` (local partition from shared memory, the rest over RPC), which DGL 2.1's
-``DistNodeDataLoader`` does not do; batch i+1's pull runs in a thread while batch i trains.
+Each batch reads the sampler's ``prefetch_node_feats`` and ``prefetch_labels`` (a list of keys
+or ``{ntype: keys}``, as DGL's samplers take them) from the ``DistGraph`` (local partition from
+shared memory, the rest over RPC), which DGL 2.1's ``DistNodeDataLoader`` does not do; batch i+1's pull runs in a thread while batch i trains.
 Node batches skip ``DistNodeDataLoader``, whose ``DistDataLoader`` turns every seed into a
 Python int and back (2.2 ms per 1,024-seed batch). Local seeds are sampled in the rank, seeded
 per batch; servers sample remote seeds with their own generators, so a run over several
@@ -32,6 +32,7 @@ import torch
 from .. import comm as gdist
 from ..data.edge_loader import PerEdgeUniform, _PairSampler
 from ..data.node_loader import check_fanouts, default_sampler
+from ..data.prefetch import one_type_keys
 from ..data.sharded_loader import ShardedLoader
 from ..data.sharding import check_seed_ids
 from ..data.workers import batch_seed
@@ -53,6 +54,16 @@ class _DistSampled(ShardedLoader):
         (ascending id) when each machine split its own items; None otherwise."""
         return self.local_ids() if self.scope == "machine" else None
 
+    def _read_keys(self, graph: Any, sampler: Any) -> None:
+        """The node data keys each batch reads: the sampler's ``prefetch_node_feats`` (and
+        ``prefetch_labels``) in any form DGL's samplers take (:func:`one_type_keys`), checked
+        against the graph before the first batch."""
+        name = type(sampler).__name__
+        self.feat_keys = one_type_keys(getattr(sampler, "prefetch_node_feats", None), graph,
+                                       what=f"{name}(prefetch_node_feats=)")
+        self.label_keys = one_type_keys(getattr(sampler, "prefetch_labels", None), graph,
+                                        what=f"{name}(prefetch_labels=)") if self.seeds_are_nodes else []
+
     def __iter__(self) -> Iterator[Any]:
         share = self.local_ids()
         if share.numel() == 0:
@@ -72,8 +83,7 @@ class _DistSampled(ShardedLoader):
         """Each batch with its features, batch i+1's pull in a thread while batch i is used (in
         line when reads are local copies). Sampling stays in this thread and never overlaps a
         pull: DGL's RPC client is not made for two threads."""
-        feats = list(getattr(self.sampler, "prefetch_node_feats", None) or [])
-        labels = list(getattr(self.sampler, "prefetch_labels", None) or []) if self.seeds_are_nodes else []
+        feats, labels = self.feat_keys, self.label_keys
         if not feats and not labels:
             yield from batches
             return
@@ -143,6 +153,7 @@ class DistNodeLoader(_DistSampled):
         if getattr(sampler, "fanouts", None) is not None:
             check_fanouts(sampler.fanouts)
         self.graph, self.sampler = graph, sampler
+        self._read_keys(graph, sampler)
         self._local: Any = None  # (shared graph or None,) once looked at, in the rank
 
     def __getstate__(self) -> dict:
@@ -219,6 +230,7 @@ class DistEdgeLoader(_DistSampled):
             ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)
         self.graph, self.sampler = graph, sampler
+        self._read_keys(graph, sampler)
         # Pairs (not edges of the graph): graphtrainer's pair sampler; edge ids: DGL's EdgeCollator.
         self.pair_sampler = _PairSampler(*self.pairs, sampler, self.negatives) if self.pairs is not None else None
 

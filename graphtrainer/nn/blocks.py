@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from .graph_views import ALL, DataView, GraphViews, TypeData, dgl_only, degrees_of, edges_in, local_scope, one_type
+from .lazy_data import is_lazy
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -29,7 +30,8 @@ def _pinned(t: torch.Tensor) -> torch.Tensor:
 
 
 def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
-    return {k: (_move(v, fn) if isinstance(v, dict) else fn(v)) for k, v in data.items()}
+    out = {k: (_move(v, fn) if isinstance(v, dict) else fn(v)) for k, v in data.items()}
+    return data.like(out) if is_lazy(data) else out  # a device block's data still reads the graph's other keys
 
 
 @dataclass
@@ -370,7 +372,7 @@ class TorchHeteroBlock(GraphViews):
         src = _move(self.src_store, fn)
         return replace(self, relations={et: r._map(fn) for et, r in self.relations.items()}, src_store=src,
                        dst_store=src if not self.is_block else _move(self.dst_store, fn),
-                       edge_store={k: {et: fn(v) for et, v in d.items()} for k, d in self.edge_store.items()})
+                       edge_store=_move(self.edge_store, fn))
 
     def to(self, device: Device, non_blocking: bool = False) -> "TorchHeteroBlock":
         device = torch.device(device)

@@ -10,6 +10,8 @@ from typing import Any, Callable, Dict, Iterator, Mapping, MutableMapping, Optio
 
 import torch
 
+from .lazy_data import ANY, delete_key, has_key, missing_key, per_type as read_key
+
 ALL = "__ALL__"  # dgl.ALL: "every node"
 EDGE_FORMS = ("uv", "eid", "all")
 EDGE_ORDERS = (None, "eid", "srcdst")
@@ -42,21 +44,19 @@ class TypeData(MutableMapping):
         self._store, self._type = store, type_
 
     def __getitem__(self, key: str) -> Any:
-        per_type = self._store.get(key)
+        per_type = read_key(self._store, key, self._type)
         if per_type is None or self._type not in per_type:
-            raise KeyError(key)
+            raise missing_key(self._store, key, self._type)
         return per_type[self._type]
+
+    def __contains__(self, key: object) -> bool:
+        return has_key(self._store, key, self._type)  # without reading a key a device block lacks
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._store.setdefault(key, {})[self._type] = value
 
     def __delitem__(self, key: str) -> None:
-        per_type = self._store.get(key)
-        if per_type is None or self._type not in per_type:
-            raise KeyError(key)
-        del per_type[self._type]
-        if not per_type:
-            del self._store[key]
+        delete_key(self._store, key, self._type)
 
     def __iter__(self) -> Iterator[str]:
         return iter([k for k, per_type in self._store.items() if self._type in per_type])
@@ -90,13 +90,14 @@ class DataView(MutableMapping):
         return next(iter(self._types)) if len(self._types) == 1 else _SEVERAL
 
     def __getitem__(self, key: str) -> Any:
-        per_type, one = self._store.get(key), self._one()
+        one = self._one()
+        per_type = read_key(self._store, key, ANY if one is _SEVERAL else one)
         if one is _SEVERAL:
             if not per_type:
-                raise KeyError(key)
+                raise missing_key(self._store, key)
             return dict(per_type)  # DGL's dict is new on each read: changing it leaves the graph as is
         if per_type is None or one not in per_type:
-            raise KeyError(key)
+            raise missing_key(self._store, key, one)
         return per_type[one]
 
     def __setitem__(self, key: str, value: Any) -> None:
@@ -106,7 +107,7 @@ class DataView(MutableMapping):
                 raise TypeError(f"{self._what}[{key!r}] = {type(value).__name__}: the graph has several types "
                                 f"({list(self._types)}); pass {{type: tensor}}, as in DGL")
             value = {self._resolve(t): v for t, v in value.items()}
-            self._store[key] = {**self._store.get(key, {}), **value}
+            self._store[key] = {**dict.get(self._store, key, {}), **value}  # a set reads nothing from the graph
         elif isinstance(value, Mapping):
             raise TypeError(f"{self._what}[{key!r}] = dict: the graph has one type ({one!r}) here; pass the "
                             "tensor itself, as in DGL")
@@ -114,17 +115,12 @@ class DataView(MutableMapping):
             self._store[key] = {one: value}
 
     def __delitem__(self, key: str) -> None:
-        if key not in self:
-            raise KeyError(key)
         one = self._one()
-        if one is _SEVERAL or len(self._store[key]) == 1:
-            del self._store[key]
-        else:
-            del self._store[key][one]
+        delete_key(self._store, key, ANY if one is _SEVERAL else one)
 
     def __contains__(self, key: object) -> bool:
-        per_type, one = self._store.get(key), self._one()  # type: ignore[call-overload]
-        return bool(per_type) if one is _SEVERAL else per_type is not None and one in per_type
+        one = self._one()
+        return has_key(self._store, key, ANY if one is _SEVERAL else one)
 
     def __iter__(self) -> Iterator[str]:
         return iter([k for k in self._store if k in self])

@@ -127,6 +127,34 @@ class LocalPartitionProbe(Callback):
             json.dump(result, fh)
 
 
+class PrefetchFormsProbe(Callback):
+    """In each rank, at fit start: a node loader and an edge loader on the ``DistGraph`` whose
+    samplers name their data per type (``{"_N": [...]}``, as DGL's samplers take it) and as a
+    list; writes, per form, whether the first batch's features and labels equal the graph's
+    rows (to ``out``)."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_fit_start(self, trainer: Any, task: GraphTask) -> None:
+        import dgl
+
+        graph, result = task.graph, {}
+        forms = {"per_type": ({"_N": ["feat"]}, {"_N": ["label"]}), "list": (["feat"], ["label"])}
+        for name, (feats, labels) in forms.items():
+            sampler = dgl.dataloading.NeighborSampler([5, 5], prefetch_node_feats=feats, prefetch_labels=labels)
+            input_nodes, seeds, blocks = next(iter(task.node_dataloader(torch.arange(0, 2708, 37), sampler, 16,
+                                                                        shuffle=False)))
+            edge_sampler = dgl.dataloading.NeighborSampler([5], prefetch_node_feats=feats)
+            edge_batch = next(iter(task.edge_dataloader(torch.arange(0, 10556, 97), edge_sampler, 16,
+                                                        shuffle=False)))
+            result[name] = {
+                "feat": torch.equal(blocks[0].srcdata["feat"], graph.ndata["feat"][input_nodes]),
+                "label": torch.equal(blocks[-1].dstdata["label"], graph.ndata["label"][seeds]),
+                "edge_feat": torch.equal(edge_batch[-1][0].srcdata["feat"], graph.ndata["feat"][edge_batch[0]])}
+        with open(os.path.join(self.out, f"forms_r{trainer.rank}.json"), "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+
 
 def kill_graph_servers(out: str) -> None:
     """SIGKILL this run's graph servers (children of the launching process) and note when."""

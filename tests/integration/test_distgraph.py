@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import own_temp_folders, rank_children
-from dist_tasks import CORA, DistLinkPrediction, LocalPartitionProbe, SeedRecorder
+from dist_tasks import CORA, DistLinkPrediction, LocalPartitionProbe, PrefetchFormsProbe, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
 from graphtrainer.distdgl.cluster import check_options, resolve_cluster
 from graphtrainer.distdgl.graph import PartitionedGraph
@@ -102,6 +102,18 @@ def test_one_partition_is_read_from_shared_memory_and_equals_the_distgraph_reads
         assert probe["edges"] > 0
         assert probe == {"loader_uses_shared_graph": True, "same_input_nodes": True, "same_edges": True,
                          "same_features": True, "edges": probe["edges"]}
+
+
+@pytest.mark.slow  # 5 s or more on 2 cores
+@pytest.mark.timeout(240)
+def test_prefetch_lists_per_node_type_are_read_as_on_one_machine(tmp_path, cora_parts):
+    """A sampler naming its data ``{"_N": ["feat"]}`` (DGL's per-type form) or ``["feat"]``:
+    node and edge batches on the DistGraph carry those rows, as the in-memory loaders do."""
+    task = NodeClassification(cora_parts, **CORA)
+    _trainer(tmp_path / "runs", 1, callbacks=[PrefetchFormsProbe(str(tmp_path))]).fit(task)
+    same = {"feat": True, "label": True, "edge_feat": True}
+    for rank in range(2):
+        assert json.loads((tmp_path / f"forms_r{rank}.json").read_text()) == {"per_type": same, "list": same}
 
 
 @pytest.mark.slow

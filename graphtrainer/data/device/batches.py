@@ -19,6 +19,7 @@ from ..hetero import split_flat
 from ..workers import batch_seed
 from .compact import NodeMaps
 from .graph import DeviceGraph, Keys, device_graph
+from .host_reads import GraphSource
 from .sampler import DeviceSampler
 
 def node_maps(dg: DeviceGraph) -> NodeMaps:
@@ -52,6 +53,7 @@ class DeviceNodeBatches:
         self.sampler, self.batch_size, self.drop_last, self.types = sampler, batch_size, drop_last, types
         self.graph = device_graph(graph, device, sampler.node_keys(), sampler.edge_keys(), on_host)
         self.device = device
+        self.source = GraphSource(graph)  # keys not gathered, read when asked (one for every batch)
 
     def seeds(self, ids: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Every node type's seeds (empty where the batch has none), on the device."""
@@ -68,7 +70,7 @@ class DeviceNodeBatches:
         for i, lo, hi in batch_ranges(share.numel(), self.batch_size, self.drop_last):
             gen = batch_generator(self.device, seed, rank, epoch, i)
             seeds = self.seeds(share[lo:hi])
-            inputs, blocks = self.sampler.sample(self.graph, maps, seeds, gen)
+            inputs, blocks = self.sampler.sample(self.graph, maps, seeds, gen, source=self.source)
             ids = self.graph.ids
             if self.types is None:
                 yield ids(inputs[self.graph.ntypes[0]]), ids(next(iter(seeds.values()))), blocks

@@ -16,6 +16,7 @@ from ..edge_loader import PerEdgeUniform
 from ..hetero import split_flat
 from .batches import batch_generator, batch_ranges, node_maps
 from .graph import EType, Keys, device_graph, gather
+from .host_reads import GraphSource, reads_graph
 from .sampler import DeviceSampler, Unsupported, merge_keys
 
 
@@ -107,6 +108,7 @@ class DeviceEdgeBatches:
         self.reverse_types = {graph.to_canonical_etype(a): graph.to_canonical_etype(b)
                               for a, b in (reverse_etypes or {}).items()}
         self.offsets = {et: offset for et, offset, _ in (loader.spans or [])}
+        self.source = GraphSource(graph)  # keys not gathered, read when asked (one for every batch)
 
     def typed_ids(self, ids: torch.Tensor) -> Dict[EType, torch.Tensor]:
         if self.loader.spans is None:
@@ -149,14 +151,14 @@ class DeviceEdgeBatches:
             edges = [{et: (local[s[j][0]][s[j][1]], local[s[j + 1][0]][s[j + 1][1]]) for et, s in slots.items()}
                      for j in ((0, 2) if negatives is not None else (0,))]
             inputs, blocks = self.sampler.sample(self.graph, maps, nodes, batch_generator(
-                self.device, seed, rank, epoch, i), self._excluded(ids))
+                self.device, seed, rank, epoch, i), self._excluded(ids), self.source)
             graphs = [self._pair(e, nodes, ids if (k == 0 and self.pairs is None) else None)
                       for k, e in enumerate(edges)]
-            if self.pairs is None:
-                self._pair_data(graphs[0], ids, blocks)
+            if self.pairs is None:  # DGL's positive pair graph reads the graph's node data too (not the negative)
+                reads_graph(self._pair_data(graphs[0], ids, blocks), self.source, edges=False)
             yield (self._one(inputs), *graphs, blocks)
 
-    def _pair_data(self, pair: Any, ids: Dict[EType, torch.Tensor], blocks: list) -> None:
+    def _pair_data(self, pair: Any, ids: Dict[EType, torch.Tensor], blocks: list) -> Any:
         """What DGL's pair graph carries beside ids: the seed edges' data, and the node data the
         blocks gathered (its nodes are the last block's destinations, in order: views, no copy)."""
         host_ids: Dict[int, torch.Tensor] = {}
@@ -174,13 +176,14 @@ class DeviceEdgeBatches:
             nodes = pair.src_store
             for data, rows in ((first.src_store, last.num_dst_nodes), (last.dst_store, None)):
                 for key, value in data.items():
-                    if key != "_ID" and key not in nodes:
+                    if key != "_ID" and not dict.__contains__(nodes, key):  # held, not readable
                         nodes[key] = {nt: v if rows is None else v[:rows(nt)] for nt, v in value.items()}
-            return
+            return pair
         for data, rows in ((first.srcdata, last.num_dst_nodes), (last.dstdata, None)):
             for key, value in data.items():
-                if key != "_ID" and key not in pair.srcdata:
+                if key != "_ID" and not dict.__contains__(pair.srcdata, key):
                     pair.srcdata[key] = value if rows is None else value[:rows()]
+        return pair
 
     def _pair(self, edges: Dict[EType, Tuple[torch.Tensor, torch.Tensor]], nodes: Dict[str, torch.Tensor],
               eids: Optional[Dict[EType, torch.Tensor]]) -> Any:

@@ -5,7 +5,8 @@
 sampled with ``fanouts[i]``, graph ids in ``srcdata``/``dstdata``/``edata["_ID"]``, and prefetched
 features gathered on the device (``blocks[0].srcdata``, ``blocks[-1].dstdata``, every ``edata``;
 data kept on the host is gathered there and copied over). A sampler that prefetches nothing gets
-every node and edge data key there, as DGL's blocks show them all.
+every node and edge data key there, as DGL's blocks show them all; other keys are read from the
+graph when a step asks for them (:mod:`.host_reads`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ...nn.blocks import TorchBlock, TorchHeteroBlock
 from ..prefetch import per_type
 from .compact import NodeMaps, compact_layer
 from .graph import DeviceGraph, EType, Keys, gather
+from .host_reads import GraphSource, reads_graph
 from .neighbors import Excluded, Sampled, sample_layer
 
 NID, EID = "_ID", "_ID"
@@ -121,9 +123,11 @@ class DeviceSampler:
         return dict(self.edge_feats or {})
 
     def sample(self, dg: DeviceGraph, maps: NodeMaps, seeds: Dict[str, torch.Tensor], gen: torch.Generator,
-               exclude: Optional[Dict[EType, torch.Tensor]] = None) -> Tuple[Dict[str, torch.Tensor], list]:
+               exclude: Optional[Dict[EType, torch.Tensor]] = None, source: Optional[GraphSource] = None
+               ) -> Tuple[Dict[str, torch.Tensor], list]:
         """``(input nodes per type, blocks)`` for unique ``seeds`` per type (every node type a
-        key); ``exclude``: graph edge ids per relation that no block may contain."""
+        key); ``exclude``: graph edge ids per relation that no block may contain; ``source``: the
+        blocks read what they did not gather from it, as DGL's (:mod:`.host_reads`)."""
         excluded = {et: Excluded(dg.relations[et], ids) for et, ids in (exclude or {}).items() if ids.numel()}
         maps.begin(seeds)
         dst = seeds
@@ -140,6 +144,8 @@ class DeviceSampler:
         finally:
             maps.end(dst)
         self._gather(dg, blocks, dst, seeds)
+        if source is not None:
+            blocks = [reads_graph(block, source) for block in blocks]
         return dst, blocks
 
     def _gather(self, dg: DeviceGraph, blocks: list, inputs: Dict[str, torch.Tensor],
