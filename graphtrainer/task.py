@@ -291,8 +291,8 @@ class GraphTask:
 
         ``batch_format="pyg"`` (default :attr:`batch_format`) yields PyG's ``Data`` in place of
         DGL's tuple (:class:`~graphtrainer.data.pyg_loader.PygLoader`; fanouts list the input layer first).
-        ``feat_key``/``label_key``/``edge_key`` name the data read as ``x``, ``y``, ``edge_attr`` (default
-        ``feat``, ``label``, ``feat``) and what a list of fanouts prefetches; a key the graph lacks is refused.
+        ``feat_key``/``label_key``/``edge_key``: the data read as ``x``, ``y``, ``edge_attr`` (default ``feat``,
+        ``label``, edge ``feat``, else PyG's names) and a list of fanouts prefetches; one the graph lacks is refused.
         """
         graph, seed, sampler, fmt = self._helper_args("node_dataloader", graph, seed, sampler, batch_format,
                                                       feat_key, label_key, edge_key)

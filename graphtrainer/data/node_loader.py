@@ -10,7 +10,7 @@ from .. import comm
 from .formats import sampler_formats
 from .hetero import check_typed_ids, flatten, type_spans
 from .prefetch import per_type_prefetch
-from .pyg_loader import DEFAULT_KEYS, check_batch_format, check_batch_keys, require_dgl_graph
+from .pyg_loader import check_batch_format, check_batch_keys, require_dgl_graph, resolve_batch_keys
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
 from .workers import BatchSampling
@@ -158,8 +158,10 @@ def helper_sampler(graph: Any, sampler: Any, batch_format: str, feat_key: Option
     check_batch_keys(graph, feat_key, label_key, edge_key)
     if not fanouts:
         return sampler
-    label = (DEFAULT_KEYS[1] if label_key is None else label_key) if labels else ""
-    return default_sampler(graph, sampler, DEFAULT_KEYS[0] if feat_key is None else feat_key, label, edge_key)
+    if batch_format == "pyg" and len(getattr(graph, "ntypes", ())) == 1:  # what its PyG batches read
+        feat_key, label_key, _ = resolve_batch_keys(graph, feat_key, label_key, "")
+    label = ("label" if label_key is None else label_key) if labels else ""
+    return default_sampler(graph, sampler, "feat" if feat_key is None else feat_key, label, edge_key)
 
 
 def check_fanouts(fanouts: Any) -> List[Any]:

@@ -10,14 +10,11 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..nn.pyg import NEG_SAMPLING, PYG_INSTALL, is_pyg_data, pyg_data_class, to_pyg
+from ..nn.pyg import NEG_SAMPLING, PYG_INSTALL, PYG_KEYS, default_key, is_pyg_data, pyg_data_class, to_pyg
 from .prefetch import check_data_key
 from .sharded_loader import ShardedLoader
 
 BATCH_FORMATS = ("dgl", "pyg")
-#: What a PyG batch reads as ``x``, ``y`` and ``edge_attr`` unless told: node data ``feat`` and
-#: ``label``, edge data ``feat``.
-DEFAULT_KEYS = ("feat", "label", "feat")
 
 
 def check_batch_format(batch_format: Any) -> str:
@@ -45,14 +42,31 @@ def require_dgl_graph(graph: Any) -> None:
     """A PyG ``Data`` where a DGL graph belongs is refused, with the conversion (PyG users' habit)."""
     if is_pyg_data(graph) and type(graph).__name__ == "HeteroData":
         raise TypeError("the graph is a torch_geometric HeteroData: graphtrainer's loaders sample a DGL graph, and "
-                        "PyG batches (batch_format='pyg') are for homogeneous graphs only. Build a DGL heterograph "
-                        "once (dgl.heterograph({(src, rel, dst): (data[src, rel, dst].edge_index[0], ...[1])}, "
-                        "num_nodes_dict=...)) and keep DGL's batches with graphtrainer.nn.HeteroGraphConv")
+                        "PyG batches (batch_format='pyg') are for homogeneous graphs only. Convert it once: "
+                        "g = torch_geometric.utils.to_dgl(data) (it counts each node type's nodes from its edges; "
+                        "where a type has nodes past the last one an edge reaches, build it by hand: "
+                        "dgl.heterograph({(src, rel, dst): tuple(data[src, rel, dst].edge_index)}, num_nodes_dict="
+                        "{t: data[t].num_nodes for t in data.node_types})) and keep DGL's batches with "
+                        "graphtrainer.nn.HeteroGraphConv")
     if is_pyg_data(graph):
         raise TypeError("the graph is a torch_geometric Data: graphtrainer's loaders sample a DGLGraph and give "
-                        "PyG batches with batch_format='pyg'. Convert it once: g = dgl.graph((data.edge_index[0], "
-                        "data.edge_index[1]), num_nodes=data.num_nodes); g.ndata['feat'] = data.x; "
-                        "g.ndata['label'] = data.y (and g.edata['feat'] = data.edge_attr)")
+                        "PyG batches with batch_format='pyg'. Convert it once: g = torch_geometric.utils.to_dgl(data) "
+                        "(it keeps PyG's names, which PyG batches read: x, y, edge_attr)")
+
+
+def resolve_batch_keys(graph: Any, feat_key: Optional[str], label_key: Optional[str],
+                       edge_key: Optional[str]) -> Tuple[str, str, str]:
+    """The node and edge data a PyG batch of a homogeneous ``graph`` reads as ``x``, ``y`` and
+    ``edge_attr``: the keys named, else :func:`~graphtrainer.nn.pyg.default_key`'s (``feat`` or
+    ``x``, ``label`` or ``y``, edge data ``feat`` or ``edge_attr``, whichever the graph has)."""
+    ndata, edata = (_keys(getattr(graph, name, None)) for name in ("ndata", "edata"))
+    return (default_key("x", ndata) if feat_key is None else feat_key,
+            default_key("y", ndata) if label_key is None else label_key,
+            default_key("edge_attr", edata) if edge_key is None else edge_key)
+
+
+def _keys(view: Any) -> List[str]:
+    return list(view.keys()) if view is not None and hasattr(view, "keys") else []
 
 
 class PygLoader(ShardedLoader):
@@ -66,10 +80,10 @@ class PygLoader(ShardedLoader):
     (negatives keep the positive's source). ``edge_label``: one value (row) per seed edge as the
     edge loader was given them, the positives' ``edge_label`` (as PyG's, shifted by 1 when its
     least value is 0 and there are negatives, 0 being theirs). ``feat_key``/``label_key``/``edge_key``:
-    the data read as ``x``, ``y`` and ``edge_attr`` (default ``"feat"``, ``"label"``, ``"feat"``;
-    ``label_key=""``: no ``y``); sampled on the device, the loader gathers them whatever its sampler
-    prefetches. A key named here that the graph lacks is refused (:func:`check_batch_keys`); a
-    default one gives a warning.
+    the data read as ``x``, ``y`` and ``edge_attr`` (default: node data ``feat``, else PyG's ``x``;
+    ``label``, else ``y``; edge data ``feat``, else ``edge_attr``; ``label_key=""``: no ``y``);
+    sampled on the device, the loader gathers them whatever its sampler prefetches. A key named
+    here that the graph lacks is refused (:func:`check_batch_keys`); no ``x`` gives a warning.
     """
 
     def __init__(self, loader: ShardedLoader, feat_key: Optional[str] = None, label_key: Optional[str] = None,
@@ -77,28 +91,18 @@ class PygLoader(ShardedLoader):
         graph = getattr(loader, "graph", None)
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
         check_batch_keys(graph, feat_key, label_key, edge_key)
-        feat_key, label_key, edge_key = (DEFAULT_KEYS[0] if feat_key is None else feat_key,
-                                         DEFAULT_KEYS[1] if label_key is None else label_key,
-                                         DEFAULT_KEYS[2] if edge_key is None else edge_key)
+        tried = PYG_KEYS["x"] if feat_key is None else (feat_key,)
+        feat_key, label_key, edge_key = resolve_batch_keys(graph, feat_key, label_key, edge_key)
         self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
         self.neg_sampling = link_mode(loader, neg_sampling, edge_label)
         self.edge_labels = None if edge_label is None else EdgeLabels(edge_label, loader, self.neg_sampling)
         loader.batch_keys = (feat_key, label_key, edge_key)  # gathered on the device whatever the sampler names
         ndata = getattr(graph, "ndata", None)
-        if ndata is None or not hasattr(ndata, "keys"):
-            return
-        others = sorted(k for k in ndata.keys() if k != "_ID")
-        rename = None
-        if feat_key not in ndata.keys():
-            rename = (feat_key, "x", "x", "a featureless model reads n_id")
-        elif label_key and label_key not in ndata.keys() and "y" in ndata.keys():
-            rename = (label_key, "y", "y", "")
-        if rename is not None:
-            key, field, pyg_name, note = rename
-            warnings.warn(f"the graph has no node data {key!r} (it has {others}), so these PyG batches carry no "
-                          f"{field}: x is g.ndata[{feat_key!r}] and y is g.ndata[{label_key!r}] (pass "
-                          f"{'feat_key' if field == 'x' else 'label_key'}={pyg_name!r} to the loader, or rename: "
-                          f"g.ndata[{key!r}] = g.ndata.pop({pyg_name!r})){'; ' + note if note else ''}",
+        if hasattr(ndata, "keys") and feat_key not in ndata.keys():
+            has = sorted(k for k in ndata.keys() if k != "_ID")
+            warnings.warn(f"the graph has no node data {' or '.join(map(repr, tried))} (it has {has}), so these PyG "
+                          "batches carry no x. Fix: pass feat_key= naming its input features to the loader, or "
+                          "store them: g.ndata['feat'] = ...; a featureless model reads n_id",
                           UserWarning, stacklevel=3)
 
     def __getattr__(self, name: str) -> Any:

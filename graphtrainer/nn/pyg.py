@@ -33,6 +33,17 @@ from .convert import csc_tensors, is_dgl_graph
 
 PYG_INSTALL = "pip install 'graphtrainer[pyg]' (or pip install torch-geometric)"
 NID, EID = "_ID", "_ID"
+#: What a PyG batch reads as ``x``, ``y`` and ``edge_attr`` when no key is named: graphtrainer's
+#: name, else PyG's own (kept by ``torch_geometric.utils.to_dgl``); node data for ``x``/``y``.
+PYG_KEYS = {"x": ("feat", "x"), "y": ("label", "y"), "edge_attr": ("feat", "edge_attr")}
+
+
+def default_key(field: str, present: Any) -> str:
+    """The data a PyG batch reads as ``field`` (``"x"``, ``"y"``, ``"edge_attr"``) when no key is
+    named: the first of :data:`PYG_KEYS` that ``present`` (a data view or the keys) holds, else
+    graphtrainer's name (the batch then lacks the field)."""
+    names = PYG_KEYS[field]
+    return next((k for k in names if k in present), names[0])
 
 
 def pyg_data_class() -> Any:
@@ -121,16 +132,21 @@ def _hops(blocks: List[TorchBlock]) -> Tuple[torch.Tensor, List[int], List[Dict[
     return torch.cat(parts), counts, hops
 
 
-def blocks_to_pyg(blocks: Sequence[Any], feat_key: str = "feat", label_key: str = "label",
-                  edge_key: str = "feat") -> Any:
+def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_key: Optional[str] = None,
+                  edge_key: Optional[str] = None) -> Any:
     """A PyG ``Data`` with ``NeighborLoader``'s fields from one batch's blocks (DGL's or torch's):
     ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``edge_attr`` (the
-    edges' ``edata[edge_key]``, where every block has it), ``y`` (one row per seed),
-    ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other data),
-    ``num_sampled_nodes``, ``num_sampled_edges``."""
+    edges' ``edata[edge_key]``, where every block has it), ``y`` (one row per seed; ``label_key=""``:
+    none), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other data),
+    ``num_sampled_nodes``, ``num_sampled_edges``. A key not named is :func:`default_key`'s:
+    ``feat`` else ``x``, ``label`` else ``y``, edge data ``feat`` else ``edge_attr``."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
+    first, last = blocks[0], blocks[-1]  # non-blocks: refused by _homogeneous
+    feat_key = default_key("x", getattr(first, "srcdata", ())) if feat_key is None else feat_key
+    label_key = default_key("y", getattr(last, "dstdata", ())) if label_key is None else label_key
+    edge_key = default_key("edge_attr", getattr(first, "edata", ())) if edge_key is None else edge_key
     blocks = _homogeneous(blocks, feat_key, label_key, edge_key)
     order, counts, hops = _hops(blocks)
     depth = len(blocks)
@@ -165,8 +181,8 @@ def _pairs(graph: Any) -> torch.Tensor:
 NEG_SAMPLING = ("binary", "triplet")
 
 
-def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: str = "feat",
-                edge_key: str = "feat", neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
+def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: Optional[str] = None,
+                edge_key: Optional[str] = None, neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
                 input_id: Optional[torch.Tensor] = None) -> Any:
     """``LinkNeighborLoader``'s batch from an edge batch: :func:`blocks_to_pyg`'s fields plus
     ``input_id`` (the positive pairs' edge ids, ``g.edata["rating"][batch.input_id]`` being their
@@ -207,12 +223,12 @@ def _is_graph(obj: Any) -> bool:
     return is_dgl_graph(obj) or isinstance(obj, TorchBlock)
 
 
-def to_pyg(batch: Any, feat_key: str = "feat", label_key: str = "label", edge_key: str = "feat",
-           neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
+def to_pyg(batch: Any, feat_key: Optional[str] = None, label_key: Optional[str] = None,
+           edge_key: Optional[str] = None, neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
            input_id: Optional[torch.Tensor] = None) -> Any:
     """The PyG batch of one of graphtrainer's batches: a node batch ``(input_nodes, output_nodes,
     blocks)``, an edge batch ``(input_nodes, pair_graph[, neg_pair_graph], blocks)`` (the last three
-    arguments: :func:`link_to_pyg`'s), or a bare list of blocks."""
+    arguments: :func:`link_to_pyg`'s), or a bare list of blocks. Keys not named: :func:`default_key`'s."""
     if isinstance(batch, (list, tuple)) and batch and all(_is_graph(b) for b in batch):
         return blocks_to_pyg(batch, feat_key, label_key, edge_key)
     if isinstance(batch, (list, tuple)) and len(batch) in (3, 4) and isinstance(batch[-1], (list, tuple)):

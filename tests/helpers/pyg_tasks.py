@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from graphtrainer import GraphTask
 from graphtrainer.examples.node_classification import NodeClassification
 
 from link_tasks import LinkTask
@@ -81,3 +82,55 @@ class PygLinkTask(LinkTask):
         ps, ns = self._scores(batch)
         self.scores.add(ps, ns)  # negatives in the loader's order: k per positive, as the DGL format
         self.log(f"{prefix}_loss", F.binary_cross_entropy_with_logits(ps, torch.ones_like(ps)))
+
+
+def own_pyg_data(seed: int = 0, n: int = 240, m: int = 1600, classes: int = 3) -> Any:
+    """A PyG user's own ``Data``: ``x``, ``y`` (learnable from ``x``), ``edge_index``, ``edge_attr``
+    and ``train_mask``, under PyG's names."""
+    from torch_geometric.data import Data
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=gen)
+    y = (x @ torch.randn(8, classes, generator=gen)).argmax(1)
+    edge_index = torch.randint(0, n, (2, m), generator=gen)
+    return Data(x=x, y=y, edge_index=edge_index, edge_attr=torch.randn(m, 2, generator=gen),
+                train_mask=torch.rand(n, generator=gen) < 0.5)
+
+
+class OwnPygDataTask(GraphTask):
+    """What a PyG user writes: the graph is ``to_dgl(data)`` (PyG's names kept), the model
+    ``torch_geometric.nn.GraphSAGE`` and the step PyG's, reading ``batch.x`` and ``batch.y``,
+    no key named. Each step also logs how many of its rows differ from ``data``'s."""
+
+    batch_format = "pyg"
+
+    def __init__(self, data: Any):
+        super().__init__()
+        from torch_geometric.utils import to_dgl
+
+        self.graph = to_dgl(data)
+        self.x, self.y = data.x, data.y
+        self.train_ids = data.train_mask.nonzero(as_tuple=True)[0]
+        self.num_classes = int(data.y.max()) + 1
+
+    def configure_model(self) -> nn.Module:
+        from torch_geometric.nn import GraphSAGE
+
+        return GraphSAGE(self.x.shape[1], 16, num_layers=2, out_channels=self.num_classes)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.model.parameters(), lr=0.02)
+
+    def train_dataloader(self) -> Any:
+        return self.node_dataloader(self.train_ids, [4, 4], 16)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        seeds = batch.n_id[:batch.batch_size]
+        wrong = int((batch.x != self.x[batch.n_id]).any(1).sum()) + int((batch.y != self.y[seeds]).sum())
+        self.log("wrong_rows", wrong, reduce_fx="sum")
+        self.log("seeds_seen", batch.batch_size, reduce_fx="sum")
+        self.log("non_train_seeds", int((~torch.isin(seeds, self.train_ids)).sum()), reduce_fx="sum")
+        out = self.model(batch.x, batch.edge_index)[:batch.batch_size]
+        loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+        self.log("train_loss", loss)
+        return loss
