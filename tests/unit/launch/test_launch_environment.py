@@ -77,7 +77,8 @@ def test_fit_in_a_script_refuses_before_starting_anything(monkeypatch, root_dir)
 
 _SCRIPT = ("from graphtrainer import Trainer\nfrom tasks import RegressionTask\n"
            "if __name__ == '__main__':\n"
-           "    Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir={root!r}).fit(RegressionTask())\n")
+           "    trainer = Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir={root!r})\n"
+           "    trainer.fit(RegressionTask())\n")
 
 
 @pytest.mark.slow  # fresh interpreters importing torch and dgl
@@ -98,8 +99,9 @@ def test_what_a_user_sees_is_one_line_and_status_1(tmp_path, how):
                              PYTHONPATH=os.pathsep.join([str(ROOT), str(HELPERS)]))
     out = subprocess.run(argv, capture_output=True, text=True, timeout=200, cwd=tmp_path, env=env)
     assert out.returncode == 1, out.stderr[-3000:]
-    assert out.stderr.strip().splitlines() == ["error: RANK and WORLD_SIZE are set in the environment but MASTER_ADDR and MASTER_PORT are "
-                     "not: start the script with torchrun (python -m torch.distributed.run), export all of RANK, "
-                     "WORLD_SIZE, MASTER_ADDR and MASTER_PORT on every rank, or unset RANK and WORLD_SIZE to let "
-                     "the trainer start its own ranks"], out.stderr[-3000:]
+    assert out.stderr.strip().splitlines() == [
+        "error: RANK and WORLD_SIZE are set in the environment but MASTER_ADDR and MASTER_PORT are not: start the "
+        "script with torchrun (python -m torch.distributed.run), export all of RANK, WORLD_SIZE, MASTER_ADDR and "
+        "MASTER_PORT on every rank, or unset RANK and WORLD_SIZE to let the trainer start its own ranks"
+    ], out.stderr[-3000:]
     assert not runs.exists()
