@@ -19,13 +19,13 @@ _install_moved()  # old import paths (graphtrainer.metrics, graphtrainer.inferen
 from .callbacks import (Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ModelSummary,
                         PrintMetrics, ProgressBar)
 from .checkpoint.file import CheckpointError
-from .errors import PREEMPTED_EXIT_CODE, Preempted, RankFailedError
+from .errors import PREEMPTED_EXIT_CODE, LaunchEnvironmentError, Preempted, RankFailedError
 from .task import GraphTask
 from .trainer import Trainer
 
 __all__ = ["GraphTask", "Trainer", "GraphTaskCLI", "Callback", "ModelCheckpoint", "EarlyStopping",
            "LearningRateMonitor", "ModelSummary", "PrintMetrics", "ProgressBar", "RankFailedError", "CheckpointError",
-           "Preempted", "PREEMPTED_EXIT_CODE",
+           "Preempted", "PREEMPTED_EXIT_CODE", "LaunchEnvironmentError",
            "__version__"]
 
 

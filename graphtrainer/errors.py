@@ -40,6 +40,19 @@ def _rebuild_failure(*args: Any) -> "RankFailedError":
     return RankFailedError(*args)
 
 
+class LaunchEnvironmentError(SystemExit):
+    """The variables by which torchrun or Slurm make a process one rank of a job are set only in
+    part (``RANK`` without ``MASTER_ADDR``, say) or hold values no launcher sets. A
+    ``SystemExit``, as the fix is outside the script: uncaught, the process prints
+    ``error: <message>`` alone, no traceback, and ends with status 1. ``message`` names what is
+    wrong and the fix."""
+
+    def __init__(self, message: str):
+        super().__init__(f"error: {message}")  # what Python prints for an uncaught SystemExit
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 #: Exit status of a process whose fit was preempted (BSD's EX_TEMPFAIL, "try again"): requeue

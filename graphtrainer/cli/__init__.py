@@ -69,8 +69,9 @@ class GraphTaskCLI:
     ``run=True`` :attr:`subcommand` and :attr:`result` (what the entry point returned).
 
     Every refused config exits with status 2 and one ``error:`` line naming the key's full
-    path (``trainer.callbacks[0].init_args.monitr``): an unknown key (with the valid keys
-    there), a value of the wrong type, a class that cannot be imported, a constructor that
+    path, a list's item by its index (``trainer.callbacks[1].init_args.monitr``): an unknown
+    key (with the valid keys there; a class's arguments beside its ``class_path`` are one), a
+    value of the wrong type, a class that cannot be imported, a constructor that
     refuses its arguments (``trainer.callbacks[0] (graphtrainer.EarlyStopping): mode=...``).
     A task argument without an annotation takes the type of its default: ``hidden=16``
     refuses ``6.5`` at parse time, before any rank starts.
@@ -177,22 +178,46 @@ class GraphTaskCLI:
         try:
             return self.parser.parse_args(args)
         except Exception as err:  # jsonargparse raises argparse.ArgumentError (exit_on_error=False)
-            _refuse(explain_parse_error(err, self._all_parsers(), lambda key: self._last_index(args, key)), err)
+            _refuse(explain_parse_error(err, self._all_parsers(), lambda key: self._flag_index(args, key)), err)
 
-    def _last_index(self, args: List[str], key: str) -> Optional[int]:
-        """The index a ``--<key>.<init arg>`` flag applies to: the last item of the list
-        ``key`` holds where that flag stands (re-parsed from the arguments before it)."""
-        flag = f"--{key}."
-        at = next((i for i, a in enumerate(args) if a.startswith(flag) and a != f"--{key}+="), None)
-        if at is None:
-            return None
+    def _flag_index(self, args: List[str], key: str) -> Optional[int]:
+        """The index of the item of list ``key`` that the refused flag applies to: the list's
+        last item for ``--<key>.<init arg>``, a new item for ``--<key>+=``. The refused flag is
+        the first of those whose arguments up to it no longer parse; None when that cannot be
+        told (arguments before it that do not parse alone) or ``key`` holds no list."""
+        for at, arg in enumerate(args):
+            flag = arg.split("=", 1)[0]
+            appends = flag == f"--{key}+"
+            if not (appends or flag.startswith(f"--{key}.")):
+                continue
+            refused = self._refusal(args[:at + (1 if "=" in arg else 2)])
+            if refused is None:
+                continue  # this flag parses: not the one refused
+            if f'Parser key "{key}"' not in refused:
+                return None  # the arguments up to it fail for another reason
+            items = self._parsed(args[:at], key)
+            if not isinstance(items, list):
+                return None
+            index = len(items) if appends else len(items) - 1
+            return index if index >= 0 else None
+        return None
+
+    def _refusal(self, args: List[str]) -> Optional[str]:
+        """Why ``args`` do not parse, None when they do."""
         try:
-            cfg = self.parser.parse_args(args[:at])
-        except Exception:  # the arguments before it do not parse alone: say no index
+            self.parser.parse_args(args)
+        except Exception as err:  # jsonargparse raises argparse.ArgumentError (exit_on_error=False)
+            return str(err)
+        return None
+
+    def _parsed(self, args: List[str], key: str) -> Any:
+        """``key``'s value after ``args``; None when they do not parse alone."""
+        try:
+            cfg = self.parser.parse_args(args)
+        except Exception:  # the arguments before the flag do not parse alone: say no index
             return None
         cfg = cfg[cfg.subcommand] if "subcommand" in cfg else cfg
-        items = cfg.get(key)
-        return len(items) - 1 if isinstance(items, list) and items else None
+        return cfg.get(key)
 
     def _make_trainer(self, parser: Any, cfg: Any) -> Trainer:
         """The trainer and its callbacks; a constructor's refusal is one ``error:`` line

@@ -8,11 +8,12 @@ subtypes" report; :func:`explain_parse_error` turns it into one line such as
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
 import inspect
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..loop.lightning_names import lightning_trainer_way
 
@@ -27,7 +28,6 @@ _PARSER_KEY = re.compile(r'Parser key "([\w.]+)":')
 _CLASS_PROBLEM = re.compile(r"Problem with given class_path '([\w.]+)':\s*\n(.*?)(?:\n\s*- |\n\s*Given value|\Z)", re.S)
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
 _EXPECTED = re.compile(r'Parser key "([\w.]+)":\s*Expected a (.+?)\. Got value: (.*)')
-_ITEM_CLASS = re.compile(r"class_path'?\s*[:=]\s*'([\w.]+)'")
 _GIVEN = re.compile(r"Given value: (.*)\Z", re.S)
 _UNKNOWN_OPTION = re.compile(r"does not accept option '([\w.]+)'")
 _UNKNOWN_TOP = re.compile(r"unrecognized arguments: (\S+)")
@@ -36,17 +36,25 @@ _TYPE_NAME = re.compile(r"<class '(?:builtins\.)?([\w.]+)'>")
 
 def explain_parse_error(err: BaseException, parsers: Sequence[Any],
                         list_index: Optional[Callable[[str], Optional[int]]] = None) -> str:
-    """jsonargparse's refusal as one line naming the key's full path (and the valid keys
-    where it rejected an unknown one). ``list_index(key)`` gives the index a flag such as
-    ``--trainer.callbacks.patience`` applies to (the last item of that list)."""
+    """jsonargparse's refusal as one line naming the key's full path, with the index of the
+    failing item of a list (``trainer.callbacks[1].init_args.monitr``), and the valid keys where
+    it rejected an unknown one. ``list_index(key)`` gives the index of the item a flag set or
+    appended (``--trainer.callbacks.patience``, ``--trainer.callbacks+=...``), None if none."""
     message = str(err).strip()
     problem = _CLASS_PROBLEM.search(message)
     key = _PARSER_KEY.search(message)
     if problem and key:
-        option = _NOT_ACCEPTED.search(problem.group(2)) or _EXPECTED.search(problem.group(2))
-        where = key.group(1) + _index_of(message, problem.group(1), key.group(1),
-                                         option.group(1) if option else None, list_index)
-        return _class_problem(where, problem.group(1), problem.group(2).strip())
+        class_path, reason = problem.group(1), problem.group(2).strip()
+        given = _given(message)
+        if isinstance(given, list):
+            index, item = _failing_item(given, class_path, reason)
+        else:  # one item: a flag set or appended it to a list, or the key holds one class
+            index = list_index(key.group(1)) if list_index else None
+            item = given if isinstance(given, dict) else None
+        where = key.group(1) + (f"[{index}]" if index is not None else "")
+        if item is not None and _malformed(item):
+            return _malformed_problem(where, item)
+        return _class_problem(where, class_path, reason)
     match = _EXPECTED.search(message)
     if match:
         return _expected(*match.groups())
@@ -63,24 +71,97 @@ def one_line(message: str) -> str:
     return re.sub(r"\s*\n\s*", "; ", message.strip())
 
 
-def _index_of(message: str, class_path: str, key: str, option: Optional[str],
-              list_index: Optional[Callable[[str], Optional[int]]]) -> str:
-    """``[i]`` when the failing class is item i of a list (``trainer.callbacks``), else ``""``."""
+#: The keys of a class given as ``class_path``/``init_args`` (``dict_kwargs``: jsonargparse's own).
+_SPEC_KEYS = ("class_path", "init_args", "dict_kwargs")
+
+
+def _given(message: str) -> Any:
+    """The value jsonargparse reports as given: lists, dicts (its ``Namespace(...)`` as dicts),
+    strings and numbers; ``_OPAQUE`` for what it cannot read (a ``NestedArg`` flag among them)."""
     given = _GIVEN.search(message)
-    text = given.group(1).strip() if given else ""
-    if text.startswith("NestedArg("):  # a --key.init_arg flag: it applies to the list's last item
-        index = list_index(key) if list_index else None
-        return f"[{index}]" if index is not None else ""
-    if not text.startswith("["):
-        return ""
-    # Items are dicts or Namespace reprs: find each item's class_path in order.
-    found = list(_ITEM_CLASS.finditer(text))
-    segments = [(m.group(1), text[m.end():found[i + 1].start() if i + 1 < len(found) else len(text)])
-                for i, m in enumerate(found)]
-    matches = [i for i, (path, _) in enumerate(segments) if path == class_path]
-    if len(matches) > 1 and option:  # the same class twice: the item holding the bad option
-        matches = [i for i in matches if re.search(rf"\b{re.escape(option)}\b", segments[i][1])]
-    return f"[{matches[0]}]" if len(matches) == 1 else ""
+    if not given:
+        return _OPAQUE
+    try:
+        return _literal(ast.parse(given.group(1).strip(), mode="eval").body)
+    except (SyntaxError, ValueError):
+        return _OPAQUE
+
+
+class _Checked(dict):
+    """An item jsonargparse had already read as a ``Namespace`` (it reads a list's items in
+    order, so the refused item comes after these)."""
+
+
+def _literal(node: ast.AST) -> Any:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Namespace" \
+            and not node.args:
+        return _Checked({kw.arg: _literal(kw.value) for kw in node.keywords if kw.arg is not None})
+    if isinstance(node, ast.Dict):
+        return {_literal(k) if k is not None else None: _literal(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(item) for item in node.elts]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:  # a repr of something else (a path object, a NestedArg): not needed to find the item
+        return _OPAQUE
+
+
+_OPAQUE = object()
+
+
+def _spec(item: Any) -> Tuple[Any, Dict[str, Any]]:
+    """``(class_path, init_args)`` of a list item (a dict, or a class path alone)."""
+    if isinstance(item, str):
+        return item, {}
+    if isinstance(item, dict):
+        init = item.get("init_args")
+        return item.get("class_path"), init if isinstance(init, dict) else {}
+    return None, {}
+
+
+def _malformed(item: Any) -> bool:
+    """A dict that is not ``class_path`` plus ``init_args`` (a class's arguments beside its
+    class_path, a misspelt ``init_args``, no class_path)."""
+    return isinstance(item, dict) and (not isinstance(item.get("class_path"), str)
+                                       or any(k not in _SPEC_KEYS for k in item))
+
+
+def _failing_item(items: List[Any], class_path: str, reason: str) -> Tuple[Optional[int], Any]:
+    """The index and item of ``items`` jsonargparse refused: the first of ``class_path`` (by
+    class name: it reports ``EarlyStopping`` as ``graphtrainer.EarlyStopping``) not read yet
+    that holds the refused option (or its refused value), else the first malformed one."""
+    option = _NOT_ACCEPTED.search(reason)
+    expected = _EXPECTED.search(reason)
+    name = option.group(1) if option else expected.group(1) if expected else None
+    candidates = [i for i, item in enumerate(items) if not _malformed(item)
+                  and str(_spec(item)[0]).rsplit(".", 1)[-1] == class_path.rsplit(".", 1)[-1]]
+    candidates = [i for i in candidates if not isinstance(items[i], _Checked)] or candidates
+    if name is not None and len(candidates) > 1:
+        holding = [i for i in candidates if name in _spec(items[i])[1]]
+        if expected:  # the item whose value is the one refused
+            got = expected.group(3).strip()
+            holding = [i for i in holding if str(_spec(items[i])[1][name]) == got] or holding
+        candidates = holding or candidates
+    if not candidates:
+        candidates = [i for i, item in enumerate(items) if _malformed(item)]
+    return (candidates[0], items[candidates[0]]) if candidates else (None, None)
+
+
+def _malformed_problem(where: str, item: Dict[Any, Any]) -> str:
+    """An item given as something other than ``class_path`` and ``init_args``: the key that does
+    not belong, with the key (or the init argument) it likely means."""
+    class_path = item.get("class_path")
+    params = (init_parameters(class_path) or []) if isinstance(class_path, str) else []
+    holds = f"{where} holds class_path and init_args"
+    if params:
+        holds += f"; {class_path}.__init__ accepts {', '.join(params)} (under init_args)"
+    extra = [k for k in item if k not in _SPEC_KEYS]
+    if not extra:
+        return f"{where}: no class_path; {holds}"
+    close = difflib.get_close_matches(str(extra[0]), ["class_path", "init_args", *params], n=1)
+    meant = (close[0] if close[0] in _SPEC_KEYS else f"init_args.{close[0]}") if close else None
+    hint = f" (did you mean {meant!r}?)" if meant else ""
+    return f"unknown key {where + '.' + str(extra[0])!r}{hint}; {holds}"
 
 
 def _class_problem(where: str, class_path: str, reason: str) -> str:

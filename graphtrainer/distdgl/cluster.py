@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 from ..launch import leftovers
-from ..launch.environment import free_port
+from ..launch.environment import free_port, master_port_from_env
 from ..launch.placement import Placement
 
 #: DGL's default server port when an ``ip_config`` line gives none.
@@ -214,7 +214,7 @@ def resolve_cluster(options: DistGraphOptions, trainers_per_machine: int) -> Clu
     machines = read_ip_config(options.ip_config)
     rank = _machine_rank(options, machines)
     default_master = machines[0][1] + options.num_servers  # the port after machine 0's servers
-    master_port = int(os.environ.get("MASTER_PORT", default_master))
+    master_port = master_port_from_env() or default_master
     return Cluster(options, machines, rank, trainers_per_machine, options.ip_config, master_port)
 
 

@@ -8,6 +8,7 @@ import socket
 from typing import Any, Optional, Sequence
 
 from ..comm import RankInfo
+from ..errors import LaunchEnvironmentError
 from .base import Launcher, RankTarget
 
 
@@ -26,14 +27,55 @@ class ExistingRanks(Launcher):
         return target(self.info, *args)
 
 
-def _int_env(name: str) -> Optional[int]:
+#: What torchrun sets for each rank: all of them make this process one rank of a job, some are refused.
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _int_env(name: str, low: Optional[int] = None, high: Optional[int] = None) -> Optional[int]:
+    """``name``'s value as an integer in [low, high], None when unset or empty."""
     value = os.environ.get(name)
     if value is None or value == "":
         return None
     try:
-        return int(value)
-    except ValueError as err:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+        number = int(value)
+    except ValueError:
+        raise LaunchEnvironmentError(f"environment variable {name}={value!r} is not an integer (torchrun and srun "
+                                     "set integers): correct it or unset it") from None
+    if (low is not None and number < low) or (high is not None and number > high):
+        bounds = f"{low} or more" if high is None else f"from {low} to {high}"
+        raise LaunchEnvironmentError(f"environment variable {name}={value!r}: give a number {bounds}, or unset it")
+    return number
+
+
+def master_port_from_env() -> Optional[int]:
+    """``MASTER_PORT`` as a TCP port number; None when unset."""
+    return _int_env("MASTER_PORT", 1, 65535)
+
+
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _torchrun_layout() -> RankInfo:
+    """The rank layout torchrun's variables give; refused, naming the fix, when some are missing."""
+    given = [name for name in TORCHRUN_VARS if os.environ.get(name)]
+    missing = [name for name in TORCHRUN_VARS if name not in given]
+    if missing:  # (exported by hand, or a cluster's environment only half set up)
+        raise LaunchEnvironmentError(
+            f"{_names(given)} {'is' if len(given) == 1 else 'are'} set in the environment but {_names(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not: start the script with torchrun (python -m "
+            f"torch.distributed.run), export all of {_names(TORCHRUN_VARS)} on every rank, or unset "
+            f"{_names([n for n in given if n in ('RANK', 'WORLD_SIZE')])} to let the trainer start its own ranks")
+    world = _int_env("WORLD_SIZE", 1)
+    rank = _int_env("RANK", 0)
+    assert rank is not None and world is not None
+    if rank >= world:
+        raise LaunchEnvironmentError(f"RANK={rank} with WORLD_SIZE={world}: ranks are numbered 0 to WORLD_SIZE-1 "
+                                     f"(0 to {world - 1}); set RANK on each rank to its own number")
+    port = master_port_from_env()
+    assert port is not None
+    return RankInfo(rank=rank, local_rank=_int_env("LOCAL_RANK", 0) or 0, world_size=world,
+                    master_addr=os.environ["MASTER_ADDR"], master_port=port, source="torchrun")
 
 
 def _first_slurm_host(nodelist: str) -> str:
@@ -51,30 +93,19 @@ def detect_external_launch() -> Optional[RankInfo]:
 
     torchrun sets ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``; Slurm's
     ``srun`` ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``. A one-task Slurm job (``python
-    train.py`` in ``sbatch``) is not one: the trainer launches its own ranks.
+    train.py`` in ``sbatch``) is not one: the trainer launches its own ranks. Raises
+    :class:`~graphtrainer.errors.LaunchEnvironmentError` for a half-set environment (``RANK``
+    or ``WORLD_SIZE`` without the other three of :data:`TORCHRUN_VARS`) or values no launcher sets.
     """
-    rank, world = _int_env("RANK"), _int_env("WORLD_SIZE")
-    if rank is not None and world is not None:
-        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
-            raise RuntimeError(
-                "RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not: start the "
-                "script with torchrun, or export MASTER_ADDR and MASTER_PORT on every rank."
-            )
-        return RankInfo(
-            rank=rank,
-            local_rank=_int_env("LOCAL_RANK") or 0,
-            world_size=world,
-            master_addr=os.environ["MASTER_ADDR"],
-            master_port=int(os.environ["MASTER_PORT"]),
-            source="torchrun",
-        )
+    if os.environ.get("RANK") or os.environ.get("WORLD_SIZE"):
+        return _torchrun_layout()
     ntasks = _int_env("SLURM_NTASKS")
     procid = _int_env("SLURM_PROCID")
     if ntasks is not None and procid is not None and ntasks > 1:
         addr = os.environ.get("MASTER_ADDR") or _first_slurm_host(
             os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_NODELIST", "127.0.0.1")
         )
-        port = _int_env("MASTER_PORT")
+        port = master_port_from_env()
         if port is None:
             # Same on every task of the job, different between concurrent jobs, and below
             # the ephemeral range (32768 by default; see free_port).

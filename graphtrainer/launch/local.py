@@ -41,7 +41,39 @@ from .threads import available_cores, set_threads
 LAUNCH_METHODS = ("fork", "spawn", "forkserver")
 
 
-def _child_entry(
+#: A launched rank's Ctrl-C state: "interrupted" once the first SIGINT raised KeyboardInterrupt,
+#: "reporting" while the rank sends its failure to the launcher.
+_sigint: Dict[str, bool] = {"interrupted": False, "reporting": False}
+
+
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """A rank's SIGINT handler: the first raises KeyboardInterrupt (the rank unwinds, its
+    ``finally`` blocks run), later ones (the launcher ends ranks with SIGINT too) and one during
+    a failure's report are ignored: the rank is ending and its report must not be cut."""
+    if _sigint["interrupted"] or _sigint["reporting"]:
+        return
+    _sigint["interrupted"] = True
+    raise KeyboardInterrupt
+
+
+def _child_entry(*args: Any) -> None:
+    """A launched rank (:func:`_rank_main`); Ctrl-C ends it quietly: the launching process
+    reports the interruption, so no rank prints a KeyboardInterrupt traceback of its own."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not an ignored or a user's SIGINT
+        signal.signal(signal.SIGINT, _interrupt_once)
+    try:
+        _rank_main(*args)
+    except KeyboardInterrupt:  # outside the fit's own reporting (starting, waiting on the fit's thread)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Ended by SIGINT, as the launcher then says, and now: a fit thread must not keep the rank alive.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        os._exit(1)  # (not reached)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # done and reported: multiprocessing's exit must not print one
+
+
+def _rank_main(
     rank: int,
     world_size: int,
     listener: socket.socket,
@@ -78,7 +110,7 @@ def _child_entry(
             result = target(info, *args)
             _send(conn, ("ok", rank, result if rank == 0 else None, time.monotonic()))
         except BaseException as err:  # noqa: BLE001 - everything is reported to the parent
-            outcome["failed"] = True
+            outcome["failed"] = _sigint["reporting"] = True  # (a SIGINT now must not cut the report)
             try:
                 kept = (err.checkpoint, err.result) if rank == 0 and isinstance(err, Preempted) else None
                 _send(conn, ("error", rank, (type(err).__name__, str(err), traceback.format_exc(), kept),

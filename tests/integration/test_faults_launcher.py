@@ -7,6 +7,7 @@ failed), waits for the files the ranks write once they train, signals that proce
 watches the processes it had started."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -241,13 +242,17 @@ def test_a_partial_checkpoint_of_a_killed_writer_is_removed_by_the_next_fit(root
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_ctrl_c_to_a_command_line_fit_ends_it_with_one_line_and_status_130(tmp_path, process_owner, terminal_sigint):
-    """``python -m graphtrainer fit`` under Ctrl-C: the ranks end (the launcher's cleanup), then
-    one line and status 130 as shells expect, not a KeyboardInterrupt traceback."""
+@pytest.mark.parametrize("launcher, threads", [("fork", 1), ("spawn", 1), ("forkserver", 1), ("fork", 2)])
+def test_ctrl_c_to_a_command_line_fit_ends_it_with_one_line_and_status_130(tmp_path, process_owner, terminal_sigint,
+                                                                           launcher, threads):
+    """``python -m graphtrainer fit`` under Ctrl-C: the ranks end quietly (the launcher's cleanup),
+    then one line and status 130 as shells expect, no KeyboardInterrupt traceback from the command
+    nor from a rank. threads=2 with fork: each rank's fit runs in a thread of its own (the command
+    has threads when it forks), so SIGINT finds the rank's main thread waiting on it."""
     import yaml
 
-    config = {"trainer": {"num_procs": 2, "max_epochs": 100000, "progress_bar": False,
-                          "default_root_dir": str(tmp_path / "runs")},
+    config = {"trainer": {"num_procs": 2, "max_epochs": 100000, "progress_bar": False, "launcher": launcher,
+                          "threads_per_proc": threads, "default_root_dir": str(tmp_path / "runs")},
               "task": {"class_path": "fault_driver.Marked", "init_args": {"ready_dir": str(tmp_path)}}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     (tmp_path / "tmp").mkdir()
@@ -255,10 +260,27 @@ def test_ctrl_c_to_a_command_line_fit_ends_it_with_one_line_and_status_130(tmp_p
                              PYTHONPATH=os.pathsep.join([str(TESTS.parents[1]), str(TESTS)]))
     proc = process_owner.start([sys.executable, "-m", "graphtrainer", "fit", "--config", str(tmp_path / "run.yaml")],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    descendants = _training(proc, tmp_path)
-    os.killpg(proc.pid, signal.SIGINT)
+    descendants = _training(proc, tmp_path)  # both ranks are past their first training step: mid-fit
+    os.killpg(proc.pid, signal.SIGINT)  # every process of the group, as Ctrl-C in a terminal
+    _sigint_ranks_until_gone(tmp_path, descendants)
     _, err = proc.communicate(timeout=60)
     _gone_within(descendants, 20)
     assert proc.returncode == 130, err[-3000:]
-    # The command's own traceback is gone (a rank hit mid-step may still print its own before it ends).
-    assert "__main__.py" not in err and err.strip().splitlines()[-1] == "interrupted", err[-3000:]
+    # The newest stack's triton (nanobind) reports leaks, without a final newline, when the fork
+    # server exits (in every forkserver run): no traceback, and not the ranks' doing.
+    err = re.sub(r"nanobind: leaked .*?refleaks\.html", "", err, flags=re.S)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "interrupted", err[-3000:]
+
+
+def _sigint_ranks_until_gone(workdir: Path, descendants: list, seconds: float = 3.0) -> None:
+    """SIGINT the ranks again and again while they unwind from the first one (as the launcher's
+    cleanup does once, and Ctrl-C pressed again would): each must still end quietly."""
+    pids = {int((workdir / f"rank{r}.pid").read_text()) for r in (0, 1)}
+    ranks = [p for p in descendants if p.pid in pids]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks):
+        for rank in ranks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                rank.send_signal(signal.SIGINT)  # psutil checks it is still that process
+        time.sleep(0.01)

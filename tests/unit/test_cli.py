@@ -213,10 +213,39 @@ _CKPT = {"class_path": "graphtrainer.ModelCheckpoint", "init_args": {"monitor": 
      [], "error: trainer.callbacks[1] (graphtrainer.EarlyStopping): mode='maximum': use 'min' or 'max'"),
     ([], ["--trainer.max_epochs", "two"], "error: trainer.max_epochs: expected int, got 'two'"),
     ([], ["--task.init_args.hidden", "6.5"], "error: task.init_args.hidden: expected int, got '6.5'"),
+    # The failing item of a list is named by its index, whichever way the list was given.
+    ([_CKPT, {"class_path": "graphtrainer.EarlyStopping", "monitr": "val_loss"}], [],  # arguments beside class_path
+     "error: unknown key 'trainer.callbacks[1].monitr' (did you mean 'init_args.monitor'?); trainer.callbacks[1] "
+     "holds class_path and init_args; graphtrainer.EarlyStopping.__init__ accepts monitor, mode,"),
+    ([_CKPT, {"class_path": "EarlyStopping", "init_args": {"monitr": "val_loss"}}], [],  # a short class name
+     "error: unknown key 'trainer.callbacks[1].init_args.monitr' (did you mean 'monitor'?)"),
+    ([_CKPT, {"class_path": "graphtrainer.EarlyStopping", "init_arg": {"monitor": "val_loss"}}], [],
+     "error: unknown key 'trainer.callbacks[1].init_arg' (did you mean 'init_args'?)"),
+    ([_CKPT, {"clas_path": "graphtrainer.EarlyStopping"}], [],
+     "error: unknown key 'trainer.callbacks[1].clas_path' (did you mean 'class_path'?)"),
+    ([_CKPT, "graphtrainer.EarlyStoping"], [],
+     "error: trainer.callbacks[1].class_path: cannot import 'graphtrainer.EarlyStoping'"),
+    ([], ["--trainer.callbacks", "[{class_path: graphtrainer.ModelCheckpoint}, "
+          "{class_path: graphtrainer.EarlyStopping, monitr: val_loss}]"],
+     "error: unknown key 'trainer.callbacks[1].monitr' (did you mean 'init_args.monitor'?)"),
+    ([], ["--trainer.callbacks+=graphtrainer.ModelCheckpoint",
+          "--trainer.callbacks+={class_path: graphtrainer.EarlyStopping, init_args: {monitr: val_loss}}"],
+     "error: unknown key 'trainer.callbacks[1].init_args.monitr' (did you mean 'monitor'?)"),
+    ([], ["--trainer.callbacks+=graphtrainer.ModelCheckpoint", "--trainer.callbacks.monitor", "val_loss",
+          "--trainer.callbacks+=graphtrainer.EarlyStopping", "--trainer.callbacks.monitr", "val_loss"],
+     "error: unknown key 'trainer.callbacks[1].init_args.monitr' (did you mean 'monitor'?)"),
 ])
 def test_nested_refusals_name_the_real_path_in_one_line(tmp_path, capsys, callbacks, flags, expected):
     line = _refusal(tmp_path, capsys, _with_callbacks(tmp_path / "runs", *callbacks), *flags)
     assert line.startswith(expected), line
+
+
+def test_task_arguments_beside_its_class_path_say_they_go_under_init_args(tmp_path, capsys):
+    config = _config(tmp_path / "runs")
+    config["task"] = {"class_path": "tasks.RegressionTask", "hiden": 8}
+    line = _refusal(tmp_path, capsys, config)
+    assert line.startswith("error: unknown key 'task.hiden' (did you mean 'init_args.hidden'?); task holds "
+                           "class_path and init_args; tasks.RegressionTask.__init__ accepts n, d, hidden,"), line
 
 
 def test_untyped_task_argument_takes_its_defaults_type(tmp_path, capsys):

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import torch
 
-from graphtrainer import Callback, EarlyStopping, ProgressBar, Trainer
+from graphtrainer import Callback, EarlyStopping, LaunchEnvironmentError, ProgressBar, Trainer
 from graphtrainer.comm import RankInfo
 from graphtrainer.launch import environment
 
@@ -123,11 +123,11 @@ def test_detect_external_launch_torchrun(monkeypatch):
     assert environment.detect_external_launch() == RankInfo(
         rank=1, local_rank=0, world_size=2, master_addr="127.0.0.1", master_port=29500, source="torchrun")
     monkeypatch.delenv("MASTER_PORT")
-    with pytest.raises(RuntimeError, match="MASTER_ADDR/MASTER_PORT are not"):
+    with pytest.raises(LaunchEnvironmentError, match="but MASTER_PORT is not"):
         environment.detect_external_launch()
     monkeypatch.setenv("MASTER_PORT", "29500")
     monkeypatch.setenv("RANK", "one")
-    with pytest.raises(ValueError, match="RANK='one' is not an integer"):
+    with pytest.raises(LaunchEnvironmentError, match="RANK='one' is not an integer"):
         environment.detect_external_launch()
 
 
