@@ -3,7 +3,8 @@
 Each rank writes a few numbers into its row of a small shared-memory array whenever
 it makes progress (a hook entered, a batch fetched or stepped) and marks itself
 *waiting* while inside a collective (DDP's all-reduce in backward, the collectives DDP
-runs itself before a forward and in its constructor, a barrier, a metric reduction). The launcher reads the rows: a rank with no progress for ``hang_timeout``
+runs itself before a forward and in its constructor, a barrier, a metric reduction). The launcher
+reads the rows: a rank with no progress for ``hang_timeout``
 seconds that is not waiting is stuck; ranks waiting in a collective are waiting for it
 and are not blamed. A rank whose process is stopped (SIGSTOP, Ctrl-Z, a debugger) is blamed
 whatever its row says. If every rank is waiting (collectives that do not match), the ranks

@@ -9,7 +9,8 @@ sampler before ``fit`` would change what every forked rank samples, whatever see
 given. Two measures keep the numbering fixed: the thread that seeds claims its number
 alone before any OpenMP team does (``graphtrainer.loop.seeding.seed_all``), and the main
 thread claims number 0 as soon as both graphtrainer and DGL are imported
-(:func:`claim_dgl_stream`). What is left (DGL seeded from several threads before graphtrainer was imported) is detected in
+(:func:`claim_dgl_stream`). What is left (DGL seeded from several threads before graphtrainer was
+imported) is detected in
 each rank by :func:`dgl_stream` and reported.
 """
 from __future__ import annotations

@@ -48,7 +48,8 @@ def data_root(root: Optional[PathLike] = None) -> pathlib.Path:
     if root is None or str(root) == "":
         root = os.environ.get(DATA_ENV) or None
     if root is None:
-        root = pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"  # graphtrainer/datasets/known.py
+        # This file is graphtrainer/datasets/known.py: parents[2] is the checkout.
+        root = pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
     return pathlib.Path(root).expanduser().resolve()
 
 

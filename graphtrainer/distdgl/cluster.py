@@ -52,7 +52,8 @@ def check_options(part_config: os.PathLike | str, ip_config: Optional[os.PathLik
         name, parts = str(meta["graph_name"]), int(meta["num_parts"])
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"distributed_graph={str(part_config)!r} is not a DGL partition config (a JSON file "
-                         f"with graph_name and num_parts, as python -m graphtrainer.cli.partition writes): {err}") from None
+                         f"with graph_name and num_parts, as python -m graphtrainer.cli.partition writes): "
+                         f"{err}") from None
     if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
         raise ValueError(f"num_servers={num_servers!r}: give the number of graph servers per machine (>= 1)")
     if machine_rank is not None and (isinstance(machine_rank, bool) or not 0 <= int(machine_rank) < parts):

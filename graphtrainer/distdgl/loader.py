@@ -11,7 +11,8 @@ tensor of partition ids or a plain mask: one global permutation split over all r
 
 Each batch reads the sampler's ``prefetch_node_feats`` and ``prefetch_labels`` (a list of keys
 or ``{ntype: keys}``, as DGL's samplers take them) from the ``DistGraph`` (local partition from
-shared memory, the rest over RPC), which DGL 2.1's ``DistNodeDataLoader`` does not do; batch i+1's pull runs in a thread while batch i trains.
+shared memory, the rest over RPC), which DGL 2.1's ``DistNodeDataLoader`` does not do; batch i+1's
+pull runs in a thread while batch i trains.
 Node batches skip ``DistNodeDataLoader``, whose ``DistDataLoader`` turns every seed into a
 Python int and back (2.2 ms per 1,024-seed batch). Local seeds are sampled in the rank, seeded
 per batch; servers sample remote seeds with their own generators, so a run over several
@@ -253,8 +254,10 @@ class DistEdgeLoader(_DistSampled):
         if self.negatives is not None:
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         if self.pair_sampler is not None:  # positions in the pair list
-            return dgl.distributed.DistDataLoader(share, batch_size=self.batch_size, shuffle=False,
-                                                  collate_fn=lambda pos: self.pair_sampler.sample(self.graph, torch.as_tensor(pos)),
+            def collate(pos: Any) -> Any:
+                return self.pair_sampler.sample(self.graph, torch.as_tensor(pos))
+
+            return dgl.distributed.DistDataLoader(share, batch_size=self.batch_size, shuffle=False, collate_fn=collate,
                                                   drop_last=self.drop_last)
         return dgl.dataloading.DistEdgeDataLoader(self.graph, share, self.sampler, negative_sampler=self.negatives,
                                                   batch_size=self.batch_size, shuffle=False, drop_last=self.drop_last)

@@ -55,10 +55,12 @@ class GraphServer(WatchedService):
                    DGL_IP_CONFIG=cluster.ip_config_path, DGL_CONF_PATH=cluster.options.part_config,
                    DGL_DIST_MODE="distributed", DGLBACKEND="pytorch", PYTHONUNBUFFERED="1")
         env[PARENT_ENV] = str(os.getpid())
-        package_root = str(Path(__file__).resolve().parents[2])  # the checkout holding graphtrainer/: importable uninstalled
+        # The checkout holding graphtrainer/: importable uninstalled.
+        package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-c", "from graphtrainer.distdgl.servers import main; main()"],
+            command = "from graphtrainer.distdgl.servers import main; main()"
+            self.proc = subprocess.Popen([sys.executable, "-c", command],
                                          env=env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.label += f", pid {self.proc.pid}"

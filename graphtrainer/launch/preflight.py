@@ -49,7 +49,8 @@ def _prepare(task: Any, method: str) -> None:
 
 
 def prepare_graph(graph: Any, formats: Sequence[str] = ("csc",)) -> Any:
-    """Build ``formats`` of ``graph`` once (default CSC) for forked ranks to share (:mod:`graphtrainer.data.formats`)."""
+    """Build ``formats`` of ``graph`` once (default CSC) for forked ranks to share
+    (:mod:`graphtrainer.data.formats`)."""
     return build_formats(graph, formats)
 
 

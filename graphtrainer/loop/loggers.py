@@ -147,7 +147,8 @@ class _Many(Logger):
 
     def state_dict(self) -> Dict[str, Any]:
         """``{position: state}`` of the loggers that keep one (for the checkpoint)."""
-        return {str(i): lg.state_dict() for i, lg in enumerate(self.loggers) if callable(getattr(lg, "state_dict", None))}
+        return {str(i): lg.state_dict() for i, lg in enumerate(self.loggers)
+                if callable(getattr(lg, "state_dict", None))}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         for i, lg in enumerate(self.loggers):
@@ -164,7 +165,8 @@ def check_logger(option: Any) -> None:
             continue
         if not callable(getattr(lg, "log_metrics", None)):
             raise TypeError(f"logger={lg!r}: give True (CSV), False (none) or a logger object with "
-                            "log_metrics(metrics, step), e.g. graphtrainer.integrations.mlflow_logger.MLflowLogger(...)")
+                            "log_metrics(metrics, step), e.g. "
+                            "graphtrainer.integrations.mlflow_logger.MLflowLogger(...)")
         if callable(getattr(lg, "check", None)):
             lg.check()
 

@@ -5,7 +5,8 @@ The *stages* split a fit's time on a rank without overlap (their sum is the fit'
 time, less loop bookkeeping): epoch start (seeding, batch counts, the Join decision,
 ``on_train_epoch_start``), sample, to device, forward, backward, optimizer,
 on_train_batch_end, join (waiting for ranks with more batches, and their state), validation,
-epoch end (metric reduction, callbacks, checkpoints, logs), fit end. Hooks are timed too, as their own rows; they fall inside stages. DDP's
+epoch end (metric reduction, callbacks, checkpoints, logs), fit end. Hooks are timed too, as their
+own rows; they fall inside stages. DDP's
 all-reduce runs during backward, so its row overlaps ``backward``.
 """
 from __future__ import annotations

@@ -69,7 +69,8 @@ class StopController:
 
     def start_epoch(self, batches: Optional[int]) -> Optional[int]:
         """This epoch's batch counts over the ranks (``batches``: this rank's, None when the
-        loader cannot tell); returns the fewest (None when a rank cannot tell). Agreed at the previous epoch's end, or here
+        loader cannot tell); returns the fewest (None when a rank cannot tell). Agreed at the previous
+        epoch's end, or here
         in the first epoch of a fit (one all-reduce). Must be called on all processes."""
         counts, self._next_counts = self._next_counts, None
         if counts is None:  # the same on every rank: the fit's first epoch
