@@ -77,3 +77,21 @@ def test_a_preemption_replaces_the_last_ckpt_of_the_callback_keeping_it(root_dir
                               "last.ckpt"]  # no last-v1.ckpt left behind
     assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 6
     assert resumed.callbacks[1].last_model_path == str(folder / "last.ckpt")
+
+
+def test_two_checkpoint_callbacks_with_one_state_key_are_refused_naming_the_fix(root_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"two ModelCheckpoint callbacks have the same state key "
+                                         r"'ModelCheckpoint\{monitor=val_loss,mode=min\}'.*different monitor, mode "
+                                         r"or every_n_epochs"):
+        _trainer(root_dir, 1, [ModelCheckpoint(dirpath=tmp_path / "a", monitor="val_loss"),
+                               ModelCheckpoint(dirpath=tmp_path / "b", monitor="val_loss", save_top_k=-1)])
+
+
+def test_callbacks_differing_in_every_n_epochs_keep_their_own_state(root_dir, tmp_path):
+    a, b = ModelCheckpoint(dirpath=tmp_path / "a", every_n_epochs=2), ModelCheckpoint(dirpath=tmp_path / "b")
+    _trainer(root_dir, 2, [a, b]).fit(RegressionTask(n=16))
+    assert a.best_model_path == str(tmp_path / "a" / "epoch=1-step=4.ckpt")
+    assert b.best_model_path == str(tmp_path / "b" / "epoch=1-step=4.ckpt")
+    states = torch.load(b.best_model_path, weights_only=True)["callbacks"]
+    assert states[a.state_key]["dirpath"] == str(tmp_path / "a")
+    assert states[b.state_key]["dirpath"] == str(tmp_path / "b")
