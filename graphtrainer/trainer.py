@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 from . import options
-from .callbacks.base import Callback
+from .callbacks.base import Callback, check_state_keys
 from .callbacks.checkpoint import ModelCheckpoint
 from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
@@ -236,6 +236,7 @@ class Trainer(RunView):
                 raise TypeError(f"callbacks: {type(cb).__module__}.{type(cb).__name__} is not a "
                                 "graphtrainer.callbacks.Callback; subclass that (its hooks take (trainer, task, ...)), "
                                 "or use graphtrainer's own (ModelCheckpoint, EarlyStopping, LearningRateMonitor)")
+        check_state_keys(self.callbacks)
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
         if enable_model_summary and not any(isinstance(c, ModelSummary) for c in self.callbacks):

@@ -1,7 +1,7 @@
 """``Callback``: framework-side behaviour that hooks into the loops without touching the task."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 
@@ -129,3 +129,16 @@ class Callback:
     def on_save_checkpoint(self, trainer: RunView, task: GraphTask, checkpoint: Dict[str, Any]) -> None: ...
     def on_load_checkpoint(self, trainer: RunView, task: GraphTask, checkpoint: Dict[str, Any]) -> None: ...
     def on_exception(self, trainer: RunView, task: GraphTask, error: BaseException) -> None: ...
+
+
+def check_state_keys(callbacks: Sequence["Callback"]) -> None:
+    """Refuse two callbacks with state under one :attr:`Callback.state_key` (as Lightning): in a checkpoint
+    one's state would replace the other's, and a resumed fit would give both the same best file and top-k."""
+    seen: Dict[str, Callback] = {}
+    for cb in callbacks:
+        key = cb.state_key
+        if key in seen and cb.state_dict():
+            raise ValueError(f"callbacks: two {type(cb).__name__} callbacks have the same state key {key!r}, so "
+                             "checkpoints would hold one's state for both (a resumed fit would rank or delete the "
+                             "other's files): give them different monitor, mode or every_n_epochs, or keep one")
+        seen[key] = cb

@@ -114,7 +114,8 @@ class ModelCheckpoint(Callback):
 
     @property
     def state_key(self) -> str:
-        return f"ModelCheckpoint{{monitor={self.monitor},mode={self.mode}}}"
+        every = f",every_n_epochs={self.every_n_epochs}" if self.every_n_epochs != 1 else ""  # 1: earlier files' key
+        return f"ModelCheckpoint{{monitor={self.monitor},mode={self.mode}{every}}}"
 
     def state_dict(self) -> Dict[str, Any]:
         return {"best_k_models": dict(self.best_k_models), "best_model_path": self.best_model_path,

@@ -94,13 +94,18 @@ def find_checkpoint(which: str, callback: Any, root: str | os.PathLike, missing_
 
 def resolve_named(which: str, callbacks: List[Any], root: str | os.PathLike, fresh_if_none: bool = False,
                   run_dir: Optional[str | os.PathLike] = None) -> Tuple[Optional[str], str]:
-    """``(path, what was chosen in words)`` for ``ckpt_path="last"``/``"best"`` from the first
-    ``ModelCheckpoint``; with ``fresh_if_none``, "last" with none yet gives no path. ``run_dir``:
+    """``(path, what was chosen in words)`` for ``ckpt_path="last"``/``"best"``: "best" from the first
+    ``ModelCheckpoint``; "last" the newest ``last*.ckpt`` of any of them (as Lightning), else the first's newest
+    checkpoint. With ``fresh_if_none``, "last" with none yet gives no path. ``run_dir``:
     look in that run folder only (not the newest run under ``root``)."""
     if not callbacks:
         raise ValueError(f"ckpt_path={which!r} needs a ModelCheckpoint callback in this trainer "
                          "(none is configured): add one, or pass a file path")
-    path = find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last", run_dir=run_dir)
+    lasts = [p for p in (find_checkpoint("last", cb, root, missing_ok=True, run_dir=run_dir) for cb in callbacks)
+             if p and is_last_name(p)] if which == "last" else []
+    # The callback keeping last.ckpt need not be the first (a monitored top-k one often is, in its own folder).
+    path = (max(lasts, key=lambda p: Path(p).lstat().st_mtime) if lasts else
+            find_checkpoint(which, callbacks[0], root, missing_ok=fresh_if_none and which == "last", run_dir=run_dir))
     said = (f"using {path}" if path else
             f"{missing_checkpoint(callbacks[0], root, run_dir=run_dir)} yet: starting from scratch")
     if path and which == "last" and not is_last_name(path):

@@ -205,9 +205,12 @@ def stop_run(ctx: Any, batches_done: int) -> None:
 
 
 def _checkpoint_path(ctx: Any) -> Path:
-    """Where ``ckpt_path="last"`` finds it: the ModelCheckpoint's next ``last.ckpt`` (``last-v1.ckpt`` beside
-    an earlier run's, as its version counter names it; rank 0 decides), else the run's. Collective."""
-    owner = next((cb for cb in ctx.callbacks if hasattr(cb, "last_model_path") and cb.dirpath), None)
+    """Where ``ckpt_path="last"`` finds it: the next ``last.ckpt`` of the ModelCheckpoint that keeps one, else
+    of the first (``last-v1.ckpt`` beside an earlier run's, as its version counter names it; rank 0 decides),
+    else the run's. Collective."""
+    owners = [cb for cb in ctx.callbacks if hasattr(cb, "last_model_path") and cb.dirpath]
+    # The one that keeps last.ckpt: its file is replaced, not a last-v1.ckpt left beside it by another.
+    owner = next((cb for cb in owners if getattr(cb, "save_last", False)), owners[0] if owners else None)
     if owner is not None and callable(getattr(owner, "next_last_path", None)):
         path = gdist.broadcast_object(owner.next_last_path() if ctx.state.rank == 0 else None)
         owner.last_model_path = path  # in the file's callback state: the resumed run writes this file again
