@@ -243,6 +243,7 @@ class Trainer(RunView):
             self.callbacks.insert(0, ModelSummary())
         #: The state of the current (or last) run; see :class:`~graphtrainer.state.RunState`.
         self.state = RunState()
+        self._ran_task: Optional[GraphTask] = None  # the task of the last run in other processes
 
     @property
     def checkpoint_callbacks(self) -> List[ModelCheckpoint]:
@@ -294,11 +295,17 @@ class Trainer(RunView):
 
     def save_checkpoint(self, path: Union[str, os.PathLike], weights_only: bool = False) -> None:
         """Write a checkpoint of the running task (``weights_only``: only the model's weights, as
-        Lightning's; such a file evaluates but cannot resume a fit). Must be called on all processes."""
-        if self.state.task is None:
-            raise RuntimeError("save_checkpoint saves the running task: call it from a hook or callback "
-                               "during fit")
-        save_checkpoint(self, self.state.task, path, weights_only=weights_only)
+        Lightning's; such a file evaluates but cannot resume a fit). Must be called on all processes.
+        After a fit whose ranks ran in other processes, this process holds rank 0's weights only, so
+        only ``weights_only=True`` is taken there."""
+        if self.state.task is None and (self._ran_task is None or not weights_only):
+            raise RuntimeError("save_checkpoint(path) outside a run: after a fit in other processes, this process "
+                               "holds the trained weights, not the optimizer and random states a resumable "
+                               "checkpoint needs. Use save_checkpoint(path, weights_only=True) after fit (it "
+                               "evaluates; fit cannot resume from it), ModelCheckpoint(save_last=True)'s "
+                               "last_model_path, or call save_checkpoint from a hook or callback during fit")
+        task = self.state.task if self.state.task is not None else self._ran_task
+        save_checkpoint(self, task, path, weights_only=weights_only)
 
     # ---- launching ----------------------------------------------------------------------
     def _run(self, task: GraphTask, stage: str, ckpt_path: Optional[str]) -> RunResult:
@@ -364,6 +371,7 @@ class Trainer(RunView):
     def _absorb(self, task: GraphTask, result: RunResult) -> None:
         """Bring a launched run's outcome into this process."""
         self.state = result.state
+        self._ran_task = task  # for save_checkpoint(path, weights_only=True) after the run
         task.trainer = self  # as Lightning's model.trainer: task.current_epoch/global_step read the run
         for cb in self.callbacks:
             if cb.state_key in result.callback_states:

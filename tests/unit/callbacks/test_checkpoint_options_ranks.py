@@ -94,3 +94,24 @@ def test_two_ranks_resuming_from_another_folder_warn_once_and_keep_the_best_path
     assert other.best_model_path == best and other.best_k_models == {}
     assert _files(tmp_path / "a") == ["epoch=1-step=4.ckpt", "last.ckpt"]
     assert _files(tmp_path / "b") == ["last.ckpt"]
+
+
+@pytest.mark.timeout(180)
+def test_after_a_fit_in_other_processes_save_checkpoint_writes_the_trained_weights_only(root_dir, tmp_path):
+    trainer, task = _trainer(root_dir, 2, []), RegressionTask()
+    trainer.fit(task)
+    with pytest.raises(RuntimeError, match=r"weights_only=True.*last_model_path"):
+        trainer.save_checkpoint(tmp_path / "full.ckpt")  # the optimizer states left with the ranks
+    assert not (tmp_path / "full.ckpt").exists()
+    path = tmp_path / "weights.ckpt"
+    trainer.save_checkpoint(path, weights_only=True)
+    ckpt = torch.load(path, weights_only=False)
+    assert ckpt["weights_only"] and ckpt["global_step"] == trainer.global_step > 0
+    trained = task.module.state_dict()
+    assert ckpt["state_dict"].keys() == trained.keys()
+    assert all(torch.equal(ckpt["state_dict"][k], trained[k]) for k in trained)
+    assert "optimizer_states" not in ckpt
+    tester = Trainer(num_procs=2, launcher="fork", progress_bar=False, enable_model_summary=False,
+                     default_root_dir=root_dir)
+    from_file = tester.test(RegressionTask(), ckpt_path=str(path))  # a fresh model: the file's weights
+    assert from_file and from_file == tester.test(task)
