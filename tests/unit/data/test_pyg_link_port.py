@@ -3,6 +3,8 @@
 refused naming the fix."""
 from __future__ import annotations
 
+import warnings
+
 import graphtrainer  # noqa: F401  (first: its DGL compatibility layer must precede `import dgl`)
 import dgl
 import pytest
@@ -49,3 +51,16 @@ def test_exclude_with_pairs_names_edge_ids():
     src, dst = task.graph.edges()
     with pytest.raises(ValueError, match=r"edge_ids\(src, dst\)"):
         task.edge_dataloader((src[:10], dst[:10]), [3, 3], 8, exclude="self")
+
+
+def test_labelled_pairs_with_drawn_negatives_warn():
+    """RandomLinkSplit's val/test pairs carry 0/1 labels; the default negatives=1 adds more and shifts them."""
+    task = _task()
+    pairs, label = tuple(torch.randint(0, 60, (2, 10))), torch.tensor([1.0, 0.0] * 5)
+    with pytest.warns(UserWarning, match="negatives=None"):
+        loader = task.edge_dataloader(pairs, [3, 3], 4, shuffle=False, edge_label=label)
+    assert set(next(iter(loader)).edge_label.tolist()) == {0.0, 1.0, 2.0}  # PyG's rule, kept
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        task.edge_dataloader(pairs, [3, 3], 4, shuffle=False, edge_label=label, negatives=None)
+        task.edge_dataloader(pairs, [3, 3], 4, shuffle=False, edge_label=torch.arange(10) % 3)  # class labels
