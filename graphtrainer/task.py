@@ -316,9 +316,9 @@ class GraphTask:
         """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
 
-        ``edges``: edge ids of the graph (or a boolean mask over edges), or a ``(src, dst)`` pair of node-id
-        tensors (e.g. held-out edges that are not in the graph). ``sampler``: a DGL block sampler or a list
-        of fanouts (``NeighborSampler`` prefetching ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it.
+        ``edges``: edge ids of the graph (or a boolean mask over edges), or node pairs, ``(src, dst)`` or a ``[2, E]``
+        tensor as PyG's ``edge_label_index`` (e.g. held-out edges not in the graph). ``sampler``: a DGL block sampler
+        or fanouts (``NeighborSampler`` prefetching ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it.
         ``negatives``: ``k`` uniform negatives per edge, reproducible from ``(seed, epoch, edge)``, or a DGL
         negative sampler, or ``None``. ``exclude``: ``"self"`` or ``"reverse_id"`` (with ``reverse_eids``)
         keeps the seed edges (and reverses) out of the blocks.

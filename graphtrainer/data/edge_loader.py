@@ -168,6 +168,13 @@ class _PairSampler:
     evaluation edges)."""
 
     @staticmethod
+    def given(edges: Any) -> bool:
+        """Whether ``edges`` are node pairs: ``(src, dst)``, or a ``[2, E]`` tensor (PyG's ``edge_label_index``)."""
+        if isinstance(edges, torch.Tensor):
+            return edges.dim() == 2 and edges.shape[0] == 2
+        return isinstance(edges, (tuple, list)) and len(edges) == 2
+
+    @staticmethod
     def check(edges: Any, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(src, dst)`` node-id pairs, checked against ``n`` nodes."""
         src = check_seed_ids(edges[0], n, "edge_dataloader pairs (src)")
@@ -215,8 +222,8 @@ class EdgeLoader(SampledLoader):
     """Link-prediction batches over this rank's share of seed edges.
 
     ``sampler``: a DGL block sampler, or a list of fanouts (``NeighborSampler`` prefetching
-    ``feat``). ``edges``: edge ids (1-D integer tensor or edge mask), or ``(src, dst)`` node-id
-    tensors (pairs need not be edges: held-out validation/test edges). ``negatives``: an int
+    ``feat``). ``edges``: edge ids (1-D integer tensor or edge mask), or node pairs, ``(src, dst)``
+    or a ``[2, E]`` tensor (pairs need not be edges: held-out validation/test edges). ``negatives``: an int
     ``k`` (:class:`PerEdgeUniform`: new negatives each training epoch, the same at every
     evaluation), any DGL negative sampler (edge ids only), or ``None``. ``exclude``: ``None``,
     ``"self"`` or ``"reverse_id"`` (needs ``reverse_eids``; edge ids only) keeps the seed edges
@@ -254,13 +261,19 @@ class EdgeLoader(SampledLoader):
             self.typed = check_typed_eids(edges, graph, "edge_dataloader edge ids")
             self.spans = type_spans(self.typed, graph, edges=True)
             ids = flatten(self.typed, self.spans)
-        elif isinstance(edges, (tuple, list)) and len(edges) == 2:
+        elif _PairSampler.given(edges):
             if exclude is not None:
-                raise ValueError("exclude= applies to edge ids of the graph; node pairs are not "
-                                 "edges of it, so there is nothing to exclude: pass exclude=None")
+                raise ValueError("exclude= takes edge ids of the graph, not node pairs. Pairs that are edges of "
+                                 "the graph (PyG's training edge_label_index usually is) can be passed as ids: "
+                                 "graph.edge_ids(src, dst), with exclude='self', or exclude='reverse_id' and "
+                                 "reverse_eids=graph.edge_ids(v, u) for (u, v) = graph.edges(); held-out pairs "
+                                 "that are not edges: exclude=None")
             self.pairs = _PairSampler.check(edges, n)
             ids = torch.arange(self.pairs[0].numel())
         else:
+            if isinstance(edges, torch.Tensor) and edges.dim() == 2 and edges.shape[1] == 2:
+                raise ValueError(f"edge_dataloader: node pairs go as a [2, E] tensor (PyG's edge_label_index) or "
+                                 f"(src, dst); got shape {tuple(edges.shape)}: pass edges.t()")
             # Edge ids checked against the number of edges: DGL aborts in C++ otherwise.
             ids = check_seed_ids(edges, graph.num_edges(), "edge_dataloader edge ids", unit="edge")
         super().__init__(ids, batch_size, shuffle=shuffle, drop_last=drop_last, even=even, seed=seed)

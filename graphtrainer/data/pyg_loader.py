@@ -200,6 +200,11 @@ class EdgeLabels:
             raise ValueError(f"edge_label: one value (row) per seed edge, as edges lists them ({ids.numel()}), "
                              f"got shape {tuple(label.shape)}{also}")
         if mode == "binary" and loader.negatives is not None and label.numel() and bool(label.min() == 0):
+            if bool(((label == 0) | (label == 1)).all()):  # RandomLinkSplit's val/test: negatives already there
+                warnings.warn("edge_label= holds 0s and 1s, as labelled pairs that already include their negatives "
+                              "(RandomLinkSplit's val/test edge_label), and negatives= draws more: the labels become "
+                              "2 and 1, the drawn negatives 0 (PyG's rule with neg_sampling). For held-out pairs with "
+                              "their own labels pass negatives=None (PyG's default)", UserWarning, stacklevel=4)
             label = label + 1  # as PyG: 0 is the negatives' label
         self.by_position = loader.pairs is not None
         self.keys: Optional[torch.Tensor] = None

@@ -224,7 +224,7 @@ class DistEdgeLoader(_DistSampled):
         if is_dist_tensor(edges):
             self.scope = "machine"
             ids = _machine_items(graph, edges, graph.num_edges(), "edge")
-        elif isinstance(edges, (tuple, list)) and len(edges) == 2:
+        elif _PairSampler.given(edges):
             self.pairs = _PairSampler.check(edges, graph.num_nodes())
             ids = torch.arange(self.pairs[0].numel())
         else:
