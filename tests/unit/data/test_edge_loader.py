@@ -80,7 +80,7 @@ def test_bad_edge_input_is_a_clear_error_before_sampling():
         EdgeLoader(g, torch.tensor([0, 400]), _full(2), 4)
     with pytest.raises(ValueError, match=r"pairs \(dst\): ids must lie in \[0, 120\)"):
         EdgeLoader(g, (torch.tensor([0, 1]), torch.tensor([1, 120])), _full(2), 4)
-    with pytest.raises(ValueError, match="nothing to exclude"):
+    with pytest.raises(ValueError, match="exclude= takes edge ids of the graph, not node pairs.*graph.edge_ids"):
         EdgeLoader(g, _pairs(g, 4), _full(2), 4, exclude="self")
     with pytest.raises(ValueError, match="needs reverse_eids"):
         EdgeLoader(g, torch.arange(4), _full(2), 4, exclude="reverse_id")
