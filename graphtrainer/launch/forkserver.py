@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import select
 import signal
 import time
 from multiprocessing import forkserver as _mp_forkserver
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 from ..errors import RankFailedError
 from ..process import pids
@@ -38,6 +39,12 @@ STOP_GRACE_S = 5.0
 ENV_FLAG = "GRAPHTRAINER_FORKSERVER"
 #: The launching process's pid, as the server and its ranks see it (see :func:`bind_to_launcher`).
 LAUNCHER_ENV = "GRAPHTRAINER_FORKSERVER_LAUNCHER"
+#: A rank's exit code as multiprocessing gives it when the server's pipe to the launcher closed
+#: without the rank's status: the server is gone (or the rank really exited with 255).
+NO_STATUS_EXIT = 255
+#: Seconds the launcher waits for the exit status of a server whose pipes closed: it is exiting,
+#: but the kernel reports its death a moment after its files are closed.
+EXIT_NOTICE_S = 2.0
 
 
 def context() -> mp.context.BaseContext:
@@ -74,21 +81,49 @@ def server_pid() -> Optional[int]:
 _exit_status: dict = {}  # pid -> wait status of a server found dead while its launch ran
 
 
-def server_death() -> Optional[str]:
-    """How the running fork server died ("killed by signal SIGKILL"), or None while it runs."""
+def server_death(wait_s: float = 0.0) -> Optional[str]:
+    """How the running fork server died ("killed by signal SIGKILL"), or None while it runs;
+    waits up to ``wait_s`` for it to end (see :class:`ServerWatch`)."""
     pid = server_pid()
     if pid is None:
         return None
     if pid not in _exit_status:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if not done:
+        status = _exit_status_within(pid, wait_s)
+        if status is None:
             return None
         _exit_status[pid] = status
     code = os.waitstatus_to_exitcode(_exit_status[pid])
     return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
+def _exit_status_within(pid: int, wait_s: float) -> Optional[int]:
+    """Child ``pid``'s wait status once it has ended, waiting up to ``wait_s`` for that (woken by
+    its pidfd where Linux has them, else checking every 10 ms); None while it runs."""
+    deadline = time.monotonic() + wait_s
+    woken = False
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return status
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if not woken:
+            woken = True
+            try:
+                pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):  # no pidfd here
+                pass
+            else:
+                try:
+                    select.select([pidfd], [], [], left)  # readable once it has ended
+                finally:
+                    os.close(pidfd)
+                continue
+        time.sleep(min(0.01, left))
 
 
 def stop_server() -> None:
@@ -150,10 +185,23 @@ def bind_to_launcher() -> None:
 
 
 class ServerWatch(WatchedService):
-    """The server's death ends the run, named as such (not as ranks that could not start)."""
+    """The server's death ends the run, named as such (not as ranks that could not start).
+
+    The server closes its pipes, so the launcher sees its ranks end, a moment before the kernel
+    reports its own death; a rank's error (its own, or a peer's lost connection) may have arrived
+    first. Once a rank of ``procs`` has ended without a status, the server's death is waited for
+    (up to :data:`EXIT_NOTICE_S`, once): the watch must not name the cause before it could see it.
+    """
+
+    def __init__(self, procs: Sequence[Any] = ()):
+        self.procs = list(procs)
+        self.waited = False
 
     def failure(self) -> Optional[RankFailedError]:
-        death = server_death()
+        wait_s = 0.0
+        if not self.waited and any(p.exitcode == NO_STATUS_EXIT for p in self.procs):
+            wait_s, self.waited = EXIT_NOTICE_S, True
+        death = server_death(wait_s)
         if death is None:
             return None
         return RankFailedError(-1, "ForkServerDied", f"{death} while the ranks ran; the ranks it had forked died "

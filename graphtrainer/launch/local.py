@@ -250,7 +250,7 @@ def launch(
         if method == "fork":
             gc.unfreeze()
         if method == "forkserver":
-            services = [*services, forkserver.ServerWatch()]
+            services = [*services, forkserver.ServerWatch(procs)]
         relay = rank_stderr.StderrRelay(err_conns)  # once every rank is forked: no thread to fork
         watch = Watch(procs, conns, method, board, hang_timeout, stack_dir, placement, services, job)
         watch.relay = relay

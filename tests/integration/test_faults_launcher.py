@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer
-from graphtrainer.launch import forkserver
+from graphtrainer.launch import forkserver, supervisor
 
 from conftest import rank_children
 from launch_env import env_without_launch
@@ -184,7 +184,9 @@ def test_next_run_removes_what_a_killed_run_left(tmp_path, process_owner):
 
 
 class _KillsTheForkServer(FailingTask):
-    """Rank 0 SIGKILLs its parent, the fork server, at ``at_step``."""
+    """Rank 0 SIGKILLs its parent, the fork server, at ``at_step``, where rank 1 raises its own
+    error (``FailingTask``): the server takes a moment to die, and rank 1's error, and rank 0's
+    on losing its peer, may reach the launcher first."""
 
     def training_step(self, idx, batch_idx):
         if self.rank == 0 and self.global_step == self.at_step:
@@ -192,13 +194,44 @@ class _KillsTheForkServer(FailingTask):
         return super().training_step(idx, batch_idx)
 
 
+def _server_death_reported_late(monkeypatch, late_s: float) -> None:
+    """In this (the launching) process, ``os.waitpid`` reports the fork server's end ``late_s``
+    after it could first have: the kernel reports it a moment after the server has closed its
+    files (its ranks' pipes), a moment stretched here past the watch's settling time."""
+    real, held = os.waitpid, {}
+
+    def waitpid(pid, options):
+        if pid not in held and pid != forkserver.server_pid():
+            return real(pid, options)
+        if pid not in held:
+            done, status = real(pid, options)
+            if not done:
+                return done, status
+            held[pid] = (time.monotonic() + late_s, status)
+        reported_at, status = held[pid]
+        if time.monotonic() < reported_at:
+            if options & os.WNOHANG:
+                return 0, 0
+            time.sleep(reported_at - time.monotonic())
+        return pid, status
+
+    monkeypatch.setattr(os, "waitpid", waitpid)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_killed_fork_server_is_named(root_dir):
+@pytest.mark.parametrize("reported_late", [False, True])
+def test_a_killed_fork_server_is_named(root_dir, monkeypatch, reported_late):
+    """Also when the ranks' errors surely arrive, and the ranks are gone, before the kernel
+    reports the server's death (``reported_late``)."""
+    if reported_late:  # later than the watch settles, sooner than it waits for a server whose pipes closed
+        late_s = supervisor.FAILURE_SETTLE_S + 0.25
+        assert late_s < forkserver.EXIT_NOTICE_S
+        _server_death_reported_late(monkeypatch, late_s)
     trainer = Trainer(num_procs=2, launcher="forkserver", max_epochs=5, progress_bar=False,
                       default_root_dir=root_dir, enable_model_summary=False)
     with pytest.raises(RankFailedError) as info:
-        trainer.fit(_KillsTheForkServer(how="none", at_step=3))
+        trainer.fit(_KillsTheForkServer(how="raise", at_step=3))
     err = info.value
     assert err.error_type == "ForkServerDied" and err.process.startswith("the fork server (pid ")
     assert "killed by signal SIGKILL while the ranks ran" in str(err)
