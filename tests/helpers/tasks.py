@@ -14,6 +14,8 @@ inside the graph task's methods, so the plain-torch task runs without it.
 from __future__ import annotations
 
 import math
+import os
+import signal
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -468,4 +470,17 @@ class AffinityProbe(RegressionTask):
                 seen[name] = next(iter(loader)).tolist()
             with open(os.path.join(self.out_dir, f"rank{self.trainer.rank}.json"), "w", encoding="utf-8") as fh:
                 json.dump(seen, fh)
+        return super().training_step(idx, batch_idx)
+
+
+class SigtermAt(RegressionTask):
+    """Sends itself SIGTERM during step ``at_step`` (a scheduler preempting the job)."""
+
+    def __init__(self, at_step: Optional[int] = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.at_step = at_step
+
+    def training_step(self, idx: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        if self.global_step == self.at_step:
+            os.kill(os.getpid(), signal.SIGTERM)
         return super().training_step(idx, batch_idx)

@@ -5,7 +5,6 @@ options on two ranks: test_checkpoint_options_ranks.py."""
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from graphtrainer import Callback, ModelCheckpoint, Preempted, Trainer
 from graphtrainer.checkpoint.content import CheckpointError
 
 from mid_epoch_runs import mid_epoch_trainer
-from tasks import RegressionTask
+from tasks import RegressionTask, SigtermAt as _StoppedAt
 
 
 def _trainer(root, epochs, callbacks, **kw):
@@ -59,19 +58,6 @@ def test_a_second_fit_into_the_same_folder_adds_versions_and_leaves_the_first_ru
     assert mc.last_model_path == str(folder / "last-v1.ckpt") and "last-v2.ckpt" not in _files(folder)
     assert torch.load(folder / "last-v1.ckpt", weights_only=True)["global_step"] == 6
     assert "epoch=2-step=6.ckpt" in _files(folder)
-
-
-class _StoppedAt(RegressionTask):
-    """Sends itself SIGTERM during step ``at_step`` (a scheduler preempting the job)."""
-
-    def __init__(self, at_step=None, **kwargs):
-        super().__init__(**kwargs)
-        self.at_step = at_step
-
-    def training_step(self, idx, batch_idx):
-        if self.global_step == self.at_step:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return super().training_step(idx, batch_idx)
 
 
 def test_a_preempted_fit_in_a_reused_folder_writes_the_next_last_name_and_resumes_from_it(root_dir, tmp_path):

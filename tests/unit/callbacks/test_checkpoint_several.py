@@ -3,8 +3,6 @@ after it, as Lightning users write them): ``ckpt_path="last"`` takes the newest 
 them, and a preemption replaces the ``last.ckpt`` that the one keeping it wrote."""
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ import torch
 
 from graphtrainer import ModelCheckpoint, Preempted, Trainer
 
-from tasks import RegressionTask
+from tasks import RegressionTask, SigtermAt as _StoppedAt
 
 
 def _trainer(root, epochs, callbacks):
@@ -22,19 +20,6 @@ def _trainer(root, epochs, callbacks):
 
 def _files(folder: Path):
     return sorted(p.name for p in folder.iterdir())
-
-
-class _StoppedAt(RegressionTask):
-    """Sends itself SIGTERM during step ``at_step`` (a scheduler preempting the job)."""
-
-    def __init__(self, at_step=None, **kwargs):
-        super().__init__(**kwargs)
-        self.at_step = at_step
-
-    def training_step(self, idx, batch_idx):
-        if self.global_step == self.at_step:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return super().training_step(idx, batch_idx)
 
 
 def test_last_is_the_last_ckpt_of_a_later_callback_in_its_own_folder(root_dir, tmp_path, capsys):

@@ -26,14 +26,7 @@ from graphtrainer.nn.pyg import to_pyg
 from graphtrainer.nn.transfer import BatchTransfer, copy_to, device_tensors
 
 from link_tasks import rand_link_graph
-
-
-def random_graph(seed: int, n: int = 300, m: int = 2400):
-    gen = torch.Generator().manual_seed(seed)
-    g = dgl.graph((torch.randint(0, n, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)), num_nodes=n)
-    g.ndata["feat"] = torch.randn(n, 5, generator=gen)
-    g.ndata["label"] = torch.randint(0, 3, (n,), generator=gen)
-    return g
+from pyg_graphs import random_graph
 
 
 def raw_batches(g, fanouts, batch_size=16, seeds=64):

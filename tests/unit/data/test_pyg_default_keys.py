@@ -17,6 +17,8 @@ from graphtrainer import GraphTask
 from graphtrainer.data.device import mode
 from graphtrainer.data.node_loader import NodeLoader
 from graphtrainer.data.pyg_loader import PygLoader
+
+from pyg_graphs import PygTask as _Task, placed as _placed
 from graphtrainer.nn.pyg import to_pyg
 
 pytest.importorskip("torch_geometric")
@@ -25,19 +27,6 @@ from torch_geometric.utils import to_dgl  # noqa: E402
 from pyg_tasks import own_pyg_data  # noqa: E402
 
 CPU = torch.device("cpu")
-
-
-class _Task(GraphTask):
-    batch_format = "pyg"
-
-    def __init__(self, graph):
-        super().__init__()
-        self.graph = graph
-
-
-def _placed(loader, sampling):
-    assert mode.place(loader, CPU, sampling, announce=False) == sampling
-    return loader
 
 
 @pytest.mark.parametrize("nodes,edges,expected", [

@@ -14,6 +14,8 @@ from graphtrainer.data.device import mode
 from graphtrainer.data.node_loader import NodeLoader
 from graphtrainer.data.pyg_loader import PygLoader
 
+from pyg_graphs import PygTask as _Task, placed as _placed
+
 pytest.importorskip("torch_geometric")
 
 CPU = torch.device("cpu")
@@ -26,19 +28,6 @@ def _graph(seed: int = 3, n: int = 200, m: int = 1500):
     g.ndata["target"] = torch.randint(0, 3, (n,), generator=gen)
     g.edata["w"] = torch.randn(m, 2, generator=gen)
     return g
-
-
-class _Task(GraphTask):
-    batch_format = "pyg"
-
-    def __init__(self, graph):
-        super().__init__()
-        self.graph = graph
-
-
-def _placed(loader, sampling):
-    assert mode.place(loader, CPU, sampling, announce=False) == sampling
-    return loader
 
 
 @pytest.mark.parametrize("sampling", ["cpu", "device"])

@@ -19,17 +19,10 @@ from graphtrainer.nn import TorchBlock
 from graphtrainer.nn.pyg import to_pyg
 
 from link_tasks import rand_link_graph
+from pyg_graphs import random_graph
 
 CPU = torch.device("cpu")
 SAMPLING = ["cpu", "device"]
-
-
-def random_graph(seed: int, n: int = 300, m: int = 2400):
-    gen = torch.Generator().manual_seed(seed)
-    g = dgl.graph((torch.randint(0, n, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)), num_nodes=n)
-    g.ndata["feat"] = torch.randn(n, 5, generator=gen)
-    g.ndata["label"] = torch.randint(0, 3, (n,), generator=gen)
-    return g
 
 
 def placed(loader, sampling):
