@@ -311,7 +311,7 @@ class GraphTask:
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
                         batch_format: Optional[str] = None, feat_key: Optional[str] = None,
-                        edge_key: Optional[str] = None, neg_sampling: Optional[str] = None, edge_label: Any = None,
+                        edge_key: Optional[str] = None, neg_sampling: Any = None, edge_label: Any = None,
                         **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader, PygLoader]:
         """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
         rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
@@ -319,9 +319,9 @@ class GraphTask:
         ``edges``: edge ids of the graph (or a boolean mask over edges), or node pairs, ``(src, dst)`` or a ``[2, E]``
         tensor as PyG's ``edge_label_index`` (e.g. held-out edges not in the graph). ``sampler``: a DGL block sampler
         or fanouts (``NeighborSampler`` prefetching ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it.
-        ``negatives``: ``k`` uniform negatives per edge, reproducible from ``(seed, epoch, edge)``, or a DGL
-        negative sampler, or ``None``. ``exclude``: ``"self"`` or ``"reverse_id"`` (with ``reverse_eids``)
-        keeps the seed edges (and reverses) out of the blocks.
+        ``negatives``: ``k`` uniform negatives per edge, reproducible from ``(seed, epoch, edge)`` (a float: PyG's
+        binary ratio, ``ceil(p * k)`` per batch of ``p``), or a DGL negative sampler, or ``None``. ``exclude``:
+        ``"self"`` or ``"reverse_id"`` (with ``reverse_eids``) keeps the seed edges (and reverses) out of the blocks.
 
         Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch
         size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
@@ -333,8 +333,9 @@ class GraphTask:
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
         :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: ``LinkNeighborLoader``'s
-        ``Data``, ``neg_sampling="binary"`` (default) or ``"triplet"``, ``edge_label``: the positives' labels, one
-        per seed edge (:class:`~graphtrainer.data.pyg_loader.PygLoader`; keys: see node_dataloader)."""
+        ``Data``, ``neg_sampling="binary"`` (default) or ``"triplet"`` (or PyG's ``NegativeSampling``, or a dict of its
+        fields: amount, src_weight, dst_weight), ``edge_label``: the positives' labels, one per seed edge
+        (:class:`~graphtrainer.data.pyg_loader.PygLoader`; keys: see node_dataloader)."""
         graph, seed, sampler, fmt = self._helper_args("edge_dataloader", graph, seed, sampler, batch_format,
                                                       feat_key, None, edge_key)
         if is_dist_graph(graph):

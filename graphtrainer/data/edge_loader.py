@@ -7,12 +7,14 @@ hash of ``(seed, epoch, edge, j)``: the same whatever the batch, rank or number 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple, Union
 
 import torch
 
 from .formats import sampler_formats
 from .hetero import check_typed_eids, flatten, type_spans
+from .negative_draws import NodeWeights, check_amount, kept_draws
 from .node_loader import SampledLoader, default_sampler, iterate_sampled, unfused_if_zero
 from .prefetch import per_type_prefetch
 from .sharding import check_seed_ids
@@ -42,12 +44,13 @@ def edge_hash(seed: int, epoch: int, keys: torch.Tensor, num: int) -> torch.Tens
 class PerEdgeUniform:
     """DGL negative sampler: ``k`` negatives ``(u, w)`` per positive edge ``(u, v)``, ``w`` uniform
     over the nodes, reproducible from ``(seed, epoch, edge id)``; the loader sets :attr:`seed` and
-    :attr:`epoch`. With :attr:`random_sources` (PyG's binary negatives) ``u`` is drawn too."""
+    :attr:`epoch`. With :attr:`random_sources` (PyG's binary negatives) ``u`` is drawn too. A
+    fractional ``k`` (PyG's binary ratio) draws ``ceil(p * k)`` per batch of ``p`` edges;
+    :attr:`src_weight`/:attr:`dst_weight` draw the ends by node weight (PyG's)."""
 
-    def __init__(self, k: int = 1):
-        if int(k) < 1:
-            raise ValueError(f"negatives per edge must be at least 1, got {k}")
-        self.k = int(k)
+    def __init__(self, k: Union[int, float] = 1):
+        self.amount = check_amount(k)
+        self.k = math.ceil(self.amount)  # draws per edge; a fractional amount keeps some (kept_draws)
         self.seed = 0
         self.epoch = 0
 
@@ -57,6 +60,10 @@ class PerEdgeUniform:
     #: Draw the source of each negative as well (``LinkNeighborLoader(neg_sampling="binary")``)
     #: instead of keeping the positive edge's (DGL's ``Uniform``, PyG's ``"triplet"``).
     random_sources: bool = False
+    #: Node weights for the drawn sources and destinations (PyG's ``NegativeSampling``
+    #: ``src_weight``/``dst_weight``); ``None``: uniform.
+    src_weight: Optional[NodeWeights] = None
+    dst_weight: Optional[NodeWeights] = None
 
     def __call__(self, g: Any, eids: Any) -> Any:
         if isinstance(eids, dict):  # heterograph: negatives of each type among its destination type
@@ -72,15 +79,24 @@ class PerEdgeUniform:
 
     def draw(self, src: torch.Tensor, keys: torch.Tensor, num_nodes: int,
              num_src_nodes: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The ``k`` negatives of each edge, edge by edge: ``(sources, destinations)``."""
+        """The negatives of the edges ``keys`` (one batch), edge by edge: ``(sources, destinations)``."""
         # int64 keys: the hash must not wrap around in an int32 graph's id type. Columns k..2k-1
         # (sources) are the same hash's further draws: destinations stay as without them.
-        drawn = edge_hash(self.seed, self.epoch, keys.long(), 2 * self.k if self.random_sources else self.k)
-        dst = (drawn[:, :self.k] % num_nodes).reshape(-1).to(src.dtype)
-        if not self.random_sources:
-            return src.repeat_interleave(self.k), dst
-        far = drawn[:, self.k:] % (num_nodes if num_src_nodes is None else num_src_nodes)
-        return far.reshape(-1).to(src.dtype), dst
+        k = self.k
+        drawn = edge_hash(self.seed, self.epoch, keys.long(), 2 * k if self.random_sources else k)
+        dst = _ends(drawn[:, :k], num_nodes, self.dst_weight)
+        if self.random_sources:
+            near = _ends(drawn[:, k:], num_nodes if num_src_nodes is None else num_src_nodes, self.src_weight)
+        else:
+            near = src.unsqueeze(1).expand(-1, k)
+        kept = kept_draws(keys.numel(), self.amount, keys.device)
+        if kept is not None:
+            return near[kept].to(src.dtype), dst[kept].to(src.dtype)
+        return near.reshape(-1).to(src.dtype), dst.reshape(-1).to(src.dtype)
+
+
+def _ends(drawn: torch.Tensor, num_nodes: int, weights: Optional[NodeWeights]) -> torch.Tensor:
+    return drawn % num_nodes if weights is None else weights.pick(drawn, num_nodes)
 
 
 def check_reverse_eids(graph: Any, reverse_eids: Any) -> torch.Tensor:
@@ -136,12 +152,14 @@ def check_reverse_etypes(graph: Any, reverse_etypes: Dict[Any, Any]) -> Dict[Any
 
 
 def check_negatives(negatives: Any) -> Any:
-    """``negatives`` as :class:`PerEdgeUniform` for an int, a sampler or ``None`` as given, or a ``ValueError``."""
+    """``negatives`` as :class:`PerEdgeUniform` for a number (an int ``k``, or a float: PyG's binary
+    ratio), a sampler or ``None`` as given, or a ``ValueError``."""
     if negatives is None or (callable(negatives) and not isinstance(negatives, (bool, int, float))):
         return negatives
-    if isinstance(negatives, bool) or not isinstance(negatives, int) or negatives < 1:
-        raise ValueError(f"negatives={negatives!r}: give k, an int of 1 or more (k uniform negatives per edge), a "
-                         "DGL negative sampler, or None for no negative graph")
+    if isinstance(negatives, bool) or not isinstance(negatives, (int, float)) or not negatives > 0:
+        raise ValueError(f"negatives={negatives!r}: give k, an int of 1 or more (k uniform negatives per edge; a "
+                         "float is PyG's binary ratio: 0.5 draws one per two edges of a batch), a DGL negative "
+                         "sampler, or None for no negative graph")
     return PerEdgeUniform(negatives)
 
 
@@ -223,11 +241,12 @@ class EdgeLoader(SampledLoader):
 
     ``sampler``: a DGL block sampler, or a list of fanouts (``NeighborSampler`` prefetching
     ``feat``). ``edges``: edge ids (1-D integer tensor or edge mask), or node pairs, ``(src, dst)``
-    or a ``[2, E]`` tensor (pairs need not be edges: held-out validation/test edges). ``negatives``: an int
-    ``k`` (:class:`PerEdgeUniform`: new negatives each training epoch, the same at every
-    evaluation), any DGL negative sampler (edge ids only), or ``None``. ``exclude``: ``None``,
-    ``"self"`` or ``"reverse_id"`` (needs ``reverse_eids``; edge ids only) keeps the seed edges
-    (and their reverses) out of the blocks.
+    or a ``[2, E]`` tensor (pairs need not be edges: held-out validation/test edges). ``negatives``:
+    an int ``k`` (:class:`PerEdgeUniform`: new negatives each training epoch, the same at every
+    evaluation; a float ``a``, PyG's binary ratio: ``ceil(p * a)`` per batch of ``p``), any DGL
+    negative sampler (edge ids only), or ``None``. ``exclude``: ``None``, ``"self"`` or
+    ``"reverse_id"`` (needs ``reverse_eids``; edge ids only) keeps the seed edges (and their
+    reverses) out of the blocks.
 
     On a heterograph ``edges`` is ``{etype: eids}``: each type is split evenly as
     ``NodeLoader``'s node types, batches hold ``{canonical etype: eids}``, ``negatives=k`` draws
@@ -239,7 +258,7 @@ class EdgeLoader(SampledLoader):
     """
 
     def __init__(self, graph: Any, edges: Any, sampler: Any, batch_size: int, *,
-                 negatives: Union[int, Callable, None] = 1, exclude: Optional[str] = None,
+                 negatives: Union[int, float, Callable, None] = 1, exclude: Optional[str] = None,
                  reverse_eids: Any = None, shuffle: bool = True, drop_last: bool = False,
                  even: Optional[str] = None, seed: int = 0, reverse_etypes: Optional[Dict[Any, Any]] = None,
                  **dataloader_kwargs: Any):

@@ -10,8 +10,9 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..nn.pyg import NEG_SAMPLING, PYG_INSTALL, PYG_KEYS, default_key, is_pyg_data, pyg_data_class, to_pyg
+from ..nn.pyg import PYG_INSTALL, PYG_KEYS, default_key, is_pyg_data, pyg_data_class, to_pyg
 from .prefetch import check_data_key
+from .pyg_negatives import read_neg_sampling, take_amount, take_weights
 from .sharded_loader import ShardedLoader
 
 BATCH_FORMATS = ("dgl", "pyg")
@@ -77,7 +78,9 @@ class PygLoader(ShardedLoader):
     ``num_sampled_edges``; edge batches also ``input_id`` and, by ``neg_sampling``, PyG's
     ``"binary"`` fields ``edge_label_index`` and ``edge_label`` (the default; negatives drawn at
     both ends) or its ``"triplet"`` fields ``src_index``, ``dst_pos_index`` and ``dst_neg_index``
-    (negatives keep the positive's source). ``edge_label``: one value (row) per seed edge as the
+    (negatives keep the positive's source); ``neg_sampling`` may be PyG's ``NegativeSampling`` (or
+    a dict of its fields): its ``amount`` (a float: ``ceil(p * amount)`` per batch, binary) and
+    ``src_weight``/``dst_weight`` (node weights of the drawn ends). ``edge_label``: one value (row) per seed edge as the
     edge loader was given them, the positives' ``edge_label`` (as PyG's, shifted by 1 when its
     least value is 0 and there are negatives, 0 being theirs). ``feat_key``/``label_key``/``edge_key``:
     the data read as ``x``, ``y`` and ``edge_attr`` (default: node data ``feat``, else PyG's ``x``;
@@ -87,7 +90,7 @@ class PygLoader(ShardedLoader):
     """
 
     def __init__(self, loader: ShardedLoader, feat_key: Optional[str] = None, label_key: Optional[str] = None,
-                 edge_key: Optional[str] = None, neg_sampling: Optional[str] = None, edge_label: Any = None):
+                 edge_key: Optional[str] = None, neg_sampling: Any = None, edge_label: Any = None):
         graph = getattr(loader, "graph", None)
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
         check_batch_keys(graph, feat_key, label_key, edge_key)
@@ -156,31 +159,35 @@ class PygLoader(ShardedLoader):
             yield to_pyg(batch, *keys, neg_sampling=self.neg_sampling, edge_label=label, input_id=ids)
 
 
-def link_mode(loader: Any, neg_sampling: Optional[str], edge_label: Any) -> Optional[str]:
+def link_mode(loader: Any, neg_sampling: Any, edge_label: Any) -> Optional[str]:
     """The PyG negative-sampling mode of an edge loader's batches (None for a node loader), after
-    setting its negatives to draw as that mode does; a ``ValueError`` naming the fix for what
-    does not fit."""
+    setting its negatives to draw as ``neg_sampling`` says (a mode, or PyG's ``NegativeSampling``,
+    a dict or a tuple of its fields: :func:`~graphtrainer.data.pyg_negatives.read_neg_sampling`);
+    a ``ValueError`` naming the fix for what does not fit."""
     if not hasattr(loader, "pairs"):
         if neg_sampling is not None or edge_label is not None:
             raise ValueError("neg_sampling= and edge_label= shape link batches (edge_dataloader); a node loader's "
                              "PyG batches have neither: its labels are y (label_key=)")
         return None
-    mode = "binary" if neg_sampling is None else neg_sampling
-    if mode not in NEG_SAMPLING:
-        raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label; each "
-                         "negative pair drawn at both ends, as PyG's) or 'triplet' (src_index, dst_pos_index and "
-                         "dst_neg_index; negatives keep the positive's source). How many: negatives=k")
+    spec = read_neg_sampling(neg_sampling)
     negatives = getattr(loader, "negatives", None)
     drawn_here = isinstance(getattr(negatives, "random_sources", None), bool)  # PerEdgeUniform: negatives=k
+    take_amount(negatives, drawn_here, spec)
+    mode = spec.mode
     if mode == "triplet":
         if not drawn_here:
             raise ValueError("neg_sampling='triplet' needs negatives=k (an int: k destinations drawn per positive "
                              f"edge, keeping its source), got negatives={negatives!r}")
+        if not isinstance(negatives.amount, int):
+            raise ValueError(f"neg_sampling='triplet' draws a whole number of destinations per positive edge (as "
+                             f"PyG's, which refuses a fractional amount), got {negatives.amount}: give an int, or "
+                             "neg_sampling='binary' for a ratio")
         if edge_label is not None:
             raise ValueError("edge_label= goes with neg_sampling='binary' (as in PyG, a triplet batch has no "
                              "edge_label); read the positives' data by batch.input_id instead")
     if drawn_here:
         negatives.random_sources = mode == "binary"
+        take_weights(negatives, loader.graph, spec)
     return mode
 
 
@@ -242,7 +249,7 @@ def check_batch_keys(graph: Any, feat_key: Optional[str], label_key: Optional[st
 
 def with_batch_format(loader: Any, batch_format: str, feat_key: Optional[str] = None,
                       label_key: Optional[str] = None, edge_key: Optional[str] = None,
-                      neg_sampling: Optional[str] = None, edge_label: Any = None) -> Any:
+                      neg_sampling: Any = None, edge_label: Any = None) -> Any:
     """``loader`` as it is (``"dgl"``), or yielding PyG batches (``"pyg"``) that read ``x``, ``y``
     and ``edge_attr`` from the data named ``feat_key``, ``label_key`` and ``edge_key``, with
     ``neg_sampling``'s fields and ``edge_label`` (link batches)."""

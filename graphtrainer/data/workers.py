@@ -33,8 +33,9 @@ _OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
 _PYG_NAMES = {
     "num_neighbors": "the sampler argument takes fanouts in DGL's order, the input layer first: PyG's "
                      "num_neighbors=[25, 10] is [10, 25]",
-    "neg_sampling_ratio": "negatives=k: k uniform negatives per positive edge (edge_dataloader's "
-                          "neg_sampling='binary' or 'triplet' picks PyG's mode)",
+    "neg_sampling_ratio": "negatives=k: k uniform negatives per positive edge, a float too (0.5: PyG's binary "
+                          "ratio), or edge_dataloader(..., batch_format='pyg', neg_sampling=NegativeSampling("
+                          "'binary', amount))",
     "neg_sampling": "edge_dataloader(..., batch_format='pyg', neg_sampling='binary' or 'triplet') or "
                     "PygLoader(loader, neg_sampling=...); negatives=k: how many per positive edge",
     "edge_label_index": "pass the pairs as the edges argument, a (src, dst) tuple of tensors",

@@ -95,7 +95,8 @@ def _homogeneous(blocks: Sequence[Any], feat_key: str, label_key: str, edge_key:
     return out
 
 
-def _hops(blocks: List[TorchBlock]) -> Tuple[torch.Tensor, List[int], List[Dict[str, torch.Tensor]]]:
+def _hops(blocks: List[TorchBlock], seed_order: Optional[torch.Tensor] = None
+          ) -> Tuple[torch.Tensor, List[int], List[Dict[str, torch.Tensor]]]:
     """PyG's subgraph within the blocks: ``order`` (the kept nodes as positions among
     ``blocks[0]``'s sources, in PyG's order), the nodes new at each hop (seeds first) and, per hop,
     the kept edges: ``src``, ``dst`` (PyG's numbering) and ``eid`` (rows of the block's edge data).
@@ -103,12 +104,14 @@ def _hops(blocks: List[TorchBlock]) -> Tuple[torch.Tensor, List[int], List[Dict[
     Hop ``h`` keeps the in-edges (from ``blocks[-h]``) of the nodes new at hop ``h - 1`` only, and
     a node is kept where a kept edge reaches it: DGL's re-sampling of older nodes adds sources
     (all of a hop with fanout 0 after it) that PyG never reaches. As PyG's sampler numbers them,
-    nodes new at a hop come in the order they are first met, walking the previous hop's nodes in order."""
+    nodes new at a hop come in the order they are first met, walking the previous hop's nodes in order.
+    ``seed_order``: the seeds' positions in the order the batch lists them (default: as the blocks do)."""
     depth, seeds = len(blocks), blocks[-1].num_dst
     device = blocks[0].indptr.device
     new_id = torch.full((blocks[0].num_src,), -1, dtype=torch.int64, device=device)
-    frontier = torch.arange(seeds, device=device)  # old positions of the nodes new at the previous hop
-    new_id[:seeds] = frontier
+    # Old positions of the nodes new at the previous hop, in the batch's order.
+    frontier = torch.arange(seeds, device=device) if seed_order is None else seed_order
+    new_id[frontier] = torch.arange(seeds, device=device)
     parts, counts, hops, total = [frontier], [seeds], [], seeds
     for h in range(1, depth + 1):
         block = blocks[depth - h]
@@ -140,6 +143,13 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_k
     none), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other data),
     ``num_sampled_nodes``, ``num_sampled_edges``. A key not named is :func:`default_key`'s:
     ``feat`` else ``x``, ``label`` else ``y``, edge data ``feat`` else ``edge_attr``."""
+    return _subgraph(blocks, feat_key, label_key, edge_key, sort_seeds=False)[0]
+
+
+def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optional[str], edge_key: Optional[str],
+              sort_seeds: bool) -> Tuple[Any, Optional[torch.Tensor]]:
+    """:func:`blocks_to_pyg`'s batch and, with ``sort_seeds`` (a link batch: PyG's ``unique`` of the
+    pairs' ends numbers them by node id), the seeds' new positions (``None``: unchanged)."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
@@ -148,7 +158,14 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_k
     label_key = default_key("y", getattr(last, "dstdata", ())) if label_key is None else label_key
     edge_key = default_key("edge_attr", getattr(first, "edata", ())) if edge_key is None else edge_key
     blocks = _homogeneous(blocks, feat_key, label_key, edge_key)
-    order, counts, hops = _hops(blocks)
+    seed_order, moved = None, None
+    if sort_seeds and NID in blocks[0].srcdata:
+        seed_ids = blocks[0].srcdata[NID][:blocks[-1].num_dst]
+        if seed_ids.numel() > 1 and not bool((seed_ids[1:] > seed_ids[:-1]).all()):  # DGL's compaction: as met
+            seed_order = torch.argsort(seed_ids)
+            moved = torch.empty_like(seed_order)
+            moved[seed_order] = torch.arange(seed_order.numel(), device=seed_order.device)
+    order, counts, hops = _hops(blocks, seed_order)
     depth = len(blocks)
     # Every source node kept, in the blocks' own order: the batch reads their rows as they are.
     same = order.numel() == blocks[0].num_src and bool((order == torch.arange(
@@ -158,7 +175,8 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_k
         x = blocks[0].srcdata[feat_key]
         data.x = x if same else x[order]
     if label_key and label_key in blocks[-1].dstdata:
-        data.y = blocks[-1].dstdata[label_key]
+        y = blocks[-1].dstdata[label_key]
+        data.y = y if seed_order is None else y[seed_order]
     data.edge_index = torch.cat([torch.stack([hop["src"], hop["dst"]]) for hop in hops], dim=1)
     if NID in blocks[0].srcdata:
         n_id = blocks[0].srcdata[NID].long()
@@ -170,7 +188,7 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_k
     data.batch_size = counts[0]
     data.num_sampled_nodes = counts
     data.num_sampled_edges = [int(hop["src"].numel()) for hop in hops]
-    return data
+    return data, moved
 
 
 def _pairs(graph: Any) -> torch.Tensor:
@@ -186,7 +204,8 @@ def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], fea
                 input_id: Optional[torch.Tensor] = None) -> Any:
     """``LinkNeighborLoader``'s batch from an edge batch: :func:`blocks_to_pyg`'s fields plus
     ``input_id`` (the positive pairs' edge ids, ``g.edata["rating"][batch.input_id]`` being their
-    data; else ``input_id`` as given) and, with ``neg_sampling="binary"``, ``edge_label_index``
+    data; else ``input_id`` as given; the pairs in the batch's order, the seeds numbered by node id
+    as PyG's) and, with ``neg_sampling="binary"``, ``edge_label_index``
     (positive pairs, then negative ones, in the batch's numbering) and ``edge_label`` (``edge_label``
     as given for the positives, else 1.0; zeros for the negatives); with ``"triplet"``,
     ``src_index``, ``dst_pos_index`` and ``dst_neg_index`` (``[batch_size]`` for one negative per
@@ -195,8 +214,8 @@ def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], fea
     if neg_sampling not in NEG_SAMPLING:
         raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label, "
                          "negatives drawn at both ends) or 'triplet' (src_index, dst_pos_index, dst_neg_index)")
-    data = blocks_to_pyg(blocks, feat_key=feat_key, label_key="", edge_key=edge_key)
-    pos = _pairs(pair_graph)
+    data, moved = _subgraph(blocks, feat_key, "", edge_key, sort_seeds=True)
+    pos = _pairs(pair_graph) if moved is None else moved[_pairs(pair_graph)]
     if EID in pair_graph.edata:
         data.input_id = pair_graph.edata[EID].long()
     elif input_id is not None:
@@ -204,6 +223,8 @@ def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], fea
     p = int(pos.shape[1])
     data.batch_size = p
     neg = None if neg_pair_graph is None else _pairs(neg_pair_graph)
+    if neg is not None and moved is not None:
+        neg = moved[neg]
     if neg_sampling == "triplet":
         if neg is None or (p and neg.shape[1] % p):
             raise ValueError("neg_sampling='triplet' needs k negatives per positive pair (negatives=k), "

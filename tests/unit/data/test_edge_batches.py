@@ -116,9 +116,12 @@ def test_an_int32_graph_excludes_reverse_edges_on_the_cpu_and_the_device(reverse
 
 def test_negatives_must_be_a_count_a_sampler_or_none():
     g, _ = _graph()
-    for bad in (2.0, True, 0, -1, "2"):
+    for bad in (0.0, float("nan"), True, 0, -1, "2"):
         with pytest.raises(ValueError, match=rf"negatives={bad!r}: give k, an int of 1 or more"):
             EdgeLoader(g, torch.arange(10), [3], 4, negatives=bad)
+    # A float is PyG's binary ratio (a whole one is k).
+    assert EdgeLoader(g, torch.arange(10), [3], 4, negatives=2.0).negatives.amount == 2
+    assert EdgeLoader(g, torch.arange(10), [3], 4, negatives=0.5).negatives.amount == 0.5
     assert EdgeLoader(g, torch.arange(10), [3], 4, negatives=None).negatives is None
     uniform = dgl.dataloading.negative_sampler.Uniform(2)
     assert EdgeLoader(g, torch.arange(10), [3], 4, negatives=uniform).negatives is uniform
