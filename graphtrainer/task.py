@@ -319,13 +319,12 @@ class GraphTask:
         ``edges``: edge ids of the graph (or a boolean mask over edges), or node pairs, ``(src, dst)`` or a ``[2, E]``
         tensor as PyG's ``edge_label_index`` (e.g. held-out edges not in the graph). ``sampler``: a DGL block sampler
         or fanouts (``NeighborSampler`` prefetching ``feat``); DGL's ``as_edge_prediction_sampler`` wraps it.
-        ``negatives``: ``k`` uniform negatives per edge, reproducible from ``(seed, epoch, edge)`` (a float: PyG's
-        binary ratio, ``ceil(p * k)`` per batch of ``p``), or a DGL negative sampler, or ``None``. ``exclude``:
-        ``"self"`` or ``"reverse_id"`` (with ``reverse_eids``) keeps the seed edges (and reverses) out of the blocks.
+        ``negatives``: ``k`` uniform negatives per edge, reproducible from ``(seed, epoch, edge)`` (PyG batches: a
+        float ratio too), a DGL negative sampler, or ``None``. ``exclude``: ``"self"`` or ``"reverse_id"`` (with
+        ``reverse_eids``) keeps the seed edges (and reverses) out of the blocks.
 
-        Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch
-        size ``self.log`` uses is the number of seed edges. Ids and reverse ids are checked
-        here, before any sampling (DGL aborts the process on an out-of-range id).
+        Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch size ``self.log`` uses is
+        the number of seed edges. Ids and reverse ids are checked here, before any sampling (DGL aborts on a bad id).
 
         On a ``DistGraph`` it is a :class:`~graphtrainer.distdgl.loader.DistEdgeLoader` (edge ids,
         a ``DistTensor`` edge mask or node pairs, in partition numbering; no ``exclude``).

@@ -260,4 +260,8 @@ def with_batch_format(loader: Any, batch_format: str, feat_key: Optional[str] = 
         raise ValueError("neg_sampling= and edge_label= shape PyG batches (batch_format='pyg'); DGL's batches hold "
                          "the negatives as neg_pair_graph (negatives=k keeps each edge's source) and the seed "
                          "edges' data as pair_graph.edata")
+    amount = getattr(getattr(loader, "negatives", None), "amount", 1)
+    if amount != int(amount):  # a ragged neg_pair_graph: DGL's samplers and [b, k] scoring assume k per edge
+        raise ValueError(f"negatives={amount}: a fractional amount is PyG's binary ratio (batch_format='pyg'); DGL's "
+                         "batches take k, a whole number of negatives per positive edge")
     return loader

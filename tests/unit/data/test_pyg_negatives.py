@@ -256,3 +256,13 @@ def test_negative_sampling_that_does_not_fit_is_refused_naming_the_fix():
         make(neg_sampling={"mode": "binary", "dst_weight": torch.zeros(60)})
     with pytest.raises(ValueError, match=r"neg_sampling_ratio= is PyG's.*a float too.*NegativeSampling\('binary'"):
         task.edge_dataloader(eids, [2], 8, batch_format="pyg", neg_sampling_ratio=0.5)
+
+
+def test_dgl_batches_refuse_a_fractional_amount_and_take_a_whole_float():
+    """DGL's batches hold k negatives per edge (scoring reshapes them to [b, k]); a ratio is PyG's."""
+    task = GraphTask()
+    task.graph = rand_link_graph(num_nodes=60, num_edges=100)
+    with pytest.raises(ValueError, match=r"negatives=1\.5: a fractional amount is PyG's binary ratio.*whole number"):
+        task.edge_dataloader(torch.arange(50), [2], 8, negatives=1.5)
+    _, pair, neg, _ = next(iter(task.edge_dataloader(torch.arange(50), [2], 8, negatives=2.0, shuffle=False)))
+    assert neg.num_edges() == 2 * pair.num_edges()
