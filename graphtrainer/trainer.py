@@ -16,7 +16,7 @@ from .callbacks.checkpoint import ModelCheckpoint
 from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
 from .callbacks.summary import ModelSummary
-from .checkpoint.content import save_checkpoint
+from .checkpoint.content import check_resumable_file, save_checkpoint
 from .checkpoint.file import check_checkpoint_path
 from .checkpoint.run_files import prepare_run_dir, remove_dead_partials, remove_if_unused, resolve_named
 from .distdgl.cluster import check_options
@@ -273,7 +273,7 @@ class Trainer(RunView):
         holds one exactly reduced row per epoch and :attr:`log_dir` the run directory.
         """
         # Before the reset: "best" may use this trainer's last run; "last" with none yet starts afresh.
-        ckpt_path = self._resolve_ckpt(ckpt_path, fresh_if_none=True)
+        ckpt_path = check_resumable_file(self._resolve_ckpt(ckpt_path, fresh_if_none=True))  # before any rank
         self.state = RunState()
         for cb in self.callbacks:
             cb.reset()

@@ -25,12 +25,14 @@ def monitored_now(trainer: RunView, monitor: str, who: str) -> Optional[str]:
 
 
 def per_step_only(who: str, **lightning: Any) -> None:
-    """Refuse Lightning's options for acting every n steps or seconds: graphtrainer's checkpointing
-    and early stopping act after validations and at epoch ends, where a checkpoint resumes exactly."""
+    """Refuse Lightning's options for acting every n seconds (``train_time_interval``): graphtrainer's
+    checkpointing acts after validations, at epoch ends and every n optimizer steps, where the ranks agree
+    without a collective and a checkpoint resumes exactly."""
     for name, value in lightning.items():
-        if value is not None and not (name == "every_n_train_steps" and value == 0):
-            raise ValueError(f"{who}({name}={value!r}): graphtrainer's {who} acts after validations and at "
-                             f"epoch ends, not every n steps or seconds; leave {name} unset (use "
+        if value is not None:
+            raise ValueError(f"{who}({name}={value!r}): graphtrainer's {who} acts after validations, at epoch ends "
+                             "or every n optimizer steps, not every n seconds (ranks would need a collective to "
+                             f"agree on the time); leave {name} unset (use every_n_train_steps=N, or "
                              "Trainer(val_check_interval=N), see docs/lightning-habits.md)")
 
 
@@ -140,5 +142,6 @@ def check_state_keys(callbacks: Sequence["Callback"]) -> None:
         if key in seen and cb.state_dict():
             raise ValueError(f"callbacks: two {type(cb).__name__} callbacks have the same state key {key!r}, so "
                              "checkpoints would hold one's state for both (a resumed fit would rank or delete the "
-                             "other's files): give them different monitor, mode or every_n_epochs, or keep one")
+                             "other's files): give them different monitor, mode, every_n_epochs or "
+                             "every_n_train_steps, or keep one")
         seen[key] = cb

@@ -25,7 +25,8 @@ A checkpoint is a dict of plain values and tensors, loadable with
                        ``hyper_parameters`` and the versions only, so it evaluates but never resumes
 ``batches_done_in_epoch`` only in a checkpoint written when a stop signal preempted the
                        fit (:mod:`graphtrainer.loop.preemption`), ``max_steps`` or an agreed stop
-                       ended ``epoch`` early, or after a mid-epoch validation (then
+                       ended ``epoch`` early, after a mid-epoch validation, or at a step save
+                       (``ModelCheckpoint(every_n_train_steps=N)``) between batches (then
                        ``epoch_finished`` is False): batches of it trained;
                        resuming skips them and restores ``rng_states``, so the resumed run
                        equals one never stopped
@@ -56,7 +57,7 @@ from .file import CheckpointError, atomic_save, read_verified
 FORMAT_VERSION = 2
 
 __all__ = ["CheckpointError", "FORMAT_VERSION", "atomic_save", "build_checkpoint", "check_resumable",
-           "load_checkpoint", "read_checkpoint", "restore_training_state", "save_checkpoint"]
+           "check_resumable_file", "load_checkpoint", "read_checkpoint", "restore_training_state", "save_checkpoint"]
 
 
 def rng_state() -> Dict[str, Any]:
@@ -202,6 +203,22 @@ def check_resumable(ckpt: Dict[str, Any]) -> None:
             "Pass it to validate/test/predict(ckpt_path=...); resume from a full checkpoint (one written without "
             "save_weights_only); or, to train on from these weights, load them into the task's model "
             "(torch.load(path, weights_only=True)['state_dict']) and call fit without ckpt_path")
+
+
+def check_resumable_file(path: Optional[str | os.PathLike]) -> Optional[str | os.PathLike]:
+    """``path`` (None: a fresh fit), once :func:`check_resumable` took it: called by ``fit`` in the calling
+    process, so a weights-only file is refused before any rank starts (not as every rank's failure). Maps
+    the file rather than reading it; one that does not load is left to the ranks' verified read, which
+    names what is wrong with it."""
+    if path is None:
+        return None
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - damaged or foreign: read_verified says why, in the ranks
+        return path
+    if isinstance(ckpt, dict) and "state_dict" in ckpt:
+        check_resumable({**ckpt, "_path": str(path)})
+    return path
 
 
 def restore_training_state(trainer: RunView, task: Any, ckpt: Dict[str, Any]) -> None:

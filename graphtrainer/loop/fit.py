@@ -9,7 +9,8 @@ loops, with what decides each turn::
         for each batch:
             on_train_batch_start
             step(batch)                         # TrainingStep: forward, backward, optimizer
-            on_train_batch_end, step log, mid-epoch validation (then on_mid_epoch_validation_end)
+            on_train_batch_end, step log, mid-epoch validation (then on_mid_epoch_validation_end),
+            step checkpoints (ModelCheckpoint(every_n_train_steps=N))
             stop.at_step()                      # max_steps; a signal agreed by the ranks; an agreed early stop
         epoch end: metrics reduced, validation (unless one just ran at this step), on_train_epoch_end,
                    schedulers, history
@@ -23,8 +24,8 @@ agreement, plus a signal exchange every ``AGREE_EVERY_S`` of training in long ep
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -41,7 +42,8 @@ from .batches import (batch_limit, batch_transfer, check_loaders, count_batches,
 from .context import RankContext
 from .ddp import wrap as wrap_in_ddp
 from .evaluate import eval_epoch
-from .hooks import before_reduction, build_model, call_after_reduction, call_hook, may_log, model_as, result
+from .hooks import (after_reduction, before_reduction, build_model, call_after_reduction, call_hook, may_log,
+                    model_as, result)
 from .join import UnevenInputs
 from .optim import parse_optimizers, step_schedulers
 from .profiler import TorchTrace
@@ -67,6 +69,10 @@ class _Fit:
     logs_at_epoch_end: bool
     #: Batch indices after which this epoch validates too (``val_check_interval``).
     val_points: FrozenSet[int] = frozenset()
+    #: Callbacks that save every n optimizer steps (``step_save_due``/``save_at_step``).
+    step_savers: List[Any] = field(default_factory=list)
+    #: This epoch's fewest training batches over the ranks (None when a rank cannot tell).
+    fewest: Optional[int] = None
     #: Where a mid-epoch resume starts (only in the first epoch after it).
     resume: Optional[preemption.MidEpochResume] = None
     #: Batches trained when the ranks agreed to stop for a signal, mid-epoch.
@@ -144,6 +150,8 @@ def _setup(ctx: RankContext, module: nn.Module, ddp: Optional[DDP], checkpoint: 
     call_hook(ctx, "on_fit_start")
     return _Fit(ctx, ddp, train_loader, val_loader, UnevenInputs(ddp, state), TrainingStep(ctx, module, ddp, trace),
                 StopController(ctx.config, state), may_log(ctx, "on_train_epoch_end"),
+                step_savers=[cb for cb in after_reduction(ctx.active_callbacks)
+                             if getattr(cb, "every_n_train_steps", 0) and callable(getattr(cb, "save_at_step", None))],
                 resume=preemption.MidEpochResume.of(checkpoint, state.world_size))
 
 
@@ -156,7 +164,8 @@ def _train_epoch(fit: _Fit) -> None:
         heartbeat.set_epoch(epoch)
         seed_epoch(config.seed, state.rank, epoch)  # makes epoch-boundary resume exact
         state.num_training_batches, trusted = _loader_epoch(fit, epoch)
-        fit.val_points = _val_points(fit, fit.stop.start_epoch(trusted))
+        fit.fewest = fit.stop.start_epoch(trusted)
+        fit.val_points = _val_points(fit, fit.fewest)
         fit.step.start_epoch()
         call_hook(fit.ctx, "on_train_epoch_start")
     with fit.uneven.epoch(fit.stop.joining, section):
@@ -194,6 +203,8 @@ def _train_batches(fit: _Fit) -> None:
         if validated:
             with ctx.section("validation"):
                 _validate_mid_epoch(fit, batch_idx)
+        if stepped and fit.step_savers and _all_ranks_go_on(fit, batch_idx, is_last):
+            _save_at_step(fit, batch_idx)
         verdict = fit.stop.at_step(stepped, validated)
         if verdict is AtStep.PREEMPTED:
             fit.stopped_after = batch_idx + 1
@@ -203,6 +214,28 @@ def _train_batches(fit: _Fit) -> None:
             break
     log.end_steps()
     fit.stop.end_steps()
+
+
+def _all_ranks_go_on(fit: _Fit, batch_idx: int, is_last: bool) -> bool:
+    """Whether every rank has a batch after ``batch_idx`` (so all took the same steps and reach the same
+    collectives): ranks with equal counts agree on ``is_last``; in ``Join`` only below the fewest."""
+    if is_last:
+        return False
+    return not fit.stop.joining or (fit.fewest is not None and batch_idx < fit.fewest - 1)
+
+
+def _save_at_step(fit: _Fit, batch_idx: int) -> None:
+    """The step checkpoints due at this optimizer step (``every_n_train_steps``), resuming at the next batch.
+    Each rank asks the same callbacks with the same step, so they agree without a collective."""
+    ctx, state = fit.ctx, fit.state
+    due = [cb for cb in fit.step_savers if cb.step_save_due(state.global_step)]
+    if not due:
+        return
+    state.batches_done_in_epoch, state.rng_at_stop = batch_idx + 1, rng_state()
+    try:
+        call_hook(ctx, "save_at_step", callbacks=due, task_too=False)
+    finally:
+        state.batches_done_in_epoch, state.rng_at_stop = 0, None
 
 
 def _ends_epoch(returned: Any) -> bool:

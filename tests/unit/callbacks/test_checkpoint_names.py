@@ -33,10 +33,19 @@ def test_a_version_is_appended_before_the_extension_and_the_folder_is_prepended(
     assert callback.format_checkpoint_name({}, filename="last", ver=1) == str(tmp_path / "last-v1.ckpt")
 
 
-def test_a_field_that_was_not_logged_is_refused_naming_those_that_were():
-    with pytest.raises(KeyError, match=r"filename uses \{val_acc\}, which was not logged; available: "
-                                       r"\['epoch', 'step'\]"):
-        ModelCheckpoint(filename="{val_acc:.2f}").format_checkpoint_name({"epoch": 0, "step": 1})
+def test_a_field_that_was_not_logged_is_written_as_0_warning_once_naming_those_that_were():
+    # As Lightning's _format_checkpoint_name, which formats a missing field as 0.
+    callback = ModelCheckpoint(filename="{epoch}-{val_acc:.2f}-{val_n:d}")
+    with pytest.warns(UserWarning) as caught:
+        assert callback.format_checkpoint_name({"epoch": 0, "step": 1}) == "epoch=0-val_acc=0.00-val_n=0.ckpt"
+    assert [str(w.message) for w in caught] == [  # one per missing field
+        f"ModelCheckpoint filename uses {{{name}}}, which was not logged: written as 0 (as Lightning); logged: "
+        f"['epoch', 'step']. Log '{name}' with self.log, or drop it from filename" for name in ("val_acc", "val_n")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per field
+        assert callback.format_checkpoint_name({"epoch": 1, "step": 2}) == "epoch=1-val_acc=0.00-val_n=0.ckpt"
+        assert callback.format_checkpoint_name({"epoch": 1, "val_acc": 0.5, "val_n": 3}) == \
+            "epoch=1-val_acc=0.50-val_n=3.ckpt"
 
 
 @pytest.mark.parametrize("save_last", ["copy", "links", 2])

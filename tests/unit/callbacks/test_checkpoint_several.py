@@ -66,8 +66,8 @@ def test_a_preemption_replaces_the_last_ckpt_of_the_callback_keeping_it(root_dir
 
 def test_two_checkpoint_callbacks_with_one_state_key_are_refused_naming_the_fix(root_dir, tmp_path):
     with pytest.raises(ValueError, match=r"two ModelCheckpoint callbacks have the same state key "
-                                         r"'ModelCheckpoint\{monitor=val_loss,mode=min\}'.*different monitor, mode "
-                                         r"or every_n_epochs"):
+                                         r"'ModelCheckpoint\{monitor=val_loss,mode=min\}'.*different monitor, "
+                                         r"mode, every_n_epochs or every_n_train_steps"):
         _trainer(root_dir, 1, [ModelCheckpoint(dirpath=tmp_path / "a", monitor="val_loss"),
                                ModelCheckpoint(dirpath=tmp_path / "b", monitor="val_loss", save_top_k=-1)])
 
