@@ -156,6 +156,44 @@ class PrefetchFormsProbe(Callback):
             json.dump(result, fh)
 
 
+class EdgeFeatsProbe(Callback):
+    """In each rank, at fit start: node and edge loaders on the ``DistGraph`` whose samplers
+    name edge data ``w`` (a list, ``{"_E": [...]}``, ``{canonical etype: [...]}``); writes, per
+    form and loader, whether every block's ``w`` equals the graph's rows for the block's edge
+    ids (``w`` holds each edge's original id, so the check goes back to the unpartitioned
+    graph through ``orig_ids``) to ``out``."""
+
+    def __init__(self, out: str, orig_eids: torch.Tensor, pairs: Any):
+        self.out, self.orig_eids, self.pairs = out, orig_eids, pairs
+
+    def _same(self, blocks: list) -> bool:
+        import dgl
+
+        def same(block: Any) -> bool:  # a LazyFeature marker left in place is no data
+            if "w" not in block.edata or not isinstance(block.edata["w"], torch.Tensor) or block.num_edges() == 0:
+                return False
+            eid = self.orig_eids[block.edata[dgl.EID]].to(torch.float32)
+            return torch.equal(block.edata["w"], torch.stack([eid, -eid], 1))
+
+        return all(same(block) for block in blocks)
+
+    def on_fit_start(self, trainer: Any, task: GraphTask) -> None:
+        import dgl
+
+        result = {}
+        forms = {"list": ["w"], "per_type": {"_E": ["w"]}, "canonical": {("_N", "_E", "_N"): ["w"]}}
+        for name, edge_feats in forms.items():
+            sampler = dgl.dataloading.NeighborSampler([5, 5], prefetch_node_feats=["feat"],
+                                                      prefetch_edge_feats=edge_feats)
+            nodes = next(iter(task.node_dataloader(torch.arange(0, 2708, 37), sampler, 16, shuffle=False)))
+            edges = next(iter(task.edge_dataloader(torch.arange(0, 10556, 97), sampler, 16, shuffle=False)))
+            pairs = next(iter(task.edge_dataloader(self.pairs, sampler, 16, shuffle=False)))
+            result[name] = {"node": self._same(nodes[-1]), "edge": self._same(edges[-1]),
+                            "pairs": self._same(pairs[-1])}
+        with open(os.path.join(self.out, f"edge_feats_r{trainer.rank}.json"), "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+
+
 def kill_graph_servers(out: str) -> None:
     """SIGKILL this run's graph servers (children of the launching process) and note when."""
     import signal

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import own_temp_folders, rank_children
-from dist_tasks import CORA, DistLinkPrediction, LocalPartitionProbe, PrefetchFormsProbe, SeedRecorder
+from dist_tasks import CORA, DistLinkPrediction, EdgeFeatsProbe, LocalPartitionProbe, PrefetchFormsProbe, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
 from graphtrainer.distdgl.cluster import check_options, resolve_cluster
 from graphtrainer.distdgl.graph import PartitionedGraph
@@ -114,6 +114,24 @@ def test_prefetch_lists_per_node_type_are_read_as_on_one_machine(tmp_path, cora_
     same = {"feat": True, "label": True, "edge_feat": True}
     for rank in range(2):
         assert json.loads((tmp_path / f"forms_r{rank}.json").read_text()) == {"per_type": same, "list": same}
+
+
+@pytest.mark.slow  # 5 s or more on 2 cores
+@pytest.mark.timeout(240)
+def test_prefetch_edge_feats_reach_every_block_as_on_one_machine(tmp_path, cora):
+    """A sampler's ``prefetch_edge_feats`` (a list, per edge type, per canonical type): every
+    block of node, edge and node-pair batches on the DistGraph carries the graph's edge data
+    for its edge ids (DGL's DistGraph loaders leave it out without a word)."""
+    graph = cora.clone()
+    eid = torch.arange(graph.num_edges(), dtype=torch.float32)
+    graph.edata["w"] = torch.stack([eid, -eid], 1)  # each edge's original id, checkable in the ranks
+    config = partition_graph(graph, "cora", 1, tmp_path / "parts").config
+    probe = EdgeFeatsProbe(str(tmp_path), load_orig_ids(config)["edges"], (torch.arange(40), torch.arange(40, 80)))
+    _trainer(tmp_path / "runs", 1, callbacks=[probe]).fit(NodeClassification(str(config), **CORA))
+    same = {"node": True, "edge": True, "pairs": True}
+    for rank in range(2):
+        result = json.loads((tmp_path / f"edge_feats_r{rank}.json").read_text())
+        assert result == {"list": same, "per_type": same, "canonical": same}, result
 
 
 @pytest.mark.slow
@@ -245,6 +263,32 @@ def test_edge_exclusion_is_refused_on_a_distgraph():
 
     with pytest.raises(ValueError, match="ignores exclude_edges"):
         DistEdgeLoader(FakeDistGraph(), torch.arange(4), [5], 2, exclude="self")
+
+
+def test_edge_data_a_distgraph_lacks_is_refused_when_the_loader_is_made():
+    """prefetch_edge_feats naming a key (or an edge type) the graph lacks: refused before the
+    first batch, naming it and what the graph has."""
+    import dgl
+
+    from graphtrainer.distdgl.loader import DistEdgeLoader, DistNodeLoader
+
+    class FakeDistGraph:
+        ntypes, etypes, canonical_etypes = ["_N"], ["_E"], [("_N", "_E", "_N")]
+        ndata, edata = {"feat": None}, {"w": None}
+
+        def num_nodes(self):
+            return 10
+
+        def num_edges(self):
+            return 20
+
+    for spec, match in ((["weight"], r"no edge data \['weight'\] \(its edge data: \['w'\]\)"),
+                        ({"cites": ["w"]}, r"no edge type \['cites'\]")):
+        sampler = dgl.dataloading.NeighborSampler([2], prefetch_edge_feats=spec)
+        with pytest.raises(ValueError, match=match):
+            DistNodeLoader(FakeDistGraph(), torch.arange(4), sampler, 2)
+        with pytest.raises(ValueError, match=match):
+            DistEdgeLoader(FakeDistGraph(), torch.arange(4), sampler, 2)
 
 
 # ---- options: refused before anything starts ------------------------------------------------
