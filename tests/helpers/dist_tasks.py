@@ -42,7 +42,9 @@ def save_seen(task: GraphTask, seen: list, name: str) -> None:
 class SeedRecorder(NodeClassification):
     """Writes, after every training epoch, the seed nodes all ranks trained on to
     ``<out>/seeds_epoch<e>.pt``. With ``fail`` ("raise" or "kill-server"), rank
-    ``fail_rank`` breaks the run at global step 3."""
+    ``fail_rank`` breaks the run at global step 3; "kill-server-then-rpc": also every rank
+    calls its graph server at step 4 (a DGL barrier), and DGL's client aborts the rank (SIGABRT)
+    on the closed socket, so the ranks die of the server's death."""
 
     def __init__(self, graph: Any, out: str, fail: str = "", fail_rank: int = 1, **kwargs: Any):
         super().__init__(graph, **kwargs)
@@ -53,8 +55,10 @@ class SeedRecorder(NodeClassification):
         if self.fail and self.rank == self.fail_rank and self.global_step == 3:
             if self.fail == "raise":
                 raise RuntimeError("trainer fault at step 3")
-            if self.fail == "kill-server":
+            if self.fail.startswith("kill-server"):
                 kill_graph_servers(self.out)
+        if self.fail == "kill-server-then-rpc" and self.global_step == 4:  # after step 3's allreduce: killed
+            self.graph.barrier()
         self._seen.append(batch[1].clone())
         return super().training_step(batch, batch_idx)
 

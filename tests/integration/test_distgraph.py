@@ -19,10 +19,12 @@ import torch
 from conftest import own_temp_folders, rank_children
 from dist_tasks import CORA, DistLinkPrediction, EdgeFeatsProbe, LocalPartitionProbe, PrefetchFormsProbe, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
+from graphtrainer.distdgl import servers
 from graphtrainer.distdgl.cluster import check_options, resolve_cluster
 from graphtrainer.distdgl.graph import PartitionedGraph
 from graphtrainer.examples.node_classification import NodeClassification
 from graphtrainer.distdgl.partition import load_orig_ids, partition_graph
+from graphtrainer.launch.supervisor import FAILURE_SETTLE_S
 
 REPO = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
@@ -189,6 +191,44 @@ def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora
     assert err.rank == -1 and err.error_type == "GraphServerDied"
     assert "graph server 0 on machine 0 (127.0.0.1)" in str(err) and "killed by signal SIGKILL" in str(err)
     assert "Server is waiting for connections" in err.remote_traceback  # the end of its log
+
+
+def _server_death_reported_late(monkeypatch, late_s: float) -> None:
+    """In this (the launching) process, a graph server's ``Popen.poll`` reports its end ``late_s``
+    after it first could: the kernel reports a death a moment after the process has closed its
+    files (its ranks' sockets), a moment stretched here past the watch's settling time."""
+    real, held = subprocess.Popen.poll, {}
+
+    def poll(self):
+        if "graphtrainer.distdgl.servers" not in " ".join(map(str, self.args)):
+            return real(self)
+        if self.pid not in held:
+            if real(self) is None:
+                return None
+            held[self.pid] = time.monotonic() + late_s
+        return self.returncode if time.monotonic() >= held[self.pid] else None
+
+    monkeypatch.setattr(subprocess.Popen, "poll", poll)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("reported_late", [False, True])
+def test_a_killed_graph_server_is_named_also_when_its_ranks_die_first(tmp_path, cora_parts, monkeypatch,
+                                                                        reported_late):
+    """Every rank calls the killed server and DGL's client aborts it (SIGABRT): the ranks' deaths
+    reach the launcher before, or as, the kernel reports the server's (``reported_late``: surely
+    after the watch's settling time, within the wait for a server once a rank was killed)."""
+    if reported_late:
+        late_s = FAILURE_SETTLE_S + 0.5
+        assert late_s < servers.EXIT_NOTICE_S
+        _server_death_reported_late(monkeypatch, late_s)
+    task = SeedRecorder(cora_parts, str(tmp_path), fail="kill-server-then-rpc", fail_rank=0, **CORA)
+    with pytest.raises(RankFailedError) as info:
+        _trainer(tmp_path / "runs", 5).fit(task)
+    err = info.value
+    assert err.rank == -1 and err.error_type == "GraphServerDied", str(err)
+    assert "graph server 0 on machine 0 (127.0.0.1)" in str(err) and "killed by signal SIGKILL" in str(err)
 
 
 @pytest.mark.slow
