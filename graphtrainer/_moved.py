@@ -5,7 +5,8 @@ names live now. A module that moved whole is the new module under its old name a
 (``graphtrainer.inference`` *is* ``graphtrainer.data.inference``; importing it warns once). A
 module that was split (``graphtrainer.metrics``) is a stand-in whose names are looked up in the new
 modules in order; taking a name warns with that name's new path. Names that left a module that is
-still there are listed in :data:`MOVED_NAMES` and served by that module's ``__getattr__``.
+still there are listed in :data:`MOVED_NAMES` and served by that module's ``__getattr__``. Names
+that go without a new home are listed in :data:`DEPRECATED` and warn from their own body.
 :data:`RENAMED_METRICS` does the same for metric keys (``val_hits@20`` is ``val_pooled_hits@20``).
 
 Policy (docs/api.md): an alias stays for the release it was added in and the next one
@@ -81,6 +82,13 @@ MOVED_NAMES: Dict[Tuple[str, str], str] = {
     **{("graphtrainer.partition", name): "graphtrainer.distdgl.partition"
        for name in ("PartRow", "read_meta", "load_orig_ids", "to_partition_ids")},
     ("graphtrainer.launch.leftovers", "die_with_parent"): "graphtrainer.process.parent",
+}
+
+#: public name that goes without a new home -> what to use instead (its body calls :func:`deprecated`).
+DEPRECATED: Dict[str, str] = {
+    "graphtrainer.data.device.graph.data_bytes": "sum the tensors' nbytes, or call "
+                                                 "graphtrainer.data.device.graph.bytes_to_copy for what a device "
+                                                 "copy adds",
 }
 
 #: old metric key (a pattern) -> new key; ``prefix`` is whatever came before (``val_``, ``test_``).
@@ -165,6 +173,12 @@ def moved_name(module: str, name: str) -> Any:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     _warn(f"{module}.{name}", f"{target}.{name}", stacklevel=4)  # the user's line, past __getattr__
     return getattr(importlib.import_module(target), name)
+
+
+def deprecated(name: str) -> None:
+    """Warn that ``name`` (a :data:`DEPRECATED` key) goes, with what to use instead; called first
+    in its body, so the warning points at the caller's line."""
+    _warn(name, DEPRECATED[name], what="is deprecated (graphtrainer no longer uses it); instead:", stacklevel=4)
 
 
 def renamed_metric(key: str) -> Optional[str]:

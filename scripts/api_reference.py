@@ -35,8 +35,10 @@ A public name that moves (module reorganised, metric renamed) keeps working at i
 the release it moved in and the next one: importing it (or, for a module that was split, taking a
 name from it) gives a `DeprecationWarning` that names the new path, and a callback or a metrics
 dict asked for an old metric name uses the new one with a `DeprecationWarning`. The release after
-that removes the alias. The table at the end of this page lists every alias in force
-(`graphtrainer/_moved.py` holds them: one table to extend when a module moves).
+that removes the alias. A public name that goes without a new home warns the same way, naming
+the release that removes it and what to use instead. The table at the end of this page lists
+every alias and deprecated name in force (`graphtrainer/_moved.py` holds them: one table to
+extend when a module moves).
 """
 
 
@@ -96,6 +98,7 @@ def moved_rows() -> List[str]:
     rows = [f"| `{old}` | {', '.join(f'`{n}`' for n in new)} |" for old, new in sorted(_moved.MOVED.items())]
     rows += [f"| `{mod}.{name}` | `{new}.{name}` |" for (mod, name), new in sorted(_moved.MOVED_NAMES.items())]
     rows += ["| metric `<prefix>hits@K` (`val_hits@20`) | `<prefix>pooled_hits@K` (`val_pooled_hits@20`) |"]
+    rows += [f"| `{old}` | none (deprecated): {instead} |" for old, instead in sorted(_moved.DEPRECATED.items())]
     return rows
 
 

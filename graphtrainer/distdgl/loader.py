@@ -10,9 +10,10 @@ tensor of partition ids or a plain mask: one global permutation split over all r
 ``NodeLoader``, at the cost of locality.
 
 Each batch reads the sampler's ``prefetch_node_feats`` and ``prefetch_labels`` (a list of keys
-or ``{ntype: keys}``, as DGL's samplers take them) from the ``DistGraph`` (local partition from
-shared memory, the rest over RPC), which DGL 2.1's ``DistNodeDataLoader`` does not do; batch i+1's
-pull runs in a thread while batch i trains.
+or ``{ntype: keys}``, as DGL's samplers take them) and ``prefetch_edge_feats`` (every block's
+edges, by the block's ``dgl.EID``; a list or ``{etype: keys}``) from the ``DistGraph`` (local
+partition from shared memory, the rest over RPC), which DGL 2.1's ``DistNodeDataLoader`` and
+``DistEdgeDataLoader`` do not do; batch i+1's pull runs in a thread while batch i trains.
 Node batches skip ``DistNodeDataLoader``, whose ``DistDataLoader`` turns every seed into a
 Python int and back (2.2 ms per 1,024-seed batch). Local seeds are sampled in the rank, seeded
 per batch; servers sample remote seeds with their own generators, so a run over several
@@ -56,14 +57,16 @@ class _DistSampled(ShardedLoader):
         return self.local_ids() if self.scope == "machine" else None
 
     def _read_keys(self, graph: Any, sampler: Any) -> None:
-        """The node data keys each batch reads: the sampler's ``prefetch_node_feats`` (and
-        ``prefetch_labels``) in any form DGL's samplers take (:func:`one_type_keys`), checked
-        against the graph before the first batch."""
+        """The data keys each batch reads: the sampler's ``prefetch_node_feats`` (and
+        ``prefetch_labels``, ``prefetch_edge_feats``) in any form DGL's samplers take
+        (:func:`one_type_keys`), checked against the graph before the first batch."""
         name = type(sampler).__name__
         self.feat_keys = one_type_keys(getattr(sampler, "prefetch_node_feats", None), graph,
                                        what=f"{name}(prefetch_node_feats=)")
         self.label_keys = one_type_keys(getattr(sampler, "prefetch_labels", None), graph,
                                         what=f"{name}(prefetch_labels=)") if self.seeds_are_nodes else []
+        self.edge_keys = one_type_keys(getattr(sampler, "prefetch_edge_feats", None), graph, edges=True,
+                                       what=f"{name}(prefetch_edge_feats=)")
 
     def __iter__(self) -> Iterator[Any]:
         share = self.local_ids()
@@ -84,13 +87,12 @@ class _DistSampled(ShardedLoader):
         """Each batch with its features, batch i+1's pull in a thread while batch i is used (in
         line when reads are local copies). Sampling stays in this thread and never overlaps a
         pull: DGL's RPC client is not made for two threads."""
-        feats, labels = self.feat_keys, self.label_keys
-        if not feats and not labels:
+        if not (self.feat_keys or self.label_keys or self.edge_keys):
             yield from batches
             return
         if self._reads_are_local():  # a memory copy: nothing to hide behind the step
             for batch in batches:
-                yield _attach(batch, *self._pull(batch, feats, labels))
+                yield _attach(batch, *self._pull(batch))
             return
         pool = ThreadPoolExecutor(1, thread_name_prefix="graphtrainer-pull", initializer=_one_dgl_thread)
         pending = None
@@ -98,7 +100,7 @@ class _DistSampled(ShardedLoader):
             while True:
                 ready = _attach(pending[0], *pending[1].result()) if pending is not None else None
                 batch = next(batches, None)
-                pending = (batch, pool.submit(self._pull, batch, feats, labels)) if batch is not None else None
+                pending = (batch, pool.submit(self._pull, batch)) if batch is not None else None
                 if ready is not None:
                     yield ready
                 if pending is None:
@@ -108,26 +110,42 @@ class _DistSampled(ShardedLoader):
                 pending[1].cancel() or pending[1].exception()  # let a running pull finish before leaving
             pool.shutdown(wait=True)
 
-    def _pull(self, batch: Any, feats: list, labels: list) -> Tuple[dict, dict]:
+    def _pull(self, batch: Any) -> Tuple[dict, dict, list]:
+        """Source features of the first block, labels of the seeds, each block's edge data."""
         input_nodes, seeds = batch[0], batch[1]
-        return ({key: self._read(key, input_nodes) for key in feats},
-                {key: self._read(key, seeds) for key in labels})
+        edges = [self._read_edges(block) for block in batch[-1]] if self.edge_keys else []
+        return ({key: self._read(key, input_nodes) for key in self.feat_keys},
+                {key: self._read(key, seeds) for key in self.label_keys}, edges)
+
+    def _read_edges(self, block: Any) -> dict:
+        """The sampler's edge data for ``block``'s edges, by their graph edge ids (``dgl.EID``)."""
+        import dgl
+
+        if dgl.EID not in block.edata:
+            raise RuntimeError(f"a sampled block has no {dgl.EID!r} edge data, so prefetch_edge_feats="
+                               f"{self.edge_keys} cannot be read for it: use a sampler whose blocks keep the "
+                               "graph's edge ids (dgl.dataloading.NeighborSampler does)")
+        eids = block.edata[dgl.EID]
+        return {key: self._read(key, eids, edges=True) for key in self.edge_keys}
 
     def _reads_are_local(self) -> bool:
         return False
 
-    def _read(self, key: str, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` of node data ``key`` (through the kvstore: local rows from shared
-        memory, others over RPC)."""
-        return self.graph.ndata[key][ids]
+    def _read(self, key: str, ids: torch.Tensor, edges: bool = False) -> torch.Tensor:
+        """Rows ``ids`` of node (``edges``: edge) data ``key`` (through the kvstore: local rows
+        from shared memory, others over RPC)."""
+        return (self.graph.edata if edges else self.graph.ndata)[key][ids]
 
 
-def _attach(batch: Any, src: dict, dst: dict) -> Any:
+def _attach(batch: Any, src: dict, dst: dict, edges: list) -> Any:
     blocks = batch[-1]
     for key, value in src.items():
         blocks[0].srcdata[key] = value
     for key, value in dst.items():
         blocks[-1].dstdata[key] = value
+    for block, data in zip(blocks, edges):  # replaces DGL's LazyFeature markers where sample() set them
+        for key, value in data.items():
+            block.edata[key] = value
     return batch
 
 
@@ -140,7 +158,8 @@ def _one_dgl_thread() -> None:
 
 class DistNodeLoader(_DistSampled):
     """Minibatches of DGL blocks over this rank's share of seed nodes of a ``DistGraph``: DGL's
-    ``(input_nodes, output_nodes, blocks)`` with prefetched features and labels, as on one machine."""
+    ``(input_nodes, output_nodes, blocks)`` with prefetched features, labels and edge data, as on
+    one machine."""
 
     def __init__(self, graph: Any, ids: Any, sampler: Any, batch_size: int, *, shuffle: bool = True,
                  drop_last: bool = False, even: Any = None, seed: int = 0):
@@ -175,12 +194,12 @@ class DistNodeLoader(_DistSampled):
     def _reads_are_local(self) -> bool:
         return self._local_graph() is not None
 
-    def _read(self, key: str, ids: torch.Tensor) -> torch.Tensor:
+    def _read(self, key: str, ids: torch.Tensor, edges: bool = False) -> torch.Tensor:
         if self._local_graph() is None:
-            return super()._read(key, ids)
+            return super()._read(key, ids, edges)
         # The shared tensor, indexed by graph id. index_select copies whole rows; tensor[ids]
         # goes element by element (3x slower for 64-d float rows).
-        return torch.index_select(self.graph.ndata[key].local_partition, 0, ids)
+        return torch.index_select((self.graph.edata if edges else self.graph.ndata)[key].local_partition, 0, ids)
 
     def _sampled(self, share: torch.Tensor) -> Iterator[Any]:
         local = self._local_graph()

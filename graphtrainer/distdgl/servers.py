@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Set
+from typing import Any, Iterator, List, Optional, Sequence, Set
 
 from .cluster import Cluster, check_part_files
 from ..errors import RankFailedError
 from ..launch.supervisor import WatchedService
 from ..launch import leftovers
+from ..process import pids
 from ..process.parent import die_with_parent
 
 #: Seconds servers get to exit by themselves after a successful run (the ranks' client 0
@@ -39,13 +40,25 @@ LOCK_NAME = "\0graphtrainer-distdgl-graph-servers"
 LOG_TAIL_LINES = 15
 #: The launching process's pid, as its servers see it (they end with it, even when it is gone early).
 PARENT_ENV = "GRAPHTRAINER_SERVER_PARENT"
+#: Seconds the launcher waits for the exit status of a server once a rank was killed by a signal:
+#: DGL's client aborts (SIGABRT) when its server's socket closes, which the server does while it
+#: exits, a moment before the kernel reports its death.
+EXIT_NOTICE_S = 2.0
 
 
 class GraphServer(WatchedService):
-    """One graph server process of this machine."""
+    """One graph server process of this machine.
+
+    Its death ends the run, named as such (not as the ranks it takes down): a rank whose server
+    died aborts (DGL's RPC client, on the closed socket) and may reach the launcher first. Once a
+    rank of the run was killed by a signal, the server's death is waited for (up to
+    :data:`EXIT_NOTICE_S`, once), so the watch does not name the cause before it could see it.
+    """
 
     def __init__(self, cluster: Cluster, index: int, log_dir: Path):
         self.index = index
+        self.ranks: Sequence[Any] = ()
+        self.waited = False
         self.server_id = cluster.machine_rank * cluster.options.num_servers + index
         self.label = (f"graph server {self.server_id} on machine {cluster.describe()}, port "
                       f"{cluster.server_port(index)}")
@@ -65,8 +78,15 @@ class GraphServer(WatchedService):
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.label += f", pid {self.proc.pid}"
 
+    def watch_ranks(self, procs: Sequence[Any]) -> None:
+        self.ranks = procs
+
     def failure(self) -> Optional[RankFailedError]:
         code = self.proc.poll()
+        if code is None and not self.waited and any((p.exitcode or 0) < 0 for p in self.ranks):
+            self.waited = True
+            pids.wait_ended(self.proc.pid, lambda: self.proc.poll() is not None, EXIT_NOTICE_S)
+            code = self.proc.poll()
         if code is None or code == 0:  # running, or shut down when the ranks asked
             return None
         how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"

@@ -61,6 +61,9 @@ class WatchedService:
         """The error to raise when the process has failed, else None."""
         raise NotImplementedError
 
+    def watch_ranks(self, procs: Sequence[Any]) -> None:
+        """The ranks that depend on it, given when the watch starts: their deaths may show the
+        service's before the kernel reports it (see ``GraphServer.failure``)."""
 
 
 class Watch:
@@ -71,6 +74,8 @@ class Watch:
                  services: Sequence[WatchedService] = (), job: Optional[FailureChannel] = None):
         self.procs, self.method, self.board = procs, method, board
         self.placement, self.services = placement, list(services)
+        for service in self.services:
+            service.watch_ranks(procs)
         self.job = job  # over several machines: failures the other machines report, and ours for them
         self.hang_timeout, self.stack_dir = hang_timeout, Path(stack_dir)
         self.open_conns = dict(conns)

@@ -42,7 +42,9 @@ def save_seen(task: GraphTask, seen: list, name: str) -> None:
 class SeedRecorder(NodeClassification):
     """Writes, after every training epoch, the seed nodes all ranks trained on to
     ``<out>/seeds_epoch<e>.pt``. With ``fail`` ("raise" or "kill-server"), rank
-    ``fail_rank`` breaks the run at global step 3."""
+    ``fail_rank`` breaks the run at global step 3; "kill-server-then-rpc": also every rank
+    calls its graph server at step 4 (a DGL barrier), and DGL's client aborts the rank (SIGABRT)
+    on the closed socket, so the ranks die of the server's death."""
 
     def __init__(self, graph: Any, out: str, fail: str = "", fail_rank: int = 1, **kwargs: Any):
         super().__init__(graph, **kwargs)
@@ -53,8 +55,10 @@ class SeedRecorder(NodeClassification):
         if self.fail and self.rank == self.fail_rank and self.global_step == 3:
             if self.fail == "raise":
                 raise RuntimeError("trainer fault at step 3")
-            if self.fail == "kill-server":
+            if self.fail.startswith("kill-server"):
                 kill_graph_servers(self.out)
+        if self.fail == "kill-server-then-rpc" and self.global_step == 4:  # after step 3's allreduce: killed
+            self.graph.barrier()
         self._seen.append(batch[1].clone())
         return super().training_step(batch, batch_idx)
 
@@ -153,6 +157,44 @@ class PrefetchFormsProbe(Callback):
                 "label": torch.equal(blocks[-1].dstdata["label"], graph.ndata["label"][seeds]),
                 "edge_feat": torch.equal(edge_batch[-1][0].srcdata["feat"], graph.ndata["feat"][edge_batch[0]])}
         with open(os.path.join(self.out, f"forms_r{trainer.rank}.json"), "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+
+
+class EdgeFeatsProbe(Callback):
+    """In each rank, at fit start: node and edge loaders on the ``DistGraph`` whose samplers
+    name edge data ``w`` (a list, ``{"_E": [...]}``, ``{canonical etype: [...]}``); writes, per
+    form and loader, whether every block's ``w`` equals the graph's rows for the block's edge
+    ids (``w`` holds each edge's original id, so the check goes back to the unpartitioned
+    graph through ``orig_ids``) to ``out``."""
+
+    def __init__(self, out: str, orig_eids: torch.Tensor, pairs: Any):
+        self.out, self.orig_eids, self.pairs = out, orig_eids, pairs
+
+    def _same(self, blocks: list) -> bool:
+        import dgl
+
+        def same(block: Any) -> bool:  # a LazyFeature marker left in place is no data
+            if "w" not in block.edata or not isinstance(block.edata["w"], torch.Tensor) or block.num_edges() == 0:
+                return False
+            eid = self.orig_eids[block.edata[dgl.EID]].to(torch.float32)
+            return torch.equal(block.edata["w"], torch.stack([eid, -eid], 1))
+
+        return all(same(block) for block in blocks)
+
+    def on_fit_start(self, trainer: Any, task: GraphTask) -> None:
+        import dgl
+
+        result = {}
+        forms = {"list": ["w"], "per_type": {"_E": ["w"]}, "canonical": {("_N", "_E", "_N"): ["w"]}}
+        for name, edge_feats in forms.items():
+            sampler = dgl.dataloading.NeighborSampler([5, 5], prefetch_node_feats=["feat"],
+                                                      prefetch_edge_feats=edge_feats)
+            nodes = next(iter(task.node_dataloader(torch.arange(0, 2708, 37), sampler, 16, shuffle=False)))
+            edges = next(iter(task.edge_dataloader(torch.arange(0, 10556, 97), sampler, 16, shuffle=False)))
+            pairs = next(iter(task.edge_dataloader(self.pairs, sampler, 16, shuffle=False)))
+            result[name] = {"node": self._same(nodes[-1]), "edge": self._same(edges[-1]),
+                            "pairs": self._same(pairs[-1])}
+        with open(os.path.join(self.out, f"edge_feats_r{trainer.rank}.json"), "w", encoding="utf-8") as fh:
             json.dump(result, fh)
 
 

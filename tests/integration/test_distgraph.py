@@ -17,12 +17,14 @@ import pytest
 import torch
 
 from conftest import own_temp_folders, rank_children
-from dist_tasks import CORA, DistLinkPrediction, LocalPartitionProbe, PrefetchFormsProbe, SeedRecorder
+from dist_tasks import CORA, DistLinkPrediction, EdgeFeatsProbe, LocalPartitionProbe, PrefetchFormsProbe, SeedRecorder
 from graphtrainer import ModelCheckpoint, RankFailedError, Trainer, datasets
+from graphtrainer.distdgl import servers
 from graphtrainer.distdgl.cluster import check_options, resolve_cluster
 from graphtrainer.distdgl.graph import PartitionedGraph
 from graphtrainer.examples.node_classification import NodeClassification
 from graphtrainer.distdgl.partition import load_orig_ids, partition_graph
+from graphtrainer.launch.supervisor import FAILURE_SETTLE_S
 
 REPO = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
@@ -116,6 +118,24 @@ def test_prefetch_lists_per_node_type_are_read_as_on_one_machine(tmp_path, cora_
         assert json.loads((tmp_path / f"forms_r{rank}.json").read_text()) == {"per_type": same, "list": same}
 
 
+@pytest.mark.slow  # 5 s or more on 2 cores
+@pytest.mark.timeout(240)
+def test_prefetch_edge_feats_reach_every_block_as_on_one_machine(tmp_path, cora):
+    """A sampler's ``prefetch_edge_feats`` (a list, per edge type, per canonical type): every
+    block of node, edge and node-pair batches on the DistGraph carries the graph's edge data
+    for its edge ids (DGL's DistGraph loaders leave it out without a word)."""
+    graph = cora.clone()
+    eid = torch.arange(graph.num_edges(), dtype=torch.float32)
+    graph.edata["w"] = torch.stack([eid, -eid], 1)  # each edge's original id, checkable in the ranks
+    config = partition_graph(graph, "cora", 1, tmp_path / "parts").config
+    probe = EdgeFeatsProbe(str(tmp_path), load_orig_ids(config)["edges"], (torch.arange(40), torch.arange(40, 80)))
+    _trainer(tmp_path / "runs", 1, callbacks=[probe]).fit(NodeClassification(str(config), **CORA))
+    same = {"node": True, "edge": True, "pairs": True}
+    for rank in range(2):
+        result = json.loads((tmp_path / f"edge_feats_r{rank}.json").read_text())
+        assert result == {"list": same, "per_type": same, "canonical": same}, result
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_predictions_come_back_in_id_order_equal_to_the_in_memory_model(tmp_path, cora, cora_parts):
@@ -171,6 +191,44 @@ def test_a_killed_graph_server_ends_the_run_within_30_s_naming_it(tmp_path, cora
     assert err.rank == -1 and err.error_type == "GraphServerDied"
     assert "graph server 0 on machine 0 (127.0.0.1)" in str(err) and "killed by signal SIGKILL" in str(err)
     assert "Server is waiting for connections" in err.remote_traceback  # the end of its log
+
+
+def _server_death_reported_late(monkeypatch, late_s: float) -> None:
+    """In this (the launching) process, a graph server's ``Popen.poll`` reports its end ``late_s``
+    after it first could: the kernel reports a death a moment after the process has closed its
+    files (its ranks' sockets), a moment stretched here past the watch's settling time."""
+    real, held = subprocess.Popen.poll, {}
+
+    def poll(self):
+        if "graphtrainer.distdgl.servers" not in " ".join(map(str, self.args)):
+            return real(self)
+        if self.pid not in held:
+            if real(self) is None:
+                return None
+            held[self.pid] = time.monotonic() + late_s
+        return self.returncode if time.monotonic() >= held[self.pid] else None
+
+    monkeypatch.setattr(subprocess.Popen, "poll", poll)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("reported_late", [False, True])
+def test_a_killed_graph_server_is_named_also_when_its_ranks_die_first(tmp_path, cora_parts, monkeypatch,
+                                                                        reported_late):
+    """Every rank calls the killed server and DGL's client aborts it (SIGABRT): the ranks' deaths
+    reach the launcher before, or as, the kernel reports the server's (``reported_late``: surely
+    after the watch's settling time, within the wait for a server once a rank was killed)."""
+    if reported_late:
+        late_s = FAILURE_SETTLE_S + 0.5
+        assert late_s < servers.EXIT_NOTICE_S
+        _server_death_reported_late(monkeypatch, late_s)
+    task = SeedRecorder(cora_parts, str(tmp_path), fail="kill-server-then-rpc", fail_rank=0, **CORA)
+    with pytest.raises(RankFailedError) as info:
+        _trainer(tmp_path / "runs", 5).fit(task)
+    err = info.value
+    assert err.rank == -1 and err.error_type == "GraphServerDied", str(err)
+    assert "graph server 0 on machine 0 (127.0.0.1)" in str(err) and "killed by signal SIGKILL" in str(err)
 
 
 @pytest.mark.slow
@@ -245,6 +303,32 @@ def test_edge_exclusion_is_refused_on_a_distgraph():
 
     with pytest.raises(ValueError, match="ignores exclude_edges"):
         DistEdgeLoader(FakeDistGraph(), torch.arange(4), [5], 2, exclude="self")
+
+
+def test_edge_data_a_distgraph_lacks_is_refused_when_the_loader_is_made():
+    """prefetch_edge_feats naming a key (or an edge type) the graph lacks: refused before the
+    first batch, naming it and what the graph has."""
+    import dgl
+
+    from graphtrainer.distdgl.loader import DistEdgeLoader, DistNodeLoader
+
+    class FakeDistGraph:
+        ntypes, etypes, canonical_etypes = ["_N"], ["_E"], [("_N", "_E", "_N")]
+        ndata, edata = {"feat": None}, {"w": None}
+
+        def num_nodes(self):
+            return 10
+
+        def num_edges(self):
+            return 20
+
+    for spec, match in ((["weight"], r"no edge data \['weight'\] \(its edge data: \['w'\]\)"),
+                        ({"cites": ["w"]}, r"no edge type \['cites'\]")):
+        sampler = dgl.dataloading.NeighborSampler([2], prefetch_edge_feats=spec)
+        with pytest.raises(ValueError, match=match):
+            DistNodeLoader(FakeDistGraph(), torch.arange(4), sampler, 2)
+        with pytest.raises(ValueError, match=match):
+            DistEdgeLoader(FakeDistGraph(), torch.arange(4), sampler, 2)
 
 
 # ---- options: refused before anything starts ------------------------------------------------

@@ -155,3 +155,23 @@ def test_old_metric_names_read_their_new_ones_with_a_warning():
     assert metrics == plain and json.loads(json.dumps(metrics)) == plain
     assert yaml.safe_load(yaml.safe_dump(metrics)) == plain == yaml.safe_load(yaml.dump(metrics))
     assert pickle.loads(pickle.dumps(metrics)) == plain
+
+
+def test_a_deprecated_name_keeps_working_and_warns_naming_its_removal():
+    """``graphtrainer.data.device.graph.data_bytes`` (public, unused): same bytes as before, with a
+    ``DeprecationWarning`` at the caller's line naming the release that removes it."""
+    import dgl
+    import torch
+
+    from graphtrainer.data.device import graph as device_graph
+
+    g = dgl.heterograph({("user", "buys", "item"): (torch.tensor([0, 1]), torch.tensor([1, 0]))})
+    g.nodes["user"].data["feat"] = torch.zeros(2, 3)
+    g.edges["buys"].data["w"] = torch.zeros(2, dtype=torch.float64)
+    with pytest.warns(DeprecationWarning) as caught:
+        total = device_graph.data_bytes(g, {"user": ("feat",)}, {("user", "buys", "item"): ("w",)})
+    assert total == 2 * 3 * 4 + 2 * 8
+    message = str(caught[0].message)
+    assert "graphtrainer.data.device.graph.data_bytes is deprecated" in message and _moved.REMOVED_IN in message
+    assert Path(caught[0].filename).name == Path(__file__).name
+    assert _moved.REMOVED_IN in device_graph.data_bytes.__doc__

@@ -12,6 +12,8 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
 
+from ..._moved import deprecated
+
 EType = Tuple[str, str, str]
 #: Keys of node data per node type (and of edge data per edge type) a loader gathers.
 Keys = Dict[Any, Tuple[str, ...]]
@@ -128,7 +130,9 @@ def relation_bytes(num_dst: int, num_edges: int) -> int:
 
 
 def data_bytes(graph: Any, node_keys: Keys, edge_keys: Keys) -> int:
-    """Bytes of the node and edge data the loaders gather."""
+    """Deprecated, goes in graphtrainer 0.3.0 (nothing uses it): bytes of the node and edge data
+    named per type."""
+    deprecated(f"{__name__}.data_bytes")
     total = 0
     for nt, keys in node_keys.items():
         data = graph.nodes[nt].data
