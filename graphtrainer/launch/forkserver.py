@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import select
 import signal
 import time
 from multiprocessing import forkserver as _mp_forkserver
@@ -97,33 +96,21 @@ def server_death(wait_s: float = 0.0) -> Optional[str]:
 
 
 def _exit_status_within(pid: int, wait_s: float) -> Optional[int]:
-    """Child ``pid``'s wait status once it has ended, waiting up to ``wait_s`` for that (woken by
-    its pidfd where Linux has them, else checking every 10 ms); None while it runs."""
-    deadline = time.monotonic() + wait_s
-    woken = False
-    while True:
+    """Child ``pid``'s wait status once it has ended, waiting up to ``wait_s`` for that; None while it
+    runs (or when it is not this process's child)."""
+    found: list = []
+
+    def ended() -> bool:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return None
+            return True
         if done:
-            return status
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        if not woken:
-            woken = True
-            try:
-                pidfd = os.pidfd_open(pid)
-            except (AttributeError, OSError):  # no pidfd here
-                pass
-            else:
-                try:
-                    select.select([pidfd], [], [], left)  # readable once it has ended
-                finally:
-                    os.close(pidfd)
-                continue
-        time.sleep(min(0.01, left))
+            found.append(status)
+        return bool(done)
+
+    pids.wait_ended(pid, ended, wait_s)
+    return found[0] if found else None
 
 
 def stop_server() -> None:
