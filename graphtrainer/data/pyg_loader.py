@@ -12,6 +12,7 @@ import torch
 
 from ..nn.pyg import PYG_INSTALL, PYG_KEYS, default_key, is_pyg_data, pyg_data_class, to_pyg
 from .prefetch import check_data_key
+from .pyg_hetero import HETERODATA_REFUSAL, HeteroBatches, check_hetero_loader, is_heterograph, resolve_hetero_keys
 from .pyg_negatives import read_neg_sampling, take_amount, take_weights
 from .sharded_loader import ShardedLoader
 
@@ -27,28 +28,19 @@ def check_batch_format(batch_format: Any) -> str:
 
 def check_pyg_ready(graph: Any = None, typed: bool = False) -> None:
     """Raise before any batch (and, from ``Trainer.fit``, before any rank starts) when
-    ``batch_format="pyg"`` cannot work: torch-geometric missing, or a heterograph (or typed ids)."""
+    ``batch_format="pyg"`` cannot work: torch-geometric missing, a PyG ``Data`` as the graph, or
+    typed ids on a homogeneous graph (a heterograph's batches are ``HeteroData``: :mod:`.pyg_hetero`)."""
     pyg_data_class()
     require_dgl_graph(graph)
-    ntypes = list(getattr(graph, "ntypes", None) or [])
-    etypes = list(getattr(graph, "canonical_etypes", None) or [])
-    if typed or len(ntypes) > 1 or len(etypes) > 1:
-        raise ValueError(f"batch_format='pyg' takes a homogeneous graph; this one has node types {ntypes} and "
-                         f"{len(etypes)} edge types (PyG's HeteroData batches are not built here). Fix: keep DGL's "
-                         "batches (batch_format='dgl') with graphtrainer.nn.HeteroGraphConv, or train on "
-                         "dgl.to_homogeneous(graph)")
+    if typed and not is_heterograph(graph):
+        raise ValueError("batch_format='pyg': {ntype: ids} on a graph with one node type and one edge type, whose "
+                         "PyG batches are Data, not HeteroData. Fix: pass the ids as a tensor")
 
 
 def require_dgl_graph(graph: Any) -> None:
     """A PyG ``Data`` where a DGL graph belongs is refused, with the conversion (PyG users' habit)."""
     if is_pyg_data(graph) and type(graph).__name__ == "HeteroData":
-        raise TypeError("the graph is a torch_geometric HeteroData: graphtrainer's loaders sample a DGL graph, and "
-                        "PyG batches (batch_format='pyg') are for homogeneous graphs only. Convert it once: "
-                        "g = torch_geometric.utils.to_dgl(data) (it counts each node type's nodes from its edges; "
-                        "where a type has nodes past the last one an edge reaches, build it by hand: "
-                        "dgl.heterograph({(src, rel, dst): tuple(data[src, rel, dst].edge_index)}, num_nodes_dict="
-                        "{t: data[t].num_nodes for t in data.node_types})) and keep DGL's batches with "
-                        "graphtrainer.nn.HeteroGraphConv")
+        raise TypeError(HETERODATA_REFUSAL)
     if is_pyg_data(graph):
         raise TypeError("the graph is a torch_geometric Data: graphtrainer's loaders sample a DGLGraph and give "
                         "PyG batches with batch_format='pyg'. Convert it once: g = torch_geometric.utils.to_dgl(data) "
@@ -87,6 +79,7 @@ class PygLoader(ShardedLoader):
     ``label``, else ``y``; edge data ``feat``, else ``edge_attr``; ``label_key=""``: no ``y``);
     sampled on the device, the loader gathers them whatever its sampler prefetches. A key named
     here that the graph lacks is refused (:func:`check_batch_keys`); no ``x`` gives a warning.
+    On a heterograph a node loader of one seed type yields ``HeteroData`` (:mod:`.pyg_hetero`).
     """
 
     def __init__(self, loader: ShardedLoader, feat_key: Optional[str] = None, label_key: Optional[str] = None,
@@ -95,13 +88,19 @@ class PygLoader(ShardedLoader):
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
         check_batch_keys(graph, feat_key, label_key, edge_key)
         tried = PYG_KEYS["x"] if feat_key is None else (feat_key,)
-        feat_key, label_key, edge_key = resolve_batch_keys(graph, feat_key, label_key, edge_key)
+        self.hetero: Optional[HeteroBatches] = None
+        if is_heterograph(graph):  # HeteroData batches (NeighborLoader on a HeteroData)
+            seed_type = check_hetero_loader(loader)
+            feat_key, label_key, edge_key = resolve_hetero_keys(graph, seed_type, feat_key, label_key, edge_key)
+            self.hetero = HeteroBatches(loader, seed_type, (feat_key, label_key, edge_key))
+        else:
+            feat_key, label_key, edge_key = resolve_batch_keys(graph, feat_key, label_key, edge_key)
         self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
         self.neg_sampling = link_mode(loader, neg_sampling, edge_label)
         self.edge_labels = None if edge_label is None else EdgeLabels(edge_label, loader, self.neg_sampling)
         loader.batch_keys = (feat_key, label_key, edge_key)  # gathered on the device whatever the sampler names
         ndata = getattr(graph, "ndata", None)
-        if hasattr(ndata, "keys") and feat_key not in ndata.keys():
+        if self.hetero is None and hasattr(ndata, "keys") and feat_key not in ndata.keys():
             has = sorted(k for k in ndata.keys() if k != "_ID")
             warnings.warn(f"the graph has no node data {' or '.join(map(repr, tried))} (it has {has}), so these PyG "
                           "batches carry no x. Fix: pass feat_key= naming its input features to the loader, or "
@@ -110,7 +109,7 @@ class PygLoader(ShardedLoader):
 
     def __getattr__(self, name: str) -> Any:
         # Everything not defined here is the wrapped loader's (graph, sampler, ids, epoch, ...).
-        if name in ("inner", "feat_key", "label_key", "edge_key", "neg_sampling", "edge_labels") or \
+        if name in ("inner", "feat_key", "label_key", "edge_key", "neg_sampling", "edge_labels", "hetero") or \
                 name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.inner, name)
@@ -142,6 +141,9 @@ class PygLoader(ShardedLoader):
 
     def __iter__(self) -> Iterator[Any]:
         keys = (self.feat_key, self.label_key, self.edge_key)
+        if self.hetero is not None:
+            yield from map(self.hetero, self.inner)
+            return
         if self.neg_sampling is None:  # node batches
             for batch in self.inner:
                 yield to_pyg(batch, *keys)

@@ -32,7 +32,8 @@ _OWNED = ("batch_size", "shuffle", "drop_last", "use_ddp", "ddp_seed")
 #: PyG loader arguments a PyG user may pass, with graphtrainer's way.
 _PYG_NAMES = {
     "num_neighbors": "the sampler argument takes fanouts in DGL's order, the input layer first: PyG's "
-                     "num_neighbors=[25, 10] is [10, 25]",
+                     "num_neighbors=[25, 10] is [10, 25]; per relation, num_neighbors={et: [25, 10]} is "
+                     "[{et: 10}, {et: 25}]",
     "neg_sampling_ratio": "negatives=k: k uniform negatives per positive edge, a float too (0.5: PyG's binary "
                           "ratio), or edge_dataloader(..., batch_format='pyg', neg_sampling=NegativeSampling("
                           "'binary', amount))",
@@ -41,7 +42,7 @@ _PYG_NAMES = {
     "edge_label_index": "pass the pairs as the edges argument, a (src, dst) tuple of tensors",
     "edge_label": "edge_dataloader(..., batch_format='pyg', edge_label=...) or PygLoader(loader, edge_label=...); "
                   "edge data of the graph reach the step by batch.input_id too (g.edata[key][batch.input_id])",
-    "input_nodes": "pass the node ids as the ids argument",
+    "input_nodes": "pass the node ids as the ids argument ({ntype: ids} for PyG's (ntype, ids))",
 }
 #: node_dataloader's arguments that reach an edge loader's options, and why they do not apply there.
 _NODE_ONLY = {

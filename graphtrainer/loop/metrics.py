@@ -341,7 +341,7 @@ def infer_batch_size(batch: object) -> Optional[int]:
     - A batched graph (``dgl.batch``), alone or first in a tuple such as
       ``(graphs, labels)``: the number of graphs.
     - A tensor: its rows. A dict: its first value. Anything with an int ``batch_size``
-      (PyG's batches, ``batch_format="pyg"``): that.
+      (PyG's batches, ``batch_format="pyg"``): that; a ``HeteroData``: its seed type's.
     """
     first = next(leaves(batch, _has_size), None)  # down the first item of each tuple, list or dict
     if isinstance(first, torch.Tensor):
@@ -351,6 +351,8 @@ def infer_batch_size(batch: object) -> Optional[int]:
     if isinstance(first, (tuple, list)) and first:
         return _dgl_batch_seeds(first)
     size = getattr(first, "batch_size", None)  # a PyG batch: its seed nodes (seed edges for links)
+    if size is None and hasattr(first, "node_stores"):  # PyG's HeteroData: its seed type's
+        size = next((s.batch_size for s in first.node_stores if "batch_size" in s), None)
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 

@@ -84,9 +84,9 @@ def _homogeneous(blocks: Sequence[Any], feat_key: str, label_key: str, edge_key:
         block = _lean(block, [feat_key, NID] if i == 0 else [], [label_key] if i == last else [], edge_key)
         if not isinstance(block, TorchBlock) or not block.is_block:
             raise ValueError(f"batch_format='pyg' takes sampled blocks of a homogeneous graph, got "
-                             f"{type(block).__name__}: a heterograph's blocks have no PyG Data form here. Fix: "
-                             "keep DGL's batches (batch_format='dgl') with HeteroGraphConv, or train on "
-                             "dgl.to_homogeneous(graph)")
+                             f"{type(block).__name__}: a heterograph's blocks make PyG's HeteroData. Fix: "
+                             "graphtrainer.nn.pyg_hetero.to_hetero_pyg(batch) (a loader with batch_format='pyg' "
+                             "uses it on a heterograph)")
         out.append(block)
     for inner, outer in zip(out, out[1:]):
         if inner.num_dst != outer.num_src:

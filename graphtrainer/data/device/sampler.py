@@ -106,12 +106,11 @@ class DeviceSampler:
         return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats)
 
     def with_batch_keys(self, graph: Any, feat_key: str, label_key: str, edge_key: str) -> "DeviceSampler":
-        """These settings also gathering a homogeneous graph's ``feat_key`` (``blocks[0].srcdata``),
-        ``label_key`` (``blocks[-1].dstdata``) and ``edge_key`` (every block), where the graph has
-        them: what a PyG batch reads as ``x``, ``y`` and ``edge_attr``."""
-        nt, et = graph.ntypes[0], graph.canonical_etypes[0]
-        add = [{nt: (k,)} if k and k in graph.ndata else {} for k in (feat_key, label_key)]
-        edges = {et: (edge_key,)} if edge_key and edge_key in graph.edata else {}
+        """These settings also gathering ``feat_key`` (``blocks[0].srcdata``), ``label_key``
+        (``blocks[-1].dstdata``) and ``edge_key`` (every block), for each node type (relation) that
+        has them: what a PyG batch reads as ``x``, ``y`` and ``edge_attr``."""
+        add = [{nt: (k,) for nt in graph.ntypes if k and k in graph.nodes[nt].data} for k in (feat_key, label_key)]
+        edges = {et: (edge_key,) for et in graph.canonical_etypes if edge_key and edge_key in graph.edges[et].data}
         return replace(self, node_feats=merge_keys(self.node_feats or {}, add[0]),
                        labels=merge_keys(self.labels or {}, add[1]),
                        edge_feats=merge_keys(self.edge_feats or {}, edges))

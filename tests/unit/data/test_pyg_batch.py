@@ -194,12 +194,18 @@ def test_pyg_batches_are_moved_and_prefetched_like_torch_blocks():
     assert transfer.mode(data) == "torch"  # pinned, copied and prefetched by the trainer, not by the hook
 
 
-def test_heterographs_and_a_missing_torch_geometric_are_refused_naming_the_fix(monkeypatch):
+def test_typed_ids_of_one_type_and_a_missing_torch_geometric_are_refused_naming_the_fix(monkeypatch):
+    """A heterograph's batches are HeteroData (test_pyg_hetero.py); {ntype: ids} on a graph of one
+    node and one edge type is refused, its batches being Data."""
+    from torch_geometric.data import HeteroData
+
     hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0, 1]), torch.tensor([1, 0])),
                               ("b", "s", "a"): (torch.tensor([0]), torch.tensor([1]))})
-    with pytest.raises(ValueError, match="homogeneous graph.*batch_format='dgl'.*to_homogeneous"):
-        PygLoader(NodeLoader(hetero, {"a": torch.tensor([0, 1])}, dgl.dataloading.NeighborSampler([2]), 2))
+    loader = PygLoader(NodeLoader(hetero, {"a": torch.tensor([0, 1])}, dgl.dataloading.NeighborSampler([2]), 2))
+    assert isinstance(next(iter(loader)), HeteroData)
     g = random_graph(23)
+    with pytest.raises(ValueError, match=r"\{ntype: ids\} on a graph with one node type.*pass the ids as a tensor"):
+        PygLoader(NodeLoader(g, {"_N": torch.arange(4)}, default_sampler(g, [2]), 2))
     for name in ("torch_geometric", "torch_geometric.data"):
         monkeypatch.setitem(sys.modules, name, None)  # as if torch-geometric were not installed
     with pytest.raises(ImportError, match=r"needs torch-geometric.*pip install 'graphtrainer\[pyg\]'"):
@@ -233,11 +239,7 @@ class _PygTask(graphtrainer.GraphTask):
 def test_fit_refuses_pyg_batches_before_any_rank_starts(monkeypatch, root_dir):
     from conftest import rank_children
 
-    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0, 1]), torch.tensor([1, 0])),
-                              ("b", "s", "a"): (torch.tensor([0]), torch.tensor([1]))})
     trainer = graphtrainer.Trainer(num_procs=2, max_epochs=1, progress_bar=False, default_root_dir=root_dir)
-    with pytest.raises(ValueError, match="batch_format='pyg' takes a homogeneous graph"):
-        trainer.fit(_PygTask(hetero))
     for name in ("torch_geometric", "torch_geometric.data"):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=r"pip install 'graphtrainer\[pyg\]'"):
@@ -305,7 +307,7 @@ def test_pyg_names_where_graphtrainer_has_its_own_are_refused_naming_it():
     hetero = HeteroData()
     hetero["paper"].x = torch.randn(3, 2)
     task = _PygTask(g)
-    with pytest.raises(TypeError, match=r"HeteroData.*homogeneous graphs only.*to_dgl\(data\).*num_nodes_dict"):
+    with pytest.raises(TypeError, match=r"HeteroData.*HeteroData batches from a DGL heterograph.*to_dgl\(data\).*num_nodes_dict"):
         task.node_dataloader(torch.arange(2), [2], 2, graph=hetero)
     with pytest.raises(ValueError, match=r"neg_sampling_ratio= is PyG's loader argument; here: negatives=k"):
         task.edge_dataloader(torch.arange(4), [2], 2, neg_sampling_ratio=2.0)
