@@ -394,11 +394,13 @@ def test_features_gathered_on_the_host_train_as_features_on_the_gpu(tmp_path):
 @NEEDS_CUDA
 @pytest.mark.timeout(300)
 def test_device_sampler_structure_and_distribution_on_gpu():
-    """The sampler's unit tests (structure, exclusion, layout, chi-square against DGL, graph data
-    read on access) with every sampled tensor on GPU 0, in a child pytest (this process stays off CUDA)."""
+    """The sampler's unit tests (structure, exclusion, layout, chi-square against DGL, weighted and
+    masked draws, graph data read on access) with every sampled tensor on GPU 0, in a child pytest
+    (this process stays off CUDA)."""
     pytest.importorskip("dgl", reason="DGL is not installed on this GPU machine")
     unit = [str(ROOT / "tests" / "unit" / "data" / name)
-            for name in ("test_device_sampler.py", "test_device_draws.py", "test_device_host_reads.py")]
+            for name in ("test_device_sampler.py", "test_device_draws.py", "test_device_host_reads.py",
+                         "test_device_weighted.py", "test_device_weighted_draws.py")]
     env = dict(os.environ, GRAPHTRAINER_SAMPLER_DEVICE="cuda",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *unit],

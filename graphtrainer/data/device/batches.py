@@ -51,7 +51,7 @@ class DeviceNodeBatches:
                  types: Optional[Sequence[Tuple[str, int, int]]], device: torch.device,
                  on_host: Tuple[Keys, Keys] = ({}, {})):
         self.sampler, self.batch_size, self.drop_last, self.types = sampler, batch_size, drop_last, types
-        self.graph = device_graph(graph, device, sampler.node_keys(), sampler.edge_keys(), on_host)
+        self.graph = device_graph(graph, device, sampler.node_keys(), sampler.edge_keys(), on_host, sampler.prob)
         self.device = device
         self.source = GraphSource(graph)  # keys not gathered, read when asked (one for every batch)
 

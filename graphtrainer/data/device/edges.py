@@ -99,7 +99,7 @@ class DeviceEdgeBatches:
         self.loader, self.sampler, self.device = loader, sampler, device
         self.pair_keys = pair_edge_keys(loader)
         self.graph = device_graph(loader.graph, device, sampler.node_keys(),
-                                  merge_keys(sampler.edge_keys(), self.pair_keys), on_host)
+                                  merge_keys(sampler.edge_keys(), self.pair_keys), on_host, sampler.prob)
         self.pairs = None if loader.pairs is None else tuple(p.to(device) for p in loader.pairs)
         rev = loader.reverse_eids
         self.reverse = rev.to(device) if rev is not None and loader.exclude == "reverse_id" else None

@@ -29,6 +29,8 @@ class Relation:
     eids: torch.Tensor
     #: The largest in-degree (read on the host when copied): a larger fanout draws as many.
     max_degree: int
+    #: ``NeighborSampler(prob=/mask=)`` weights by edge data key, in CSC order (:mod:`.weighted`).
+    weights: Dict[str, torch.Tensor] = field(default_factory=dict)
     _position: Optional[torch.Tensor] = field(default=None, repr=False)
     _degrees: Optional[torch.Tensor] = field(default=None, repr=False)
 
@@ -96,12 +98,24 @@ class DeviceGraph:
                         if kept:
                             self.host_keys.add((bool(is_edge), t, key))
 
+    def add_weights(self, graph: Any, key: Optional[str]) -> None:
+        """Copy edge data ``key`` of every relation that has it, in CSC order, as sampling weights."""
+        if not key:
+            return
+        for et, rel in self.relations.items():
+            value = graph.edges[et].data.get(key)
+            if value is not None and key not in rel.weights:
+                rel.weights[key] = value.reshape(-1).to(self.device).index_select(0, rel.eids)
+                self.sources[(True, et, key)] = weakref.ref(value)
+
     def device_bytes(self) -> int:
         """Bytes this copy holds on its device: structure, id maps and the data not left on the host."""
         data = [v for is_edge, all_data in enumerate((self.ndata, self.edata)) for t, per_type in all_data.items()
                 for k, v in per_type.items() if (bool(is_edge), t, k) not in self.host_keys]
         return sum(relation_bytes(rel.indptr.numel() - 1, rel.num_edges)
-                   + (0 if rel._position is None else 8 * rel.num_edges) for rel in self.relations.values()) + \
+                   + (0 if rel._position is None else 8 * rel.num_edges)
+                   + sum(w.numel() * w.element_size() for w in rel.weights.values())
+                   for rel in self.relations.values()) + \
             16 * sum(self.num_nodes.values()) + sum(v.numel() * v.element_size() for v in data)
 
     def is_current(self, graph: Any) -> bool:
@@ -168,13 +182,15 @@ class CopyPlan:
 
 
 def plan_copy(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,
-              allowed: Optional[int], edge_index: bool = False) -> CopyPlan:
+              allowed: Optional[int], edge_index: bool = False, weights: Optional[str] = None) -> CopyPlan:
     """Which data not copied yet fits within ``allowed`` bytes beside the structure, smallest
     first (labels before features); the rest stays on the host (``allowed=None``: all fits).
-    ``edge_index``: an edge loader's, which also indexes the structure by edge id."""
+    ``edge_index``: an edge loader's, which also indexes the structure by edge id; ``weights``:
+    the sampler's ``prob``/``mask`` key, copied with the structure."""
     copy = _current_copy(graph, device)
     structure = 0 if copy is not None else structure_bytes(graph) + 16 * sum(graph.num_nodes(nt) for nt in graph.ntypes)
     structure += position_bytes(graph, device) if edge_index else 0
+    structure += weight_bytes(graph, device, weights)
     have = ({}, {}) if copy is None else (copy.ndata, copy.edata)
     missing = []  # (bytes, is_edge, type, key)
     for is_edge, (wanted, view) in enumerate(((node_keys, graph.nodes), (edge_keys, graph.edges))):
@@ -248,6 +264,17 @@ def position_bytes(graph: Any, device: torch.device) -> int:
                if copy is None or copy.relations[et]._position is None)
 
 
+def weight_bytes(graph: Any, device: torch.device, key: Optional[str]) -> int:
+    """Bytes the sampling weights ``key`` (:meth:`DeviceGraph.add_weights`) add on ``device``:
+    their own size, in each relation that has them and whose copy lacks them."""
+    if not key:
+        return 0
+    copy = _current_copy(graph, device)
+    sizes = [(et, graph.edges[et].data.get(key)) for et in relations_of(graph)]
+    return sum(w.numel() * w.element_size() for et, w in sizes
+               if w is not None and (copy is None or key not in copy.relations[et].weights))
+
+
 def copied_bytes(graph: Any, device: torch.device) -> int:
     """Bytes ``graph``'s current copy already holds on ``device`` (0 without one)."""
     copy = _current_copy(graph, device)
@@ -255,9 +282,10 @@ def copied_bytes(graph: Any, device: torch.device) -> int:
 
 
 def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: Keys,
-                 on_host: Tuple[Keys, Keys] = ({}, {})) -> DeviceGraph:
+                 on_host: Tuple[Keys, Keys] = ({}, {}), weights: Optional[str] = None) -> DeviceGraph:
     """``graph``'s structure and the data named by the keys on ``device``, copied once per rank
-    (but the keys ``on_host``: node keys, edge keys); copied again once the graph changed."""
+    (but the keys ``on_host``: node keys, edge keys), with the sampling ``weights`` key's edge
+    data; copied again once the graph changed."""
     copy = _current_copy(graph, device)
     per_device = _COPIES.setdefault(graph, {})
     if copy is None:
@@ -266,4 +294,5 @@ def device_graph(graph: Any, device: torch.device, node_keys: Keys, edge_keys: K
                            hetero=len(graph.ntypes) > 1 or len(graph.canonical_etypes) > 1, idtype=graph.idtype)
         per_device[str(device)] = copy
     copy.add_data(graph, node_keys, edge_keys, on_host)
+    copy.add_weights(graph, weights)
     return copy

@@ -81,7 +81,8 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     edge_keys = merge_keys(sampler.edge_keys(), pair_edge_keys(loader)) if hasattr(loader, "pairs") else \
         sampler.edge_keys()
     plan = plan_copy(graph, device, sampler.node_keys(), edge_keys, allowed,
-                     edge_index=hasattr(loader, "pairs") and (loader.pairs is None or loader.exclude is not None))
+                     edge_index=hasattr(loader, "pairs") and (loader.pairs is None or loader.exclude is not None),
+                     weights=sampler.prob)
     need = plan.structure + plan.data + plan.host_bytes
     over = f"more than the {_size(allowed)} allowed ({source})"
     if (plan.structure and plan.structure > allowed) or (plan.host_bytes and not host_data):

@@ -21,6 +21,7 @@ from .compact import NodeMaps, compact_layer
 from .graph import DeviceGraph, EType, Keys, gather
 from .host_reads import GraphSource, reads_graph
 from .neighbors import Excluded, Sampled, sample_layer
+from .weighted import check_weights, sample_weighted
 
 NID, EID = "_ID", "_ID"
 
@@ -73,6 +74,8 @@ class DeviceSampler:
     #: How ``k`` of ``d`` in-edges are drawn without replacement: "floyd" or "sort" (see
     #: :mod:`.neighbors`).
     method: str = "floyd"
+    #: DGL's ``prob``/``mask``: the edge data key weighing the draw (:mod:`.weighted`), or None.
+    prob: Optional[str] = None
 
     @classmethod
     def from_dgl(cls, sampler: Any, graph: Any) -> "DeviceSampler":
@@ -83,12 +86,15 @@ class DeviceSampler:
         kinds = (dgl.dataloading.NeighborSampler, dgl.dataloading.MultiLayerFullNeighborSampler)
         name = type(sampler).__name__
         if type(sampler) not in kinds:
-            raise Unsupported(f"the sampler {name} is not DGL's NeighborSampler or MultiLayerFullNeighborSampler "
-                              "(a custom sampler's sample_blocks cannot run on the device)")
+            why = f"DGL's {name} draws in its own way" if type(sampler).__module__.startswith("dgl.") else \
+                "a custom sampler's sample_blocks cannot run on the device"
+            raise Unsupported(f"the sampler {name} is not DGL's NeighborSampler (prob=/mask= included) or "
+                              f"MultiLayerFullNeighborSampler ({why})")
         if getattr(sampler, "edge_dir", "in") != "in":
             raise Unsupported(f"{name}(edge_dir={sampler.edge_dir!r}): the device sampler follows in-edges only")
-        if getattr(sampler, "prob", None) is not None:
-            raise Unsupported(f"{name}(prob=/mask=): the device sampler draws uniformly")
+        prob = getattr(sampler, "prob", None)  # DGL keeps mask= there too
+        if prob is not None:
+            check_weights(graph, prob, name)
         fanouts = []
         for f in sampler.fanouts:
             if isinstance(f, dict):
@@ -103,7 +109,7 @@ class DeviceSampler:
         if not (feats or labels or edge_feats):  # DGL's blocks show every key (read on access): gather them all
             feats = labels = _all_keys(graph.nodes, graph.ntypes)
             edge_feats = _all_keys(graph.edges, graph.canonical_etypes)
-        return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats)
+        return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats, prob=prob)
 
     def with_batch_keys(self, graph: Any, feat_key: str, label_key: str, edge_key: str) -> "DeviceSampler":
         """These settings also gathering ``feat_key`` (``blocks[0].srcdata``), ``label_key``
@@ -127,6 +133,9 @@ class DeviceSampler:
         """``(input nodes per type, blocks)`` for unique ``seeds`` per type (every node type a
         key); ``exclude``: graph edge ids per relation that no block may contain; ``source``: the
         blocks read what they did not gather from it, as DGL's (:mod:`.host_reads`)."""
+        if self.prob and not any(self.prob in rel.weights for rel in dg.relations.values()):
+            raise ValueError(f"this device graph lacks the weights {self.prob!r}: copy it with "
+                             "device_graph(..., weights=sampler.prob)")  # not a silent uniform draw
         excluded = {et: Excluded(dg.relations[et], ids) for et, ids in (exclude or {}).items() if ids.numel()}
         maps.begin(seeds)
         dst = seeds
@@ -136,7 +145,9 @@ class DeviceSampler:
                 sampled: Dict[EType, Sampled] = {}
                 for et, rel in dg.relations.items():
                     k = fanout[et] if isinstance(fanout, dict) else fanout
-                    sampled[et] = sample_layer(rel, dst[et[2]], k, self.replace, gen, excluded.get(et), self.method)
+                    w = rel.weights.get(self.prob) if self.prob else None  # a relation without them: uniform
+                    sampled[et] = sample_layer(rel, dst[et[2]], k, self.replace, gen, excluded.get(et), self.method) \
+                        if w is None else sample_weighted(rel, dst[et[2]], k, self.replace, gen, w, excluded.get(et))
                 src, edges = compact_layer(maps, dst, sampled)
                 blocks.insert(0, _block(dg, src, dst, edges))
                 dst = src

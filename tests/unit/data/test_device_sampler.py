@@ -363,11 +363,14 @@ def test_samplers_it_cannot_reproduce_are_named():
     class MySampler(dgl.dataloading.NeighborSampler):
         pass
 
-    for sampler, name in ((MySampler([3]), "MySampler"),
+    for sampler, name in ((MySampler([3]), "MySampler.*a custom sampler's sample_blocks"),
                           (dgl.dataloading.NeighborSampler([3], edge_dir="out"), "edge_dir='out'"),
-                          (dgl.dataloading.NeighborSampler([3], prob="w"), "prob=")):
+                          (dgl.dataloading.LaborSampler([3]),
+                           r"LaborSampler is not DGL's NeighborSampler \(prob=/mask= included\).*"
+                           r"DGL's LaborSampler draws in its own way")):
         with pytest.raises(Unsupported, match=name):
             DeviceSampler.from_dgl(sampler, g)
+    assert DeviceSampler.from_dgl(dgl.dataloading.NeighborSampler([3], prob="w"), g).prob == "w"
     full = DeviceSampler.from_dgl(dgl.dataloading.MultiLayerFullNeighborSampler(2), g)
     assert full.fanouts == [-1, -1]
 
