@@ -185,6 +185,8 @@ class _PairSampler:
     """``as_edge_prediction_sampler``'s work for node pairs that need not be edges (held-out
     evaluation edges)."""
 
+    wraps_block_sampler = True  # its blocks are its sampler's (workers.without_data)
+
     @staticmethod
     def given(edges: Any) -> bool:
         """Whether ``edges`` are node pairs: ``(src, dst)``, or a ``[2, E]`` tensor (PyG's ``edge_label_index``)."""
@@ -327,11 +329,11 @@ class EdgeLoader(SampledLoader):
         """Seed edges (or pairs) this loader covers over all ranks."""
         return self.ids.numel()
 
-    def __iter__(self) -> Iterator[Any]:
+    def sampled_batches(self, lean: bool = False) -> Iterator[Any]:
         if isinstance(self.negatives, PerEdgeUniform):
             self.negatives.seed, self.negatives.epoch = self.seed, self.epoch
         # Pairs go through DGL's loader too (positions as indices): it fills in prefetched features.
-        return iterate_sampled(self)
+        return iterate_sampled(self, lean)
 
 
 class _NegativeEpoch:

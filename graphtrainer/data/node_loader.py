@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import copy
 import numbers
-from typing import Any, Iterator, List, Optional, Sequence, Set
+from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple
 
 from .. import comm
+from ..nn.pyg import GraphRows
 from .formats import sampler_formats
 from .hetero import check_typed_ids, flatten, type_spans
 from .prefetch import per_type_prefetch
 from .pyg_loader import check_batch_format, check_batch_keys, require_dgl_graph, resolve_batch_keys
 from .sharded_loader import ShardedLoader
 from .sharding import check_seed_ids
-from .workers import BatchSampling
+from .workers import BatchSampling, without_data
 
 
 class SampledLoader(ShardedLoader):
@@ -31,6 +32,36 @@ class SampledLoader(ShardedLoader):
     def sampling_mode(self) -> str:
         """``"device"`` or ``"cpu"``: where the batches are sampled (what ``sampling="auto"`` chose)."""
         return "cpu" if self.device_sampling is None else "device"
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.sampled_batches()
+
+    def sampled_batches(self, lean: bool = False) -> Iterator[Any]:
+        """This epoch's batches; ``lean``: their blocks gather no node or edge data (the structure
+        and ids are the same): see :meth:`lean_batches`."""
+        return iterate_sampled(self, lean)
+
+    def lean_batches(self) -> Optional[Tuple[Iterator[Any], GraphRows]]:
+        """This epoch's batches without gathered data, and where to read the rows a batch keeps
+        (the graph, or the device's copy of its data): a PyG batch gathers only its own nodes'
+        and edges' rows. None where the sampler's blocks may carry data of their own (a sampler
+        that is not DGL's)."""
+        if self.device_sampling is not None:
+            return self.sampled_batches(lean=True), self.device_sampling.rows()
+        if self._lean_sampling() is None:
+            return None
+        return self.sampled_batches(lean=True), GraphRows(self.graph.ndata, self.graph.edata)
+
+    def _lean_sampling(self) -> Optional[BatchSampling]:
+        """:attr:`sampling` with its sampler gathering nothing (made once per sampling)."""
+        made = getattr(self, "_lean", None)
+        if made is None or made[0] is not self.sampling:
+            inner = without_data(self.sampling.graph_sampler)
+            lean = None if inner is None else copy.copy(self.sampling)
+            if lean is not None:
+                lean.graph_sampler = inner
+            made = self._lean = (self.sampling, lean)
+        return made[1]
 
 
 class NodeLoader(SampledLoader):
@@ -89,17 +120,17 @@ class NodeLoader(SampledLoader):
         """Seed nodes (of all types) this loader covers over all ranks."""
         return self.ids.numel()
 
-    def __iter__(self) -> Iterator[Any]:
-        return iterate_sampled(self)
 
-
-def iterate_sampled(loader: Any) -> Iterator[Any]:
-    """A node or edge loader's batches this epoch: its share through its ``BatchSampling``."""
+def iterate_sampled(loader: Any, lean: bool = False) -> Iterator[Any]:
+    """A node or edge loader's batches this epoch: its share through its ``BatchSampling`` (or
+    device sampling); ``lean``: without gathered data (:meth:`SampledLoader.lean_batches`)."""
     share = loader.local_ids()
     if share.numel() == 0:
         return iter(())
-    source = loader.device_sampling if loader.device_sampling is not None else loader.sampling
-    return source.iterate(share, loader.seed, comm.get_rank(), loader.epoch)
+    args = (share, loader.seed, comm.get_rank(), loader.epoch)
+    if loader.device_sampling is not None:
+        return loader.device_sampling.iterate(*args, gather=not lean)
+    return (loader._lean_sampling() if lean else loader.sampling).iterate(*args)
 
 
 def unfused_if_zero(sampler: Any) -> Any:

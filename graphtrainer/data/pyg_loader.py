@@ -10,7 +10,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..nn.pyg import PYG_INSTALL, PYG_KEYS, default_key, is_pyg_data, pyg_data_class, to_pyg
+from ..nn.pyg import PYG_INSTALL, PYG_KEYS, GraphRows, default_key, is_pyg_data, pyg_data_class, to_pyg
 from .prefetch import check_data_key
 from .pyg_hetero import HETERODATA_REFUSAL, HeteroBatches, check_hetero_loader, is_heterograph, resolve_hetero_keys
 from .pyg_negatives import read_neg_sampling, take_amount, take_weights
@@ -139,18 +139,28 @@ class PygLoader(ShardedLoader):
     def check_world(self, world_size: int) -> None:
         self.inner.check_world(world_size)
 
+    def _batches(self) -> Tuple[Iterator[Any], Optional[GraphRows]]:
+        """The wrapped loader's batches and, where it can leave their data out, where the rows
+        a batch keeps are read: a PyG batch drops nodes and edges of the blocks (those only DGL's
+        re-sampling reached), so gathering for the blocks gathers rows it drops, then copies
+        those it keeps (``benchmarks/results/pyg_gather``)."""
+        lean = getattr(self.inner, "lean_batches", None)
+        made = lean() if callable(lean) else None
+        return made if made is not None else (iter(self.inner), None)
+
     def __iter__(self) -> Iterator[Any]:
         keys = (self.feat_key, self.label_key, self.edge_key)
         if self.hetero is not None:
             yield from map(self.hetero, self.inner)
             return
+        batches, rows = self._batches()
         if self.neg_sampling is None:  # node batches
-            for batch in self.inner:
-                yield to_pyg(batch, *keys)
+            for batch in batches:
+                yield to_pyg(batch, *keys, rows=rows)
             return
         # Pairs: each batch's positions in the pair list (its input_id, as PyG's), batch by batch.
         positions = iter(self.inner.local_batches()) if self.inner.pairs is not None else None
-        for batch in self.inner:
+        for batch in batches:
             ids = None if positions is None else next(positions)
             if ids is not None and ids.numel() != batch[1].num_edges():
                 raise RuntimeError(f"batch_format='pyg': a batch of {batch[1].num_edges()} pairs met {ids.numel()} "
@@ -158,7 +168,7 @@ class PygLoader(ShardedLoader):
             label = None
             if self.edge_labels is not None:
                 label = self.edge_labels.rows(ids if ids is not None else batch[1].edata["_ID"])
-            yield to_pyg(batch, *keys, neg_sampling=self.neg_sampling, edge_label=label, input_id=ids)
+            yield to_pyg(batch, *keys, neg_sampling=self.neg_sampling, edge_label=label, input_id=ids, rows=rows)
 
 
 def link_mode(loader: Any, neg_sampling: Any, edge_label: Any) -> Optional[str]:

@@ -16,6 +16,7 @@ map-style dataset of whole batches instead of a tensor of ids:
 """
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -203,3 +204,30 @@ class BatchSampling:
         return dgl.dataloading.DataLoader(self.graph, dataset, sampler,
                                           batch_size=1, shuffle=False, drop_last=False, **kwargs)
 
+
+
+_PREFETCH = ("prefetch_node_feats", "prefetch_labels", "prefetch_edge_feats")
+
+
+def without_data(sampler: Any) -> Any:
+    """A copy of ``sampler`` that gathers no node or edge data into its blocks (DGL's lazy views
+    still read any key on access), for batches that read the rows they keep themselves; None
+    where that is not known to leave the structure as it was: a block sampler that is not DGL's
+    own (its ``sample`` may set data of its own). Wrappers (DGL's edge prediction sampler,
+    graphtrainer's pair sampler: ``wraps_block_sampler``) are copied around a copy of theirs."""
+    import dgl  # here: the engine imports without DGL (plain-torch tasks)
+
+    if type(sampler) is dgl.dataloading.EdgePredictionSampler or getattr(sampler, "wraps_block_sampler", False):
+        inner = without_data(sampler.sampler)
+        if inner is None:
+            return None
+        out = copy.copy(sampler)
+        out.sampler = inner
+    elif isinstance(sampler, dgl.dataloading.BlockSampler) and type(sampler).__module__.startswith("dgl."):
+        out = copy.copy(sampler)
+    else:
+        return None
+    for name in _PREFETCH:
+        if hasattr(out, name):
+            setattr(out, name, [])
+    return out

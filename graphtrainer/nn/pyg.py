@@ -24,7 +24,7 @@ torch-geometric is optional: nothing here imports it until a batch is made.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -135,29 +135,56 @@ def _hops(blocks: List[TorchBlock], seed_order: Optional[torch.Tensor] = None
     return torch.cat(parts), counts, hops
 
 
+class GraphRows:
+    """Rows of a homogeneous graph's node and edge data, read by id: where a PyG batch reads
+    ``x``, ``y`` and ``edge_attr`` for the nodes and edges it keeps only, so the blocks need no
+    data gathered (``PygLoader`` samples them so).
+    ``ndata``/``edata``: key to tensor (DGL's data views work); ``read(data, ids)``: the rows, on
+    the device of ``ids`` (default: ``index_select`` where the data is, then moved)."""
+
+    def __init__(self, ndata: Any, edata: Any, read: Optional[Callable[[torch.Tensor, torch.Tensor],
+                                                                         torch.Tensor]] = None):
+        self.ndata, self.edata, self._read = ndata, edata, read
+
+    def read(self, edges: bool, key: Optional[str], ids: torch.Tensor) -> Optional[torch.Tensor]:
+        """Rows ``ids`` of node (``edges``: edge) data ``key``; None where the graph has no such key."""
+        view = self.edata if edges else self.ndata
+        if not key or key == NID or key not in view:
+            return None
+        data = view[key]
+        if self._read is not None:
+            return self._read(data, ids)
+        return data.index_select(0, ids.to(data.device)).to(ids.device)
+
+
 def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_key: Optional[str] = None,
-                  edge_key: Optional[str] = None) -> Any:
+                  edge_key: Optional[str] = None, rows: Optional[GraphRows] = None) -> Any:
     """A PyG ``Data`` with ``NeighborLoader``'s fields from one batch's blocks (DGL's or torch's):
     ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``edge_attr`` (the
     edges' ``edata[edge_key]``, where every block has it), ``y`` (one row per seed; ``label_key=""``:
     none), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other data),
     ``num_sampled_nodes``, ``num_sampled_edges``. A key not named is :func:`default_key`'s:
-    ``feat`` else ``x``, ``label`` else ``y``, edge data ``feat`` else ``edge_attr``."""
-    return _subgraph(blocks, feat_key, label_key, edge_key, sort_seeds=False)[0]
+    ``feat`` else ``x``, ``label`` else ``y``, edge data ``feat`` else ``edge_attr``. ``rows``: read
+    ``x``, ``y`` and ``edge_attr`` there, by ``n_id`` and ``e_id``, for the kept nodes and edges only
+    (the same values; the blocks' own data is not read)."""
+    return _subgraph(blocks, feat_key, label_key, edge_key, sort_seeds=False, rows=rows)[0]
 
 
 def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optional[str], edge_key: Optional[str],
-              sort_seeds: bool) -> Tuple[Any, Optional[torch.Tensor]]:
+              sort_seeds: bool, rows: Optional[GraphRows] = None) -> Tuple[Any, Optional[torch.Tensor]]:
     """:func:`blocks_to_pyg`'s batch and, with ``sort_seeds`` (a link batch: PyG's ``unique`` of the
     pairs' ends numbers them by node id), the seeds' new positions (``None``: unchanged)."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
     first, last = blocks[0], blocks[-1]  # non-blocks: refused by _homogeneous
-    feat_key = default_key("x", getattr(first, "srcdata", ())) if feat_key is None else feat_key
-    label_key = default_key("y", getattr(last, "dstdata", ())) if label_key is None else label_key
-    edge_key = default_key("edge_attr", getattr(first, "edata", ())) if edge_key is None else edge_key
-    blocks = _homogeneous(blocks, feat_key, label_key, edge_key)
+    nodes, edges = (rows.ndata, rows.edata) if rows is not None else (
+        getattr(first, "srcdata", ()), getattr(first, "edata", ()))
+    feat_key = default_key("x", nodes) if feat_key is None else feat_key
+    label_key = default_key("y", nodes if rows is not None else getattr(last, "dstdata", ())) \
+        if label_key is None else label_key
+    edge_key = default_key("edge_attr", edges) if edge_key is None else edge_key
+    blocks = _homogeneous(blocks, *(("", "", "") if rows is not None else (feat_key, label_key, edge_key)))
     seed_order, moved = None, None
     if sort_seeds and NID in blocks[0].srcdata:
         seed_ids = blocks[0].srcdata[NID][:blocks[-1].num_dst]
@@ -167,17 +194,32 @@ def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optiona
             moved[seed_order] = torch.arange(seed_order.numel(), device=seed_order.device)
     order, counts, hops = _hops(blocks, seed_order)
     depth = len(blocks)
+    data = data_class()
+    if rows is not None:
+        if NID not in blocks[0].srcdata or not all(EID in block.edata for block in blocks):
+            raise ValueError("batch_format='pyg': reading rows by id needs the blocks' node and edge ids (_ID)")
+        n_id = blocks[0].srcdata[NID].long()[order]
+        e_id = torch.cat([blocks[depth - h].edata[EID][hop["eid"]] for h, hop in enumerate(hops, 1)]).long()
+        for name, value in (("x", rows.read(False, feat_key, n_id)),
+                            ("y", rows.read(False, label_key, n_id[:counts[0]]))):
+            if value is not None:
+                setattr(data, name, value)
+        data.edge_index = _edge_index(hops)
+        data.n_id, data.e_id = n_id, e_id
+        edge_attr = rows.read(True, edge_key, e_id)
+        if edge_attr is not None:
+            data.edge_attr = edge_attr
+        return _counted(data, counts, hops), moved
     # Every source node kept, in the blocks' own order: the batch reads their rows as they are.
     same = order.numel() == blocks[0].num_src and bool((order == torch.arange(
         order.numel(), device=order.device)).all())
-    data = data_class()
     if feat_key in blocks[0].srcdata:
         x = blocks[0].srcdata[feat_key]
         data.x = x if same else x[order]
     if label_key and label_key in blocks[-1].dstdata:
         y = blocks[-1].dstdata[label_key]
         data.y = y if seed_order is None else y[seed_order]
-    data.edge_index = torch.cat([torch.stack([hop["src"], hop["dst"]]) for hop in hops], dim=1)
+    data.edge_index = _edge_index(hops)
     if NID in blocks[0].srcdata:
         n_id = blocks[0].srcdata[NID].long()
         data.n_id = n_id if same else n_id[order]
@@ -185,10 +227,18 @@ def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optiona
         if key and all(key in block.edata for block in blocks):  # in edge_index's order: by hop
             value = torch.cat([blocks[depth - h].edata[key][hop["eid"]] for h, hop in enumerate(hops, 1)])
             setattr(data, name, value.long() if key == EID else value)
+    return _counted(data, counts, hops), moved
+
+
+def _edge_index(hops: List[Dict[str, torch.Tensor]]) -> torch.Tensor:
+    return torch.cat([torch.stack([hop["src"], hop["dst"]]) for hop in hops], dim=1)
+
+
+def _counted(data: Any, counts: List[int], hops: List[Dict[str, torch.Tensor]]) -> Any:
     data.batch_size = counts[0]
     data.num_sampled_nodes = counts
     data.num_sampled_edges = [int(hop["src"].numel()) for hop in hops]
-    return data, moved
+    return data
 
 
 def _pairs(graph: Any) -> torch.Tensor:
@@ -201,7 +251,7 @@ NEG_SAMPLING = ("binary", "triplet")
 
 def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: Optional[str] = None,
                 edge_key: Optional[str] = None, neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
-                input_id: Optional[torch.Tensor] = None) -> Any:
+                input_id: Optional[torch.Tensor] = None, rows: Optional[GraphRows] = None) -> Any:
     """``LinkNeighborLoader``'s batch from an edge batch: :func:`blocks_to_pyg`'s fields plus
     ``input_id`` (the positive pairs' edge ids, ``g.edata["rating"][batch.input_id]`` being their
     data; else ``input_id`` as given; the pairs in the batch's order, the seeds numbered by node id
@@ -210,11 +260,11 @@ def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], fea
     as given for the positives, else 1.0; zeros for the negatives); with ``"triplet"``,
     ``src_index``, ``dst_pos_index`` and ``dst_neg_index`` (``[batch_size]`` for one negative per
     positive, else ``[batch_size, k]``: the negatives must keep their positive's source, ``k`` each,
-    in order). ``batch_size`` is the number of positive pairs."""
+    in order). ``batch_size`` is the number of positive pairs; ``rows``: :func:`blocks_to_pyg`'s."""
     if neg_sampling not in NEG_SAMPLING:
         raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label, "
                          "negatives drawn at both ends) or 'triplet' (src_index, dst_pos_index, dst_neg_index)")
-    data, moved = _subgraph(blocks, feat_key, "", edge_key, sort_seeds=True)
+    data, moved = _subgraph(blocks, feat_key, "", edge_key, sort_seeds=True, rows=rows)
     pos = _pairs(pair_graph) if moved is None else moved[_pairs(pair_graph)]
     if EID in pair_graph.edata:
         data.input_id = pair_graph.edata[EID].long()
@@ -246,18 +296,19 @@ def _is_graph(obj: Any) -> bool:
 
 def to_pyg(batch: Any, feat_key: Optional[str] = None, label_key: Optional[str] = None,
            edge_key: Optional[str] = None, neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
-           input_id: Optional[torch.Tensor] = None) -> Any:
+           input_id: Optional[torch.Tensor] = None, rows: Optional[GraphRows] = None) -> Any:
     """The PyG batch of one of graphtrainer's batches: a node batch ``(input_nodes, output_nodes,
     blocks)``, an edge batch ``(input_nodes, pair_graph[, neg_pair_graph], blocks)`` (the last three
-    arguments: :func:`link_to_pyg`'s), or a bare list of blocks. Keys not named: :func:`default_key`'s."""
+    arguments: :func:`link_to_pyg`'s), or a bare list of blocks. Keys not named: :func:`default_key`'s.
+    ``rows``: read ``x``, ``y`` and ``edge_attr`` there for the kept nodes and edges only (:func:`blocks_to_pyg`)."""
     if isinstance(batch, (list, tuple)) and batch and all(_is_graph(b) for b in batch):
-        return blocks_to_pyg(batch, feat_key, label_key, edge_key)
+        return blocks_to_pyg(batch, feat_key, label_key, edge_key, rows)
     if isinstance(batch, (list, tuple)) and len(batch) in (3, 4) and isinstance(batch[-1], (list, tuple)):
         if _is_graph(batch[1]):
             return link_to_pyg(batch[1], batch[2] if len(batch) == 4 else None, batch[-1], feat_key, edge_key,
-                               neg_sampling, edge_label, input_id)
+                               neg_sampling, edge_label, input_id, rows)
         if len(batch) == 3:
-            return blocks_to_pyg(batch[-1], feat_key, label_key, edge_key)
+            return blocks_to_pyg(batch[-1], feat_key, label_key, edge_key, rows)
     raise TypeError(f"batch_format='pyg': cannot read {type(batch).__name__} as a sampled batch; expected "
                     "(input_nodes, output_nodes, blocks), (input_nodes, pair_graph[, neg_pair_graph], blocks) "
                     "or a list of blocks")

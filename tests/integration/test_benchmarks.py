@@ -132,6 +132,16 @@ def test_pyg_vs_blocks_tiny(tmp_path):
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_pyg_gather_tiny(tmp_path):
+    proc = run_bench("pyg_gather.py", "--tiny", "--out", str(tmp_path))
+    data = outputs(tmp_path, "pyg_gather", proc)
+    assert [(r["graph"], r["sampling"]) for r in data["rows"]] == [("cora", "cpu"), ("cora", "device")]
+    for row in data["rows"]:  # the batches are the same; the kept rows are fewer than those gathered before
+        assert row["same_batches"] and all(positive(row[k][a]) for k in ("ms", "cpu_ms") for a in ("before", "after"))
+        assert 0 < row["rows"]["x_after"] < row["rows"]["x_before"] and row["rows"]["e_before"] == 0
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_device_sampling_tiny_with_its_training_arms_on_cpu_ranks(tmp_path):
     """The per-batch part and (``--cpu-arms``) every training arm the GPU run has, on CPU ranks:
     the script a GPU session runs first must not fail there for anything but the GPU."""

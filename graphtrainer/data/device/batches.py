@@ -15,12 +15,13 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
+from ...nn.pyg import GraphRows
 from ..hetero import split_flat
 from ..workers import batch_seed
 from .compact import NodeMaps
 from .graph import DeviceGraph, Keys, device_graph
 from .host_reads import GraphSource
-from .sampler import DeviceSampler
+from .sampler import DeviceSampler, device_rows
 
 def node_maps(dg: DeviceGraph) -> NodeMaps:
     """The scratch id maps of a device graph (one set: a rank samples one batch at a time,
@@ -63,14 +64,19 @@ class DeviceNodeBatches:
         empty = torch.empty(0, dtype=torch.int64)
         return {nt: typed.get(nt, empty).to(self.device, non_blocking=True) for nt in self.graph.ntypes}
 
-    def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int) -> Iterator[Any]:
+    def rows(self) -> GraphRows:
+        """Where a PyG batch reads the rows it keeps (batches sampled with ``gather=False``)."""
+        return device_rows(self.graph, self.source.graph)
+
+    def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int, gather: bool = True) -> Iterator[Any]:
+        """The share's batches; ``gather=False``: their blocks gather no data (:meth:`rows` holds it)."""
         if self.types is None:
             share = share.to(self.device)
         maps = node_maps(self.graph)
         for i, lo, hi in batch_ranges(share.numel(), self.batch_size, self.drop_last):
             gen = batch_generator(self.device, seed, rank, epoch, i)
             seeds = self.seeds(share[lo:hi])
-            inputs, blocks = self.sampler.sample(self.graph, maps, seeds, gen, source=self.source)
+            inputs, blocks = self.sampler.sample(self.graph, maps, seeds, gen, source=self.source, gather=gather)
             ids = self.graph.ids
             if self.types is None:
                 yield ids(inputs[self.graph.ntypes[0]]), ids(next(iter(seeds.values()))), blocks

@@ -12,12 +12,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from ...nn.blocks import TorchBlock, TorchHeteroBlock
+from ...nn.pyg import GraphRows
 from ..edge_loader import PerEdgeUniform
 from ..hetero import split_flat
 from .batches import batch_generator, batch_ranges, node_maps
 from .graph import EType, Keys, device_graph, gather
 from .host_reads import GraphSource, reads_graph
-from .sampler import DeviceSampler, Unsupported, merge_keys
+from .sampler import DeviceSampler, Unsupported, device_rows, merge_keys
 
 
 def _relation(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int, same_set: bool,
@@ -127,7 +128,13 @@ class DeviceEdgeBatches:
                 out.setdefault(self.reverse_types[et], []).append(eids)
         return {et: torch.cat(parts) for et, parts in out.items()}
 
-    def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int) -> Iterator[Tuple[Any, ...]]:
+    def rows(self) -> GraphRows:
+        """Where a PyG batch reads the rows it keeps (batches sampled with ``gather=False``)."""
+        return device_rows(self.graph, self.loader.graph)
+
+    def iterate(self, share: torch.Tensor, seed: int, rank: int, epoch: int,
+                gather: bool = True) -> Iterator[Tuple[Any, ...]]:
+        """The share's batches; ``gather=False``: no data gathered into blocks or pair graph (:meth:`rows`)."""
         if self.loader.spans is None:
             share = share.to(self.device)
         maps = node_maps(self.graph)
@@ -151,11 +158,12 @@ class DeviceEdgeBatches:
             edges = [{et: (local[s[j][0]][s[j][1]], local[s[j + 1][0]][s[j + 1][1]]) for et, s in slots.items()}
                      for j in ((0, 2) if negatives is not None else (0,))]
             inputs, blocks = self.sampler.sample(self.graph, maps, nodes, batch_generator(
-                self.device, seed, rank, epoch, i), self._excluded(ids), self.source)
+                self.device, seed, rank, epoch, i), self._excluded(ids), self.source, gather)
             graphs = [self._pair(e, nodes, ids if (k == 0 and self.pairs is None) else None)
                       for k, e in enumerate(edges)]
             if self.pairs is None:  # DGL's positive pair graph reads the graph's node data too (not the negative)
-                reads_graph(self._pair_data(graphs[0], ids, blocks), self.source, edges=False)
+                reads_graph(self._pair_data(graphs[0], ids, blocks) if gather else graphs[0], self.source,
+                            edges=False)
             yield (self._one(inputs), *graphs, blocks)
 
     def _pair_data(self, pair: Any, ids: Dict[EType, torch.Tensor], blocks: list) -> Any:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import torch
 
 from ...nn.blocks import TorchBlock, TorchHeteroBlock
+from ...nn.pyg import GraphRows
 from ..prefetch import per_type
 from .compact import NodeMaps, compact_layer
 from .graph import DeviceGraph, EType, Keys, gather
@@ -128,11 +129,12 @@ class DeviceSampler:
         return dict(self.edge_feats or {})
 
     def sample(self, dg: DeviceGraph, maps: NodeMaps, seeds: Dict[str, torch.Tensor], gen: torch.Generator,
-               exclude: Optional[Dict[EType, torch.Tensor]] = None, source: Optional[GraphSource] = None
-               ) -> Tuple[Dict[str, torch.Tensor], list]:
+               exclude: Optional[Dict[EType, torch.Tensor]] = None, source: Optional[GraphSource] = None,
+               gather: bool = True) -> Tuple[Dict[str, torch.Tensor], list]:
         """``(input nodes per type, blocks)`` for unique ``seeds`` per type (every node type a
         key); ``exclude``: graph edge ids per relation that no block may contain; ``source``: the
-        blocks read what they did not gather from it, as DGL's (:mod:`.host_reads`)."""
+        blocks read what they did not gather from it, as DGL's (:mod:`.host_reads`); ``gather=False``:
+        nothing gathered (a PyG batch reads the rows it keeps itself: :func:`device_rows`)."""
         if self.prob and not any(self.prob in rel.weights for rel in dg.relations.values()):
             raise ValueError(f"this device graph lacks the weights {self.prob!r}: copy it with "
                              "device_graph(..., weights=sampler.prob)")  # not a silent uniform draw
@@ -153,7 +155,8 @@ class DeviceSampler:
                 dst = src
         finally:
             maps.end(dst)
-        self._gather(dg, blocks, dst, seeds)
+        if gather:
+            self._gather(dg, blocks, dst, seeds)
         if source is not None:
             blocks = [reads_graph(block, source) for block in blocks]
         return dst, blocks
@@ -180,6 +183,17 @@ class DeviceSampler:
                         store.setdefault(key, {})[et] = gather(dg.edata[et][key], store[EID][et], host_ids)
                     else:
                         block.edata[key] = gather(dg.edata[et][key], block.edata[EID], host_ids)
+
+
+def device_rows(dg: DeviceGraph, graph: Any) -> GraphRows:
+    """Where a PyG batch of a homogeneous graph sampled on the device reads its rows: the device
+    copy's data (kept on the host where it did not fit), else the graph's own."""
+    if dg.hetero:
+        raise ValueError("PyG batches read rows of a homogeneous graph; this one has several node or edge types")
+    ndata, edata = dict(graph.ndata), dict(graph.edata)
+    ndata.update(dg.ndata.get(dg.ntypes[0], {}))
+    edata.update(dg.edata.get(next(iter(dg.relations)), {}))
+    return GraphRows(ndata, edata, read=lambda data, ids: gather(data, ids, {}))
 
 
 def _block(dg: DeviceGraph, src: Dict[str, torch.Tensor], dst: Dict[str, torch.Tensor],
