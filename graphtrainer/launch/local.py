@@ -119,13 +119,11 @@ def _rank_main(
             except Exception:  # noqa: BLE001 - the pipe itself may be gone
                 pass
 
-    # Signal handlers run in the main thread only. Started with the stop signals blocked (launch),
-    # the rank routes them before unblocking: one sent while it starts up is kept for its fit.
+    # Started with the stop signals blocked, routed (main thread) then unblocked: kept for the fit.
     with stop_flag.routed(keep=True):
         if fresh_thread:
-            # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
-            # parent's OpenMP thread pool hangs at its first parallel region (a
-            # 2-rank fork after OpenMP use in the parent sat idle forever).
+            # A fresh thread starts with fresh OpenMP state: a forked child that reuses the parent's
+            # OpenMP pool hangs at its first parallel region (2 forked ranks after OpenMP use sat idle).
             worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
             worker.start()
             worker.join()

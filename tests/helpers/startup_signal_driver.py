@@ -30,11 +30,11 @@ class StartupSignal(RegressionTask):
 
     def __init__(self, when: str):
         super().__init__(scheduler=None)
-        self.when = when
+        self.when, self.launcher_pid = when, os.getpid()  # (made in the launching process)
 
     def setup(self, stage):
         if self.when == "setup" and self.rank == 0:
-            os.kill(os.getppid(), signal.SIGTERM)  # a launched rank's parent is the launching process
+            os.kill(self.launcher_pid, signal.SIGTERM)  # (a forkserver rank's parent is the server)
             deadline = time.monotonic() + 60
             while stop_flag.requested() is None and time.monotonic() < deadline:
                 time.sleep(0.01)  # (a rank the signal ends never leaves this loop)

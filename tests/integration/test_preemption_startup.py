@@ -31,8 +31,8 @@ def _run(owner, tmp_path: Path, launcher: str, when: str, stage: str = "fit") ->
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("launcher,when", [("fork", "setup"), ("spawn", "setup"), ("fork", "start"),
-                                           ("spawn", "start")])
+@pytest.mark.parametrize("launcher", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("when", ["setup", "start"])
 def test_a_sigterm_while_the_ranks_start_stops_the_fit_as_a_preemption(tmp_path, process_owner, launcher, when):
     result, stderr = _run(process_owner, tmp_path, launcher, when)
     assert result["exit"] == PREEMPTED_EXIT_CODE, stderr[-4000:]
