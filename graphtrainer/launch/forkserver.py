@@ -23,11 +23,13 @@ import os
 import signal
 import time
 from multiprocessing import forkserver as _mp_forkserver
+from multiprocessing import resource_tracker
 from typing import Any, Optional, Sequence
 
 from ..errors import RankFailedError
 from ..process import pids
 from ..process.parent import die_with
+from . import stop_flag
 from .supervisor import WatchedService
 
 #: The one module the server imports (it imports the rest); see its docstring.
@@ -60,7 +62,14 @@ def start_server() -> int:
     os.environ[ENV_FLAG] = "1"
     os.environ[LAUNCHER_ENV] = str(os.getpid())
     try:
-        _mp_forkserver.ensure_running()
+        # The server ends with its launcher (its "alive" pipe) or stop_server, never by a stop
+        # signal: started with them blocked, it outlives a SIGTERM to the whole process group
+        # (Slurm stops a job step so), which the ranks then take as a preemption, and the ranks
+        # it forks start with them blocked, until they route them (see stop_flag). Starting the
+        # resource tracker unblocks SIGTERM in this thread: it is started first.
+        resource_tracker.ensure_running()
+        with stop_flag.blocked():
+            _mp_forkserver.ensure_running()
     finally:
         for name, value in previous.items():
             if value is None:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from multiprocessing import resource_tracker
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 # Registers torch's shared-memory reductions for tensors sent to spawned children.
@@ -118,16 +119,16 @@ def _rank_main(
             except Exception:  # noqa: BLE001 - the pipe itself may be gone
                 pass
 
-    if fresh_thread:
-        # A fresh thread starts with fresh OpenMP state: a forked child that reuses the
-        # parent's OpenMP thread pool hangs at its first parallel region (a
-        # 2-rank fork after OpenMP use in the parent sat idle forever).
-        worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
-        with stop_flag.routed():  # signal handlers run in the main thread only
+    # Started with the stop signals blocked, routed (main thread) then unblocked: kept for the fit.
+    with stop_flag.routed(keep=True):
+        if fresh_thread:
+            # A fresh thread starts with fresh OpenMP state: a forked child that reuses the parent's
+            # OpenMP pool hangs at its first parallel region (2 forked ranks after OpenMP use sat idle).
+            worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
             worker.start()
             worker.join()
-    else:
-        run()
+        else:
+            run()
     conn.close()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -203,6 +204,9 @@ def launch(
         forkserver.start_server()  # no-op when prepare_graphs already started it
     else:
         ctx = mp.get_context(method)
+    if method == "spawn":
+        # Started here, not inside the first rank's start: starting it unblocks SIGTERM in this thread.
+        resource_tracker.ensure_running()
     # Only a fork inherits the parent's OpenMP state, only a parent with threads besides
     # its main one can have an OpenMP pool whose state would hang the rank, and a rank
     # limited to one thread never enters that pool. Otherwise ranks stay in their main
@@ -236,7 +240,8 @@ def launch(
                 daemon=False,
             )
             try:
-                start_process(proc, method, args)
+                with stop_flag.blocked():  # inherited: the rank unblocks them once it routes them
+                    start_process(proc, method, args)
             except BaseException:
                 recv.close()
                 raise

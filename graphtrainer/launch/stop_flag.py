@@ -5,7 +5,12 @@ effect.
 Python runs signal handlers in the main thread only, so a launched rank whose fit runs in a
 fresh thread has its main thread route them (:func:`routed`) while the worker runs; a torchrun
 or Slurm rank routes them for its whole run, so the agent's SIGTERM does not end a failed rank
-before it has named the failure."""
+before it has named the failure.
+
+A launched rank routes them from its first line (``routed(keep=True)``; the launcher starts it with
+them blocked, :func:`blocked`), so one that arrives while the rank starts up (a scheduler's stop
+before the fit trains) is kept for the fit, which then stops at its first batch boundary and
+checkpoints, instead of killing the rank; a stage other than fit gives it up (:func:`release`)."""
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +24,18 @@ from .. import heartbeat
 #: Signals that ask a fit to stop at the next batch boundary.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
-_state: Dict[str, Any] = {"signal": None, "training": False, "failing": False, "previous": {}}
+_state: Dict[str, Any] = {"signal": None, "training": False, "failing": False, "keep": False, "previous": {}}
+
+
+@contextlib.contextmanager
+def blocked() -> Iterator[None]:
+    """Block the stop signals in this thread for the block: a process started inside inherits the
+    mask (through ``exec`` too), so a stop signal sent to it waits until it has routed them."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
@@ -28,7 +44,7 @@ def caught() -> Iterator[None]:
     thread unless :func:`routed` did; other threads rely on a :func:`routed` main thread."""
     own = threading.current_thread() is threading.main_thread() and not _installed()
     with routed() if own else contextlib.nullcontext():
-        _state.update(signal=None, training=True)
+        _state.update(training=True)  # (a signal kept since the rank started stops the fit at once)
         try:
             yield
         except BaseException:
@@ -39,22 +55,36 @@ def caught() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def routed() -> Iterator[None]:
-    """Main thread only (elsewhere nothing): install the handlers for the block. A stop signal
-    sets the flag while a thread is inside :func:`caught`, is held once a fit failed there (so
-    the rank can report it before torchrun's SIGTERM ends it), else has its previous effect."""
+def routed(keep: bool = False) -> Iterator[None]:
+    """Main thread only (elsewhere nothing): install the handlers for the block, then unblock the
+    stop signals (see :func:`blocked`). A stop signal sets the flag while a thread is inside
+    :func:`caught` (with ``keep``, also before: until :func:`release`), is held once a fit failed
+    there (so the rank can report it before torchrun's SIGTERM ends it), else has its previous
+    effect."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _state.update(failing=False)
+    _state.update(failing=False, signal=None, keep=keep)
     _state["previous"] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in STOP_SIGNALS:
         signal.signal(sig, _note)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # one sent meanwhile is handled now
     try:
         yield
     finally:
+        _state["keep"] = False
         for sig, handler in _state["previous"].items():
             signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def release() -> None:
+    """This rank runs no fit: stop keeping stop signals, and give one kept so far its previous
+    effect (SIGTERM ends the rank)."""
+    _state["keep"] = False
+    kept, _state["signal"] = _state["signal"], None
+    if kept is not None:
+        os.kill(os.getpid(), kept)  # handled in the main thread, by _note, now without keeping
 
 
 def hold() -> None:
@@ -67,7 +97,7 @@ def _installed() -> bool:
 
 
 def _note(signum: int, frame: Any) -> None:
-    if _state["training"]:
+    if _state["training"] or _state["keep"]:
         _state["signal"] = _state["signal"] or signum
         heartbeat.stop_requested()  # a rank without progress now will not stop: see heartbeat
         return

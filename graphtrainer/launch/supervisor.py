@@ -317,6 +317,8 @@ def _is_peer_loss(err: RankFailedError) -> bool:
 def _died(rank: int, exitcode: int, method: str, stderr_tail: str = "") -> RankFailedError:
     if exitcode < 0:
         how = f"killed by signal {signal.Signals(-exitcode).name}"
+        if exitcode == -signal.SIGTERM and leftovers.stop_forwarded():
+            how += f", which this launching process (pid {os.getpid()}) received and passed on: stopped from outside"
     else:
         how = f"exited with code {exitcode} before reporting a result"
     if exitcode in (-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT):

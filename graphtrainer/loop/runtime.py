@@ -50,6 +50,8 @@ def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Opti
              session: Optional[RankSession] = None) -> RunResult:
     """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict")."""
     config = ctx.config
+    if stage != "fit":
+        stop_flag.release()  # a launched rank kept a stop signal for a fit: here it ends the rank
     if info.source == "torchrun":
         die_with_parent()  # as launched ranks do: no rank trains on once torchrun's agent is gone
     if info.source != "launcher" and config.threads_per_proc:

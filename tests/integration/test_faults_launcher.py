@@ -95,6 +95,20 @@ def test_killing_the_launching_process_ends_the_whole_run(tmp_path, launcher, si
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
+def test_sigterm_to_the_whole_process_group_stops_a_forkserver_fit_as_a_preemption(tmp_path, process_owner):
+    """As Slurm stops a job step (every process of it gets SIGTERM): the fork server outlives it
+    (before: it died, and the run failed with ForkServerDied, status 1), the ranks stop and checkpoint."""
+    proc, descendants = _start(process_owner, "forkserver", tmp_path)
+    os.killpg(proc.pid, signal.SIGTERM)  # the driver runs in a session of its own
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err[-3000:]
+    assert re.search(r"fit stopped by SIGTERM \(received by rank [01]\) at ", err), err[-3000:]
+    assert list((tmp_path / "runs").glob("version_*/checkpoints/last.ckpt"))
+    _gone_within(descendants, 20)  # ranks, fork server, resource tracker
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("launcher", ["fork", "forkserver"])
 def test_ctrl_c_to_the_process_group_leaves_nothing(tmp_path, launcher, process_owner, terminal_sigint):
     # terminal_sigint: the run takes SIGINT as under a terminal even when this session inherited it
