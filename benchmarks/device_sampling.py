@@ -1,13 +1,15 @@
 """Neighbour sampling in torch ops (``sampling="device"``) against DGL's C++ sampler per batch (CPU,
-and GPU where there is one), and (``--gpu``) the seeds/s, step time and peak GPU memory of a GPU
-rank sampling on the GPU, with DGL on the CPU (0 and ``--workers`` workers), and of 2 CPU ranks.
+and GPU where there is one), uniform and weighted (``prob=``, ``mask=``), and (``--gpu``) the seeds/s,
+step time and peak GPU memory of a GPU rank sampling on the GPU, with DGL on the CPU (0 and
+``--workers`` workers), and of 2 CPU ranks.
 
     python benchmarks/device_sampling.py --out benchmarks/results/device_sampling   # per batch, CPU
-    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part"""
+    python benchmarks/device_sampling.py --gpu --out DIR    # on a GPU machine: every part
+                                           # (the weighted draws on the 50k graph only)"""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 from unittest import mock
 
 import torch
@@ -34,37 +36,73 @@ def sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def per_batch(graph: Any, name: str, device: Any, batches: int) -> Dict[str, Any]:
-    """Median ms per batch of each sampler, batch by batch in turn on the same seeds, the torch ops
-    one batch of the torch sampler dispatches, and on a GPU a profile of 3 batches."""
+#: The per-batch draws: NeighborSampler's weighing options (edge data from :func:`add_weights`).
+DRAWS = {"uniform": {}, "prob": {"prob": "w"}, "mask": {"mask": "m"}}
+WEIGHTS = "w: random float32 in [0.1, 1); m: bool, 4 edges in 5 True"
+
+
+def add_weights(graph: Any) -> None:
+    """The weighted arms' edge data: a positive weight ``w`` and a mask ``m`` per edge (:data:`WEIGHTS`)."""
+    gen = torch.Generator().manual_seed(0)
+    graph.edata["w"] = 0.1 + 0.9 * torch.rand(graph.num_edges(), generator=gen)
+    graph.edata["m"] = torch.rand(graph.num_edges(), generator=gen) < 0.8
+
+
+def per_batch(graph: Any, name: str, device: Any, batches: int, weighted: Sequence[str] = ()) -> Dict:
+    """Median ms per batch of DGL's sampler and the torch sampler, uniform and each ``weighted`` draw, all in turn
+    batch by batch on the same seeds, the torch ops one batch of the torch sampler dispatches, and
+    on a GPU a profile of 3 uniform batches. The uniform draw's figures are the entry's own, the
+    others' under ``weighted``, each with its median edges per batch of both samplers, its cost
+    against the uniform draw, and (mask) the masked-out edges either sampler drew (must be 0)."""
     _, _, fanouts, batch, *_ = GRAPHS[name]
-    sampler = dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    mine = DeviceSampler.from_dgl(sampler, graph)
+    draws = ("uniform", *weighted)
+    dgls = {d: dgl.dataloading.NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"],
+                                               **DRAWS[d]) for d in draws}
+    mine = {d: DeviceSampler.from_dgl(s, graph) for d, s in dgls.items()}
     drop_copies(graph)  # not a training arm's (its features may be on the host)
-    dg = device_graph(graph, device, mine.node_keys(), {})
+    dg = device_graph(graph, device, mine["uniform"].node_keys(), {})
+    for d in weighted:  # the same copy, with each weighted draw's key
+        device_graph(graph, device, mine[d].node_keys(), {}, weights=mine[d].prob)
     maps = node_maps(dg)  # built once, as a loader does
     ids = workload.split_ids(graph, "train")
     ids = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))]
-    rows: List[Tuple[float, float, int]] = []  # per batch: DGL ms, Floyd ms, edges
+    rows: Dict[str, List[Tuple[float, float, int, int]]] = {d: [] for d in draws}  # DGL ms, torch ms, edges
+    drawn_out = {"dgl": 0, "torch": 0}  # masked-out edges drawn
     for i in range(batches + 2):
         seeds = ids[(i * batch) % max(1, ids.numel() - batch):][:batch]
-        started = time.perf_counter()
-        inputs, _, blocks = sampler.sample(graph, seeds)
-        graph.ndata["feat"].index_select(0, inputs), graph.ndata["label"][seeds]  # as DGL's loader gathers
-        dgl_done = time.perf_counter()  # (the device is idle: the last batch ended synchronised)
-        mine.sample(dg, maps, {"_N": seeds.to(device)}, torch.Generator(device=device).manual_seed(i))
-        sync(device)
-        rows.append((1e3 * (dgl_done - started), 1e3 * (time.perf_counter() - dgl_done),
-                     sum(b.num_edges() for b in blocks)))
-    dgl_ms, floyd_ms, edges = zip(*rows[2:])  # the first 2 warm up: allocator, kernels
-    ms = {"dgl": harness.median(dgl_ms), "floyd": harness.median(floyd_ms)}
-    with OpCounter() as counter:
-        mine.sample(dg, maps, {"_N": ids[:batch].to(device)}, torch.Generator(device=device).manual_seed(0))
-    out = {"ms": ms, "edges_per_batch": harness.median(edges), "torch_ops": counter.total}
+        for d in draws:
+            started = time.perf_counter()
+            inputs, _, blocks = dgls[d].sample(graph, seeds)
+            graph.ndata["feat"].index_select(0, inputs), graph.ndata["label"][seeds]  # as DGL's loader gathers
+            dgl_done = time.perf_counter()  # (the device is idle: the last batch ended synchronised)
+            _, mine_blocks = mine[d].sample(dg, maps, {"_N": seeds.to(device)},
+                                            torch.Generator(device=device).manual_seed(i))
+            sync(device)
+            rows[d].append((1e3 * (dgl_done - started), 1e3 * (time.perf_counter() - dgl_done),
+                            sum(b.num_edges() for b in blocks), sum(b.num_edges() for b in mine_blocks)))
+            if d == "mask":  # (untimed)
+                drawn_out["dgl"] += sum(int((~graph.edata["m"][b.edata[dgl.EID]]).sum()) for b in blocks)
+                drawn_out["torch"] += sum(int((~graph.edata["m"][b.edata["_ID"].cpu()]).sum()) for b in mine_blocks)
+    out: Dict[str, Any] = {}
+    for d in draws:
+        dgl_ms, torch_ms, edges, torch_edges = zip(*rows[d][2:])  # the first 2 warm up: allocator, kernels
+        with OpCounter() as counter:
+            mine[d].sample(dg, maps, {"_N": ids[:batch].to(device)}, torch.Generator(device=device).manual_seed(0))
+        ms = {"dgl": harness.median(dgl_ms), "torch": harness.median(torch_ms)}
+        res = {"ms": ms, "edges_per_batch": harness.median(edges), "torch_edges_per_batch": harness.median(torch_edges),
+               "torch_ops": counter.total}
+        if d == "uniform":
+            res["ms"] = {"dgl": ms["dgl"], "floyd": ms["torch"]}  # (the name earlier results have)
+            out.update(res)
+        else:
+            uniform = out["ms"]
+            res["vs_uniform"] = {"dgl": ms["dgl"] / uniform["dgl"], "torch": ms["torch"] / uniform["floyd"]}
+            res.update({"masked_out_drawn": drawn_out} if d == "mask" else {})
+            out.setdefault("weighted", {})[d] = res
     if device.type == "cuda":  # the kernels' time against the host's, which launches them
         with torch.profiler.profile() as prof:
             for i in range(3):
-                mine.sample(dg, maps, {"_N": ids[:batch].to(device)}, torch.Generator(device).manual_seed(i))
+                mine["uniform"].sample(dg, maps, {"_N": ids[:batch].to(device)}, torch.Generator(device).manual_seed(i))
         out["profile"] = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25)
     return out
 
@@ -155,6 +193,21 @@ def render(results: Dict[str, Any], device: str) -> str:
         [[key, f"{r['edges_per_batch']:,.0f}", f"{r['ms']['dgl']:.2f}", f"{r['ms']['floyd']:.2f}",
           harness.fmt_ratio(r["ms"]["floyd"] / r["ms"]["dgl"]), r.get("torch_ops", "")]
          for key, r in results["per_batch"].items()])
+    busy = [f"{key} {r['other_cores']:.2f}" + (" (noisy)" if r["other_cores"] > harness.NOISY_CORES else "")
+            for key, r in results["per_batch"].items() if "other_cores" in r]
+    text += f"\n\nCores busy elsewhere while timed: {'; '.join(busy)}" if busy else ""
+    weighted = [(key, d, w) for key, r in results["per_batch"].items() for d, w in r.get("weighted", {}).items()]
+    if weighted:
+        text += (f"\n\nWeighted and masked draws, in turn with the uniform ones above on the same seeds ({WEIGHTS}; "
+                 "edges/batch: DGL's, torch's; x uniform: against the same sampler's uniform draw):\n\n")
+        text += harness.markdown_table(
+            ["graph on device", "draw", "edges/batch", "DGL (CPU)", "torch", "torch / DGL", "DGL x uniform",
+             "torch x uniform", "torch ops/batch", "masked-out edges drawn"],
+            [[key, f"{d}={DRAWS[d][d]!r}", f"{w['edges_per_batch']:,.0f}, {w['torch_edges_per_batch']:,.0f}",
+              f"{w['ms']['dgl']:.2f}", f"{w['ms']['torch']:.2f}", harness.fmt_ratio(w["ms"]["torch"] / w["ms"]["dgl"]),
+              harness.fmt_ratio(w["vs_uniform"]["dgl"]), harness.fmt_ratio(w["vs_uniform"]["torch"]), w["torch_ops"],
+              ", ".join(f"{k} {v}" for k, v in w.get("masked_out_drawn", {}).items())]
+             for key, d, w in weighted])
     for name, arms in results["training"].items():
         ok = {k: v for k, v in arms.items() if "error" not in v}
         cpu_best = max([v["seeds_per_s"] for v in ok.values() if v["mode"] != "device"] or [float("nan")])
@@ -183,9 +236,16 @@ def main(argv: Any = None) -> Dict[str, Any]:
     p.add_argument("--workers", type=int, nargs="+", default=[4, 8], help="sampling workers tried (CPU sampling)")
     p.add_argument("--arms", nargs="+", help="only the training arms whose label holds one of these")
     p.add_argument("--no-per-batch", dest="per_batch", action="store_false", help="leave out the per-batch part")
+    p.add_argument("--weighted", nargs="*", choices=list(DRAWS)[1:], default=list(DRAWS)[1:],
+                   help="the weighted draws timed per batch beside the uniform one (none: --weighted alone)")
+    p.add_argument("--weighted-graphs", nargs="*", choices=list(GRAPHS),
+                   help="the graphs with the weighted draws (default: every graph; with --gpu all but products, "
+                        "to keep gpu_machine.sh's run short)")
     p.add_argument("--cpu-arms", action="store_true", help="train one CPU rank in place of the GPU rank (anywhere)")
     args = p.parse_args(argv)
     args.graphs = args.graphs or (["50k", "products"] if args.gpu else ["50k"])
+    if args.weighted_graphs is None:
+        args.weighted_graphs = [g for g in args.graphs if not (args.gpu and g == "products")]
     cuda = torch.cuda.device_count() > 0  # unlike is_available(), leaves CUDA untouched for the forks
     if args.gpu and not cuda and not args.cpu_arms:
         raise SystemExit("--gpu needs a CUDA device; without it the script runs the per-batch part on the CPU")
@@ -197,12 +257,21 @@ def main(argv: Any = None) -> Dict[str, Any]:
     # (the training part first, before this process touches CUDA: the ranks fork)
     devices = [torch.device("cpu")] + ([torch.device("cuda", 0)] if cuda else [])
     for name, graph in graphs.items() if args.per_batch else ():
+        weighted = args.weighted if name in args.weighted_graphs else []
+        if weighted:
+            add_weights(graph)
         for device in (devices[1:] or devices) if name == "products" else devices:  # products: the GPU if any
-            results["per_batch"][f"{name} on {device}"] = per_batch(graph, name, device, args.batches)
+            with harness.LoadMeter() as load:  # the timings' noise: other work on the machine meanwhile
+                entry = results["per_batch"][f"{name} on {device}"] = per_batch(graph, name, device, args.batches,
+                                                                                weighted)
+            entry["other_cores"] = load.other_cores
     device = torch.cuda.get_device_name(0) if cuda else f"CPU only ({harness.machine_info().get('cpu_model')})"
-    plot = harness.bar_plot({f"{k}\n{m}": v for k, r in results["per_batch"].items() for m, v in r["ms"].items()},
-                            "ms per batch (median)")
-    return harness.report(args, {"device": device, **results}, render(results, device), plot, figsize=(7, 4))
+    draws = [(k, d, ms) for k, r in results["per_batch"].items()  # each entry's uniform draw, then the others
+             for d, ms in [("", r["ms"])] + [(d, w["ms"]) for d, w in r.get("weighted", {}).items()]]
+    bars = {f"{k}\n{d} {m}".replace("\n ", "\n"): v for k, d, ms in draws for m, v in ms.items()}
+    plot = harness.bar_plot(bars, "ms per batch (median)")
+    return harness.report(args, {"device": device, **results}, render(results, device), plot,
+                          figsize=(max(7, 1.1 * len(bars)), 4))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
         if isinstance(v, float):
             return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
         return "" if v is None else str(v)
-
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows])
 
@@ -325,7 +324,8 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
                                                     if "seeds_per_s" in v),
     "device_sampling": lambda d: f"{d['device']}: " + "; ".join(
         [f"{g} {k} {v['seeds_per_s']:,.0f} seeds/s" for g, arms in d["training"].items() for k, v in arms.items()]
-        + [f"{k}: torch / DGL {r['ms']['floyd'] / r['ms']['dgl']:.2f}x, {r.get('torch_ops')} ops"
+        + [f"{k}: torch / DGL {r['ms']['floyd'] / r['ms']['dgl']:.2f}x, {r.get('torch_ops')} ops" + "".join(
+            f", {w} {v['ms']['torch'] / v['ms']['dgl']:.2f}x" for w, v in r.get("weighted", {}).items())
            for k, r in d["per_batch"].items()]),
     "pyg_gather": lambda d: "kept rows / all rows: CPU ms per batch {:.2f}x to {:.2f}x, x rows {:.2f}x to {:.2f}x".format(
         *(f(v) for v in ([r["ratio"] for r in d["rows"]], [r["rows"]["x_after"] / r["rows"]["x_before"]

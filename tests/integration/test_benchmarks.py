@@ -150,6 +150,18 @@ def test_device_sampling_tiny_with_its_training_arms_on_cpu_ranks(tmp_path):
     (row,) = data["per_batch"].values()
     assert positive(row["ms"]["dgl"]) and positive(row["ms"]["floyd"]) and positive(row["edges_per_batch"])
     assert row["torch_ops"] > 0
+    # The weighted arms (on by default, with --gpu too on a small graph): both samplers timed, and sane.
+    weighted = row["weighted"]
+    assert list(weighted) == ["prob", "mask"], weighted
+    for draw, w in weighted.items():
+        assert positive(w["ms"]["dgl"]) and positive(w["ms"]["torch"]) and w["torch_ops"] > 0, (draw, w)
+        assert positive(w["vs_uniform"]["dgl"]) and positive(w["vs_uniform"]["torch"]), (draw, w)
+        # the same draw's distribution: about the same number of edges from either sampler
+        assert abs(w["torch_edges_per_batch"] - w["edges_per_batch"]) <= 0.1 * w["edges_per_batch"], (draw, w)
+    assert weighted["mask"]["masked_out_drawn"] == {"dgl": 0, "torch": 0}
+    assert weighted["mask"]["edges_per_batch"] < weighted["prob"]["edges_per_batch"]  # a mask keeps 4 edges in 5
+    md = (tmp_path / "device_sampling.md").read_text()
+    assert "| tiny on cpu | prob='w' |" in md and "| tiny on cpu | mask='m' |" in md
     arms = data["training"]["tiny"]
     assert len(arms) == 5 and all(positive(arm["seeds_per_s"]) for arm in arms.values()), arms
     assert [(arm["mode"], arm["host_data"]) for arm in arms.values()] == [
