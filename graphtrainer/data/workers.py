@@ -7,7 +7,9 @@ map-style dataset of whole batches instead of a tensor of ids:
 - Each batch is sampled after seeding DGL from ``(seed, rank, epoch, batch index)``, so
   what a batch samples does not depend on which process samples it: 0, 1 or 4 workers,
   persistent or not, give the same batches in the same order (a map-style dataset keeps
-  torch's order; DGL's own id dataset interleaves its workers' chunks).
+  torch's order; DGL's own id dataset interleaves its workers' chunks), where the rank samples
+  with one thread, as DGL's workers do. With several threads in the rank DGL 2.1's draws differ
+  from run to run (its threads number a block's new nodes in a race), and the loader warns.
 - The share lives in shared memory and is rewritten in place each epoch, so
   ``persistent_workers=True`` keeps the same worker processes across epochs and they
   still see each epoch's permutation.
@@ -78,6 +80,29 @@ def batch_seed(seed: int, rank: int, epoch: int, index: int) -> int:
     x = (x * 6364136223846793005 + int(epoch) * 1442695040888963407 + int(index) + 1) % 2**64
     x ^= x >> 29
     return int(x % 2**31)
+
+
+_warned_threads: set = set()
+
+
+def many_threads_warning(threads: int) -> str:
+    """Why batches DGL samples with ``threads`` threads in the rank differ from run to run, and the fixes."""
+    return (f"DGL samples this rank's batches on the CPU with {threads} threads. DGL 2.1 numbers a block's new "
+            "nodes in the order its threads happen to reach them, and the next layer draws in that order, so one "
+            "seed gives other batches from run to run (a resumed fit is not bit-identical to an uninterrupted "
+            "one). For batches that depend on the seed alone: Trainer(threads_per_proc=1), num_workers=k in the "
+            "loader (k processes sampling with one thread each), or Trainer(sampling='device') (torch's sampler "
+            "draws alike at any thread count, on the CPU too)")
+
+
+def _warn_if_many_threads() -> None:
+    """Warn once per process and thread count where DGL samples in the rank with several threads."""
+    import dgl
+
+    threads = dgl.utils.get_num_threads()
+    if threads > 1 and threads not in _warned_threads:
+        _warned_threads.add(threads)
+        warnings.warn(many_threads_warning(threads), RuntimeWarning, stacklevel=5)
 
 
 class _WorkerInit:
@@ -176,6 +201,8 @@ class BatchSampling:
         key = (n, num_batches, seed, rank)
         if self._loader is None or self._key != key:
             self._loader, self._key = self._build(n, num_batches, seed, rank), key
+        if not self.kwargs.get("num_workers") and getattr(self.graph, "device", torch.device("cpu")).type == "cpu":
+            _warn_if_many_threads()
         dataset = self._loader.dataset
         dataset.share[:n].copy_(share)
         dataset.state[0], dataset.state[1] = epoch, n
