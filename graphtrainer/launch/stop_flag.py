@@ -42,8 +42,13 @@ def blocked() -> Iterator[None]:
 def caught() -> Iterator[None]:
     """While inside (a fit's training), the stop signals set the flag: installed here in the main
     thread unless :func:`routed` did; other threads rely on a :func:`routed` main thread."""
-    own = threading.current_thread() is threading.main_thread() and not _installed()
-    with routed() if own else contextlib.nullcontext():
+    main = threading.current_thread() is threading.main_thread()
+    if main and _installed():
+        # Routed since the rank started; C code since then (DGL's RPC client) may have put its own
+        # handler in, which Python's record does not show: install ours again.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _note)
+    with routed() if main and not _installed() else contextlib.nullcontext():
         _state.update(training=True)  # (a signal kept since the rank started stops the fit at once)
         try:
             yield
