@@ -46,14 +46,15 @@ def default_key(field: str, present: Any) -> str:
     return next((k for k in names if k in present), names[0])
 
 
-def pyg_data_class() -> Any:
-    """``torch_geometric.data.Data``, or an ``ImportError`` that names the install command."""
+def pyg_data_class(name: str = "Data") -> Any:
+    """``torch_geometric.data.Data`` (or another class there, ``"HeteroData"``), or an ``ImportError``
+    that names the install command."""
     try:
-        from torch_geometric.data import Data
+        from torch_geometric import data
     except ImportError as exc:
         raise ImportError(f"batch_format='pyg' needs torch-geometric, which cannot be imported here ({exc}). "
                           f"Fix: {PYG_INSTALL}; or keep DGL's batches (batch_format='dgl').") from None
-    return Data
+    return getattr(data, name)
 
 
 def is_pyg_data(obj: Any) -> bool:

@@ -33,7 +33,7 @@ import torch
 
 from .blocks import TorchBlock, TorchHeteroBlock
 from .convert import csc_tensors, is_dgl_graph
-from .pyg import EID, NID, PYG_INSTALL
+from .pyg import EID, NID, pyg_data_class
 
 EType = Tuple[str, str, str]
 #: One relation of one block: ``(indptr, indices, edge positions)`` in CSC, local ids.
@@ -42,12 +42,7 @@ Csc = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def hetero_data_class() -> Any:
     """``torch_geometric.data.HeteroData``, or an ``ImportError`` that names the install command."""
-    try:
-        from torch_geometric.data import HeteroData
-    except ImportError as exc:
-        raise ImportError(f"batch_format='pyg' needs torch-geometric, which cannot be imported here ({exc}). "
-                          f"Fix: {PYG_INSTALL}; or keep DGL's batches (batch_format='dgl').") from None
-    return HeteroData
+    return pyg_data_class("HeteroData")
 
 
 def _etypes(block: Any) -> List[EType]:
