@@ -23,9 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 os.environ.setdefault("DGLBACKEND", "pytorch")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (str(HERE), str(ROOT)):  # graphtrainer from this checkout; spawned children inherit the path
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+# graphtrainer from this checkout; spawned children inherit the path
+sys.path[:0] = [p for p in (str(ROOT), str(HERE)) if p not in sys.path]
 RESULTS = HERE / "results"
 
 
@@ -343,6 +342,7 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
         r["config"] for r in d["rows"] if r["ranks_warning"]),
     "workers": lambda d: ", ".join(f"{r['workers']} workers {median(r['seeds_per_s']):,.0f} seeds/s"
                                    for r in d["runs"]),
+    "determinism": lambda d: "on / off, ms per batch: " + ", ".join(f"{k} {v:.2f}x" for k, v in d["ratios"].items()),
     "layerwise": lambda d: ", ".join(f"batch {r['batch_size']} {r['seconds']:.1f} s" for r in d["runs"]),
     "nn": lambda d: ", ".join(f"{k} {v['time_ratio']:.2f}x wall, {v['cpu_ratio']:.2f}x CPU"
                               for k, v in d["arms"].items() if k != d["baseline"]) + f" vs {d['baseline']}",

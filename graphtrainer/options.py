@@ -35,6 +35,13 @@ def sampling(value: str) -> str:
     return check_sampling(value)
 
 
+def deterministic(value: Any) -> Union[bool, str]:
+    """``Trainer(deterministic=...)``: True, False or "warn"."""
+    from .data.determinism import check_mode
+
+    return check_mode(value)
+
+
 def precision(value: Union[str, int], uses_gpu: bool) -> str:
     """``"32"``, ``"bf16-mixed"`` or ``"16-mixed"``."""
     if value not in PRECISIONS:

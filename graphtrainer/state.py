@@ -109,6 +109,8 @@ class TrainerConfig:
     allocator: str = "default"
     #: Each launched rank on its own cores (:mod:`graphtrainer.process.affinity`).
     pin_cpus: bool = True
+    #: False, True or "warn" (:mod:`graphtrainer.data.determinism`).
+    deterministic: Union[bool, str] = False
 
 
 @dataclass

@@ -6,12 +6,12 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Union
 
 import torch
 
 from . import options
-from .callbacks.base import Callback, check_state_keys
+from .callbacks.base import Callback, check_callbacks
 from .callbacks.checkpoint import ModelCheckpoint
 from .callbacks.early_stopping import EarlyStopping
 from .callbacks.progress import ProgressBar
@@ -63,7 +63,7 @@ class Trainer(RunView):
             generators (per epoch, from ``(seed, rank, epoch)``).
         threads_per_proc: intra-op threads per rank (default: cores // ranks, at least 1; in
             this process and under torchrun or Slurm only when given). DGL samples with
-            these threads; only one thread makes its sampling repeatable.
+            these threads; with several, only ``deterministic=True`` makes its sampling repeatable.
         progress_bar: show a tqdm bar on rank 0 (only when stderr is a terminal).
         default_root_dir: runs go to ``<default_root_dir>/version_<n>``.
         callbacks: extra :class:`~graphtrainer.callbacks.Callback` objects.
@@ -128,6 +128,10 @@ class Trainer(RunView):
         allocator: each rank's glibc allocator (:mod:`graphtrainer.launch.lean`): ``"default"``
             (no cost), ``"lean"`` (about half a rank's private memory for 1.37x the epoch
             time) or ``"glibc"`` (untouched).
+        deterministic: ``True``: every rank (and DGL sampling worker) runs torch's deterministic algorithms
+            (an op without one raises; ``CUBLAS_WORKSPACE_CONFIG`` set if unset) and samples with DGL on
+            the CPU repeatably at any thread count, at a cost (:mod:`graphtrainer.data.determinism`);
+            ``"warn"``: the same, torch warning instead of raising; ``False``: neither.
         pin_cpus: pin each rank this trainer launches to its own ``threads_per_proc`` cores of
             the launching process's affinity mask (wrapping round; sampling workers keep the
             whole mask; torchrun and Slurm ranks are left alone). See :mod:`graphtrainer.process.affinity`.
@@ -178,6 +182,7 @@ class Trainer(RunView):
         prefetch_batches: bool = True,
         allocator: str = "default",
         pin_cpus: bool = True,
+        deterministic: Union[bool, Literal["warn"]] = False,
         **lightning_options: Any,
     ):
         """Options: see the class docstring. Long because it takes and checks every option (as Lightning).
@@ -228,15 +233,11 @@ class Trainer(RunView):
                                                                            machine_rank),
             block_type=options.block_type(block_type), sampling=options.sampling(sampling),
             prefetch_batches=bool(prefetch_batches),
-            allocator=allocator_option(allocator), pin_cpus=options.flag("pin_cpus", pin_cpus))
+            allocator=allocator_option(allocator), pin_cpus=options.flag("pin_cpus", pin_cpus),
+            deterministic=options.deterministic(deterministic))
         self._dist_args = (ip_config, num_servers, machine_rank)  # for a task holding a PartitionedGraph
         self.callbacks: List[Callback] = list(callbacks or [])
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks: {type(cb).__module__}.{type(cb).__name__} is not a "
-                                "graphtrainer.callbacks.Callback; subclass that (its hooks take (trainer, task, ...)), "
-                                "or use graphtrainer's own (ModelCheckpoint, EarlyStopping, LearningRateMonitor)")
-        check_state_keys(self.callbacks)
+        check_callbacks(self.callbacks)
         if progress_bar and not any(isinstance(c, ProgressBar) for c in self.callbacks):
             self.callbacks.append(ProgressBar())
         if enable_model_summary and not any(isinstance(c, ModelSummary) for c in self.callbacks):

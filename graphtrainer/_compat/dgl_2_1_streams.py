@@ -12,6 +12,11 @@ thread claims number 0 as soon as both graphtrainer and DGL are imported
 (:func:`claim_dgl_stream`). What is left (DGL seeded from several threads before graphtrainer was
 imported) is detected in
 each rank by :func:`dgl_stream` and reported.
+
+The other threads of an OpenMP team get their numbers the same way, first come first served,
+so with three threads or more which thread holds which stream changes from run to run. Under
+``Trainer(deterministic=True)``, :func:`~graphtrainer._compat.dgl_2_1_threads.seed_team` numbers
+them in team order, and every ``dgl.seed`` goes through it.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ import sys
 import threading
 import warnings
 from typing import Any, Optional
+
+from .dgl_2_1_threads import install_thread_fixes
 
 #: The DGL stream every rank's sampling thread should have (a fresh process's main thread).
 EXPECTED_DGL_STREAM = 0
@@ -97,10 +104,16 @@ class _ClaimAfterDGLImport(importlib.abc.MetaPathFinder):
 
         def exec_then_claim(module: Any) -> None:
             exec_module(module)
-            _claim_in_main_thread()
+            _after_dgl_import()
 
         spec.loader.exec_module = exec_then_claim  # type: ignore[method-assign]
         return spec
+
+
+def _after_dgl_import() -> None:
+    """DGL's thread-timing fixes (switched off until a deterministic run), then the main thread's claim."""
+    install_thread_fixes()
+    _claim_in_main_thread()
 
 
 def _claim_in_main_thread() -> None:
@@ -112,8 +125,9 @@ def _claim_in_main_thread() -> None:
 
 
 def install_dgl_stream_claim() -> None:
-    """Claim now if DGL is loaded, else right after it is (called once, at import)."""
+    """Claim now if DGL is loaded, else right after it is (called once, at import); DGL's
+    thread-timing fixes (off until switched on) go in at the same time."""
     if "dgl" in sys.modules:
-        _claim_in_main_thread()
+        _after_dgl_import()
     elif not any(isinstance(f, _ClaimAfterDGLImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _ClaimAfterDGLImport())

@@ -133,6 +133,16 @@ class Callback:
     def on_exception(self, trainer: RunView, task: GraphTask, error: BaseException) -> None: ...
 
 
+def check_callbacks(callbacks: Sequence[Any]) -> None:
+    """Refuse what is not a graphtrainer :class:`Callback`, and shared state keys (:func:`check_state_keys`)."""
+    for cb in callbacks:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks: {type(cb).__module__}.{type(cb).__name__} is not a "
+                            "graphtrainer.callbacks.Callback; subclass that (its hooks take (trainer, task, ...)), "
+                            "or use graphtrainer's own (ModelCheckpoint, EarlyStopping, LearningRateMonitor)")
+    check_state_keys(callbacks)
+
+
 def check_state_keys(callbacks: Sequence["Callback"]) -> None:
     """Refuse two callbacks with state under one :attr:`Callback.state_key` (as Lightning): in a checkpoint
     one's state would replace the other's, and a resumed fit would give both the same best file and top-k."""

@@ -9,7 +9,10 @@ map-style dataset of whole batches instead of a tensor of ids:
   persistent or not, give the same batches in the same order (a map-style dataset keeps
   torch's order; DGL's own id dataset interleaves its workers' chunks), where the rank samples
   with one thread, as DGL's workers do. With several threads in the rank DGL 2.1's draws differ
-  from run to run (its threads number a block's new nodes in a race), and the loader warns.
+  from run to run (its threads number a block's new nodes in a race), and the loader warns,
+  unless ``Trainer(deterministic=True)`` switched DGL's thread fixes on
+  (:mod:`graphtrainer._compat.dgl_2_1_threads`): two threads then repeat (other batches than
+  one thread's); with more, a batch also depends on the process's history, and the loader says so.
 - The share lives in shared memory and is rewritten in place each epoch, so
   ``persistent_workers=True`` keeps the same worker processes across epochs and they
   still see each epoch's permutation.
@@ -24,8 +27,10 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
+from .._compat.dgl_2_1_threads import REPEATABLE_THREADS, thread_fixes_on
 from ..process import affinity
 from ..process.parent import die_with_parent
+from .determinism import Mode, apply_mode, current_mode
 from .hetero import split_flat
 
 #: Keyword arguments of DGL's loader that graphtrainer sets itself.
@@ -82,7 +87,7 @@ def batch_seed(seed: int, rank: int, epoch: int, index: int) -> int:
     return int(x % 2**31)
 
 
-_warned_threads: set = set()
+_warned_threads: set = set()  # (threads, fixes on) already warned about in this process
 
 
 def many_threads_warning(threads: int) -> str:
@@ -92,30 +97,45 @@ def many_threads_warning(threads: int) -> str:
             "seed gives other batches from run to run (a resumed fit is not bit-identical to an uninterrupted "
             "one). For batches that depend on the seed alone: Trainer(threads_per_proc=1), num_workers=k in the "
             "loader (k processes sampling with one thread each), or Trainer(sampling='device') (torch's sampler "
-            "draws alike at any thread count, on the CPU too)")
+            "draws alike at any thread count, on the CPU too); or Trainer(deterministic=True), which renumbers "
+            "DGL's new nodes as one thread would and reseeds its threads, at a cost in sampling time")
+
+
+def history_warning(threads: int) -> str:
+    """What ``Trainer(deterministic=True)`` leaves of thread timing with ``threads`` threads (more than two)."""
+    return (f"DGL samples this rank's batches on the CPU with {threads} threads. Under Trainer(deterministic=True) "
+            "a rerun of the same script repeats its batches, but with more than "
+            f"{REPEATABLE_THREADS} threads a batch also depends on what the process ran before (a resumed fit, a "
+            "second fit, evaluation in between): OpenMP restarts surplus threads and DGL gives each new one a "
+            "new random stream. For batches that depend on the seed alone: Trainer(threads_per_proc="
+            f"{REPEATABLE_THREADS}) or 1, num_workers=k in the loader, or Trainer(sampling='device')")
 
 
 def _warn_if_many_threads() -> None:
-    """Warn once per process and thread count where DGL samples in the rank with several threads."""
+    """Warn once per process, thread count and mode where DGL samples in the rank with more
+    threads than give repeatable batches."""
     import dgl
 
-    threads = dgl.utils.get_num_threads()
-    if threads > 1 and threads not in _warned_threads:
-        _warned_threads.add(threads)
-        warnings.warn(many_threads_warning(threads), RuntimeWarning, stacklevel=5)
+    threads, fixed = dgl.utils.get_num_threads(), thread_fixes_on()
+    if threads > (REPEATABLE_THREADS if fixed else 1) and (threads, fixed) not in _warned_threads:
+        _warned_threads.add((threads, fixed))
+        message = history_warning(threads) if fixed else many_threads_warning(threads)
+        warnings.warn(message, RuntimeWarning, stacklevel=5)
 
 
 class _WorkerInit:
     """Runs in each sampling worker: die with the rank, run on the launcher's cores rather
     than the pinned rank's (a spawned worker; a forked one has them already), then the
-    user's own init."""
+    user's own init. The rank's ``Trainer(deterministic=...)`` mode goes with it: a worker
+    started by spawn or forkserver does not inherit torch's setting."""
 
-    def __init__(self, user_fn: Any = None):
-        self.user_fn = user_fn
+    def __init__(self, user_fn: Any = None, mode: Mode = False):
+        self.user_fn, self.mode = user_fn, mode
 
     def __call__(self, worker_id: int) -> None:
         die_with_parent()
         affinity.release()
+        apply_mode(self.mode)
         if self.user_fn is not None:
             self.user_fn(worker_id)
 
@@ -198,7 +218,7 @@ class BatchSampling:
         """Batches of ``share`` (this rank's ids for ``epoch``), in order."""
         n = share.numel()
         num_batches = n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-        key = (n, num_batches, seed, rank)
+        key = (n, num_batches, seed, rank, current_mode())
         if self._loader is None or self._key != key:
             self._loader, self._key = self._build(n, num_batches, seed, rank), key
         if not self.kwargs.get("num_workers") and getattr(self.graph, "device", torch.device("cpu")).type == "cpu":
@@ -224,7 +244,7 @@ class BatchSampling:
         if workers:
             share.share_memory_()
             state.share_memory_()
-            kwargs["worker_init_fn"] = _WorkerInit(kwargs.get("worker_init_fn"))
+            kwargs["worker_init_fn"] = _WorkerInit(kwargs.get("worker_init_fn"), current_mode())
         dataset = _Batches(share, state, self.batch_size, num_batches, self.types,
                            getattr(self.graph, "idtype", torch.int64))
         sampler = _SeededSampler(self.graph_sampler, seed, rank, self.on_epoch)

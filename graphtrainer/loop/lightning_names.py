@@ -104,9 +104,6 @@ _TRAINER_OPTIONS: Dict[str, str] = {
     "devices": "gpus=N or gpus=[0, 1] (GPUs), or num_procs=N (CPU ranks)",
     "strategy": "every run is DDP; launcher='fork', 'spawn' or 'forkserver' chooses how ranks start",
     "num_nodes": "start one job per machine with torchrun or Slurm (docs/launching-and-multi-node.md)",
-    "deterministic": "seed= makes every rank's batches and initialisation repeatable where DGL samples with one "
-                     "thread (threads_per_proc=1, num_workers=k, or sampling='device': docs/writing-a-task.md#seeds); "
-                     "for deterministic kernels call torch.use_deterministic_algorithms(True) in setup()",
     "enable_checkpointing": "checkpoints are written by ModelCheckpoint callbacks only (none by default): "
                             "callbacks=[ModelCheckpoint(...)]",
     "enable_progress_bar": "progress_bar=False",

@@ -18,6 +18,7 @@ from .. import comm as gdist
 from ..process.parent import die_with_parent
 from .._compat.dgl_2_1_streams import warn_if_dgl_stream_moved
 from ..checkpoint.run_files import prepare_run_dir
+from ..data.determinism import deterministic
 from ..launch import external_failures, stop_flag
 from ..launch.lean import apply_allocator
 from ..launch.threads import set_threads
@@ -48,7 +49,14 @@ class RankSession(Protocol):
 
 def run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Optional[str],
              session: Optional[RankSession] = None) -> RunResult:
-    """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict")."""
+    """Entry point of one rank for ``stage`` ("fit", "validate", "test" or "predict"), under
+    ``Trainer(deterministic=...)``'s settings (set before the rank touches its device)."""
+    with deterministic(ctx.config.deterministic):
+        return _run_rank(info, ctx, stage, ckpt_path, session)
+
+
+def _run_rank(info: gdist.RankInfo, ctx: RankContext, stage: str, ckpt_path: Optional[str],
+              session: Optional[RankSession]) -> RunResult:
     config = ctx.config
     if stage != "fit":
         stop_flag.release()  # a launched rank kept a stop signal for a fit: here it ends the rank

@@ -114,7 +114,7 @@ def _with_replacement(w: torch.Tensor, positive: torch.Tensor, seg: torch.Tensor
     dev = w.device
     peak = torch.zeros(n, dtype=torch.float64, device=dev).scatter_reduce_(0, seg, w, "amax")
     norm = torch.where(positive, w / peak.index_select(0, seg).clamp_(min=torch.finfo(torch.float64).tiny), 0.0)
-    upto = torch.cumsum(norm, 0)
+    upto = _cumsum(norm)
     before = torch.cat([upto.new_zeros(1), upto[:-1]])  # exact neighbours' values: no rounding between them
     last = upto.numel() - 1
     lo = before.index_select(0, first.clamp(max=last))
@@ -124,3 +124,15 @@ def _with_replacement(w: torch.Tensor, positive: torch.Tensor, seg: torch.Tensor
     # Below hi, so the first cumulative weight above t is the destination's, and its edge weighs > 0.
     t = torch.minimum(t, torch.nextafter(hi, hi.new_full((), -torch.inf)).unsqueeze(1))
     return torch.searchsorted(upto, t, right=True).clamp_(max=last)
+
+
+def _cumsum(x: torch.Tensor) -> torch.Tensor:
+    """``cumsum`` of float ``x``. torch 2.2 (the pinned stack) has no deterministic float cumsum on
+    CUDA and raises under ``use_deterministic_algorithms(True)`` (``Trainer(deterministic=True)``);
+    newer torch has one. Where it raises, the sum is taken on the host, in order (a copy each way)."""
+    try:
+        return torch.cumsum(x, 0)
+    except RuntimeError as err:
+        if not x.is_cuda or "deterministic" not in str(err):
+            raise
+        return torch.cumsum(x.cpu(), 0).to(x.device)

@@ -1,6 +1,7 @@
 """DGL's CPU sampling with several OpenMP threads in the rank: DGL 2.1's threads number a block's
 new nodes in a race, so one seed draws other batches from run to run. The loader says so, naming
-the fixes; worker processes (one thread each) and the device sampler draw alike at any count."""
+the fixes (Trainer(deterministic=True) among them: test_sampling_threads_fixed.py); worker processes
+(one thread each) and the device sampler draw alike at any count."""
 from __future__ import annotations
 
 import warnings
@@ -45,7 +46,7 @@ def test_the_loader_warns_once_where_dgl_samples_with_several_threads(restore_th
     _, said = _run(2)
     assert len(said) == 1
     assert "with 2 threads" in said[0] and "threads_per_proc=1" in said[0] and "num_workers=k" in said[0]
-    assert "sampling='device'" in said[0]
+    assert "sampling='device'" in said[0] and "Trainer(deterministic=True)" in said[0]
     assert _run(2)[1] == []  # once per process and thread count
 
 
