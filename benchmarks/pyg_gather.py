@@ -128,8 +128,9 @@ def attrs_arm(args: Any) -> Dict[str, Any]:
                         batches = arm_batches(loaders[a.split("_")[0]], "after", args.batches)
                         return train_steps(batches, model, opt) if a.endswith("_step") else batches
 
+                    label = f"{name} {fanouts} batch {bs} {sampling} attrs"
                     runs, _ = harness.interleave({a: (lambda r, a=a: timed(lambda: made(a))) for a in arms},
-                                                 args.rounds, f"{name} {fanouts} batch {bs} {sampling} attrs")
+                                                 args.rounds, label, alternate=True)
                     cpu_ms = {a: harness.median([r["cpu_ms_per_batch"] for r in runs[a]]) for a in arms}
                     rows.append({"graph": name, "fanouts": fanouts, "batch_size": bs, "sampling": sampling,
                                  "carried": carried, "cpu_ms": cpu_ms, "ratio": cpu_ms["all"] / cpu_ms["none"],
@@ -148,7 +149,10 @@ def attrs_arm(args: Any) -> Dict[str, Any]:
                 f"{r['cpu_ms']['none_step']:.2f}", f"{r['cpu_ms']['all_step']:.2f}", f"{r['step_ratio']:.3f}x",
                 f"{r['other_cores']:.2f}"] for r in rows])
           + "\n\nCPU ms: this process's CPU time per batch, one thread (see pyg_gather.md).")
-    return harness.report(args, {"rows": rows, "arms": arms}, md)
+    headline = "other node keys carried / none: CPU ms per batch {:.2f}x to {:.2f}x, with a GraphSAGE step " \
+        "{:.2f}x to {:.2f}x".format(*(f(r[k] for r in rows) for k in ("ratio", "step_ratio") for f in (min, max)))
+    return harness.report(args, {"rows": rows, "arms": arms, "headline": headline}, md, harness.bar_plot(
+        {f"{r['graph']} {r['batch_size']}\n{r['sampling']}": r["ratio"] for r in rows}, "all / none CPU ms per batch"))
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
