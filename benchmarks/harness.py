@@ -63,8 +63,7 @@ def _own_cpu_s() -> float:
     """CPU seconds of this process, its live descendants and its reaped children."""
     import psutil
 
-    me = psutil.Process()
-    t = me.cpu_times()
+    t = (me := psutil.Process()).cpu_times()
     total = t.user + t.system + t.children_user + t.children_system
     for child in me.children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -329,6 +328,7 @@ HEADLINES: Dict[str, Callable[[Dict[str, Any]], str]] = {
     "pyg_gather": lambda d: "kept rows / all rows: CPU ms per batch {:.2f}x to {:.2f}x, x rows {:.2f}x to {:.2f}x".format(
         *(f(v) for v in ([r["ratio"] for r in d["rows"]], [r["rows"]["x_after"] / r["rows"]["x_before"]
                                                             for r in d["rows"]]) for f in (min, max))),
+    "pyg_attrs": lambda d: d["headline"],
     "pyg_vs_blocks": lambda d: ", ".join(f"{k} {v:.2f}x" for k, v in d["ratios"].items()) + " epoch time",
     "small_collectives": lambda d: ", ".join(
         f"{k} {v:,.0f} us" for k, v in d["us_per_call"]["2"].items()) + " (2 ranks)",

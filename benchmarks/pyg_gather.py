@@ -6,6 +6,10 @@ are checked equal.
 
     python benchmarks/pyg_gather.py --out benchmarks/results/pyg_gather
     python benchmarks/pyg_gather.py --tiny
+
+``--attrs-arm`` (results named ``pyg_attrs``): what carrying the graph's other node data (its
+train/val/test masks, as PyG's NeighborLoader slices them) costs per batch, every key carried (the
+default) against ``attrs=()``, both arms as ``PygLoader`` makes batches now.
 """
 from __future__ import annotations
 
@@ -30,10 +34,10 @@ def graph_of(name: str) -> Any:
     return g
 
 
-def loader_of(g: Any, fanouts: List[int], batch_size: int, sampling: str) -> Any:
+def loader_of(g: Any, fanouts: List[int], batch_size: int, sampling: str, attrs: Any = None) -> Any:
     task = GraphTask()
     task.graph = g  # every node a seed: the shipped training splits are smaller than a few batches
-    loader = task.node_dataloader(torch.arange(g.num_nodes()), fanouts, batch_size, batch_format="pyg")
+    loader = task.node_dataloader(torch.arange(g.num_nodes()), fanouts, batch_size, batch_format="pyg", attrs=attrs)
     mode.place(loader, torch.device("cpu"), sampling, announce=False)
     return loader
 
@@ -81,6 +85,76 @@ def same_batches(a: List[Any], b: List[Any]) -> bool:
         for x, y in zip(a, b))
 
 
+def timed(make: Any) -> Dict[str, Any]:
+    started, cpu = time.perf_counter(), time.process_time()
+    n = len(make())
+    return {"ms_per_batch": 1e3 * (time.perf_counter() - started) / n,
+            "cpu_ms_per_batch": 1e3 * (time.process_time() - cpu) / n}
+
+
+def train_steps(batches: List[Any], model: Any, opt: Any) -> List[Any]:
+    """PyG's GraphSAGE step on each batch (what the batch costs is weighed against it)."""
+    for batch in batches:
+        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        loss = torch.nn.functional.cross_entropy(out, batch.y[:batch.batch_size])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return batches
+
+
+def attrs_arm(args: Any) -> Dict[str, Any]:
+    """Every other node key carried (the default) against attrs=(): CPU ms per batch (made, and made
+    and trained on by PyG's GraphSAGE, hidden 64), interleaved."""
+    from torch_geometric.nn import GraphSAGE
+
+    args.bench_name = "pyg_attrs"
+    arms = {"none": "attrs=(): x, y, edge_attr only", "all": "default: every other key (the masks) too",
+            "none_step": "attrs=(), and a GraphSAGE step", "all_step": "default, and a GraphSAGE step"}
+    rows = []
+    for name in args.graphs:
+        g = graph_of(name)
+        model = GraphSAGE(g.ndata["feat"].shape[1], 64, num_layers=2, out_channels=int(g.ndata["label"].max()) + 1)
+        opt = torch.optim.Adam(model.parameters())
+        carried = sorted(k for k in g.ndata.keys() if k not in ("feat", "label", "_ID"))
+        for fan in args.fanouts:
+            fanouts = [int(f) for f in fan.split(",")]
+            for bs in args.batch_sizes:
+                for sampling in ("cpu", "device"):
+                    loaders = {"none": loader_of(g, fanouts, bs, sampling, attrs=()),
+                               "all": loader_of(g, fanouts, bs, sampling)}
+
+                    def made(a: str) -> List[Any]:
+                        batches = arm_batches(loaders[a.split("_")[0]], "after", args.batches)
+                        return train_steps(batches, model, opt) if a.endswith("_step") else batches
+
+                    label = f"{name} {fanouts} batch {bs} {sampling} attrs"
+                    runs, _ = harness.interleave({a: (lambda r, a=a: timed(lambda: made(a))) for a in arms},
+                                                 args.rounds, label, alternate=True)
+                    cpu_ms = {a: harness.median([r["cpu_ms_per_batch"] for r in runs[a]]) for a in arms}
+                    rows.append({"graph": name, "fanouts": fanouts, "batch_size": bs, "sampling": sampling,
+                                 "carried": carried, "cpu_ms": cpu_ms, "ratio": cpu_ms["all"] / cpu_ms["none"],
+                                 "step_ratio": cpu_ms["all_step"] / cpu_ms["none_step"],
+                                 "runs": runs, "other_cores": harness.median(
+                                     [r["other_cores"] for a in arms for r in runs[a]])})
+    md = ("# PyG batches: the cost of carrying the graph's other node data (one process, "
+          f"{args.threads} thread(s), {args.batches} batches x {args.rounds} rounds, every node a seed)\n\n"
+          "all: the default, every node key besides x's and y's carried by n_id (here the masks); none: attrs=(). "
+          "Both read only the kept rows. Batch: sampling and making it; + step: and PyG's GraphSAGE (hidden 64) "
+          "trained on it.\n\n" + harness.markdown_table(
+              ["graph", "fanouts", "batch", "sampling", "carried", "batch ms none", "batch ms all", "all / none",
+               "+ step ms none", "+ step ms all", "all / none + step", "other cores"],
+              [[r["graph"], str(r["fanouts"]), r["batch_size"], r["sampling"], ", ".join(r["carried"]),
+                f"{r['cpu_ms']['none']:.2f}", f"{r['cpu_ms']['all']:.2f}", f"{r['ratio']:.3f}x",
+                f"{r['cpu_ms']['none_step']:.2f}", f"{r['cpu_ms']['all_step']:.2f}", f"{r['step_ratio']:.3f}x",
+                f"{r['other_cores']:.2f}"] for r in rows])
+          + "\n\nCPU ms: this process's CPU time per batch, one thread (see pyg_gather.md).")
+    headline = "other node keys carried / none: CPU ms per batch {:.2f}x to {:.2f}x, with a GraphSAGE step " \
+        "{:.2f}x to {:.2f}x".format(*(f(r[k] for r in rows) for k in ("ratio", "step_ratio") for f in (min, max)))
+    return harness.report(args, {"rows": rows, "arms": arms, "headline": headline}, md, harness.bar_plot(
+        {f"{r['graph']} {r['batch_size']}\n{r['sampling']}": r["ratio"] for r in rows}, "all / none CPU ms per batch"))
+
+
 def main(argv: Any = None) -> Dict[str, Any]:
     p = harness.base_parser("pyg_gather", str(__doc__), rounds=5,
                             tiny={"graphs": ["cora"], "fanouts": ["5,5"], "batch_sizes": [64], "batches": 2})
@@ -91,8 +165,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
     p.add_argument("--batches", type=int, default=10, help="batches timed per arm and round")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (1: DGL 2.1's fused sampler, taken with more, draws differently each run)")
+    p.add_argument("--attrs-arm", action="store_true", help="only the cost of carrying the graph's other node data")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.attrs_arm:
+        return attrs_arm(args)
     rows = []
     for name in args.graphs:
         g = graph_of(name)

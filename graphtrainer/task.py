@@ -234,8 +234,7 @@ class GraphTask:
         end of the phase its ``compute()`` over every rank's updates is the epoch value, and
         the metric is reset. ``batch_size`` and ``reduce_fx`` do not apply to it.
 
-        Local only (no collective: safe in ``training_step``). ``sync_dist=`` changes nothing (always exact).
-        """
+        Local only (no collective: safe in ``training_step``). ``sync_dist=`` changes nothing (always exact)."""
         self.step_log.log(name, value, batch_size, prog_bar, reduce_fx, type(self).__name__, self.rank, lightning)
 
     def log_dict(self, values: Dict[str, Union[torch.Tensor, float]], batch_size: Optional[int] = None,
@@ -267,6 +266,7 @@ class GraphTask:
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
                         batch_format: Optional[str] = None, feat_key: Optional[str] = None,
                         label_key: Optional[str] = None, edge_key: Optional[str] = None,
+                        attrs: Optional[Sequence[str]] = None,
                         **dataloader_kwargs: Any) -> Union[NodeLoader, DistNodeLoader, PygLoader]:
         """A :class:`~graphtrainer.data.node_loader.NodeLoader` over this rank's share of ``ids``.
 
@@ -283,17 +283,16 @@ class GraphTask:
         ``ids`` may be a ``DistTensor`` mask such as ``self.graph.ndata["train_mask"]`` (each machine splits
         its own partition's nodes between its ranks, reshuffled every epoch) or node ids (split as here).
 
-        On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly,
-        ``batch_size`` counts the seeds of all types, and batches hold ``{ntype: ids}``
-        (see :class:`~graphtrainer.data.node_loader.NodeLoader`). ``dataloader_kwargs`` go to DGL's
-        ``DataLoader``: ``num_workers=k`` samples in ``k`` worker processes per rank with the
-        same batches as ``k=0``, and ``persistent_workers=True`` keeps them across epochs.
+        On a heterograph ``ids`` is ``{ntype: ids}``: each type is permuted and split evenly, ``batch_size``
+        counts the seeds of all types, and batches hold ``{ntype: ids}`` (see ``NodeLoader``). ``dataloader_kwargs``
+        go to DGL's ``DataLoader``: ``num_workers=k`` samples in ``k`` worker processes per rank with the same
+        batches as ``k=0``; ``persistent_workers=True`` keeps them across epochs.
 
-        ``batch_format="pyg"`` (default :attr:`batch_format`) yields PyG's ``Data`` in place of
-        DGL's tuple (:class:`~graphtrainer.data.pyg_loader.PygLoader`; fanouts list the input layer first).
-        ``feat_key``/``label_key``/``edge_key``: the data read as ``x``, ``y``, ``edge_attr`` (default ``feat``,
-        ``label``, edge ``feat``, else PyG's names) and a list of fanouts prefetches; one the graph lacks is refused.
-        """
+        ``batch_format="pyg"`` (default :attr:`batch_format`) yields PyG's ``Data`` in place of DGL's tuple
+        (:class:`~graphtrainer.data.pyg_loader.PygLoader`; fanouts list the input layer first). ``feat_key``/
+        ``label_key``/``edge_key``: the data read as ``x``, ``y``, ``edge_attr`` (default ``feat``, ``label``, edge
+        ``feat``, else PyG's names) and a list of fanouts prefetches; one the graph lacks is refused. ``attrs``: the
+        other node and edge data PyG batches carry under their own names (default: all, as PyG's; ``()``: none)."""
         graph, seed, sampler, fmt = self._helper_args("node_dataloader", graph, seed, sampler, batch_format,
                                                       feat_key, label_key, edge_key)
         if is_dist_graph(graph):
@@ -305,16 +304,17 @@ class GraphTask:
         else:
             loader = NodeLoader(graph, ids, sampler, batch_size, shuffle=shuffle, drop_last=drop_last,
                                 seed=seed, **dataloader_kwargs)
-        return with_batch_format(loader, fmt, feat_key, label_key, edge_key)
+        return with_batch_format(loader, fmt, feat_key, label_key, edge_key, attrs=attrs)
 
     def edge_dataloader(self, edges: Any, sampler: Any, batch_size: int, *, negatives: Any = 1,
                         exclude: Optional[str] = None, reverse_eids: Any = None, shuffle: bool = True,
                         drop_last: bool = False, graph: Any = None, seed: Optional[int] = None,
                         batch_format: Optional[str] = None, feat_key: Optional[str] = None,
                         edge_key: Optional[str] = None, neg_sampling: Any = None, edge_label: Any = None,
+                        attrs: Optional[Sequence[str]] = None,
                         **dataloader_kwargs: Any) -> Union[EdgeLoader, DistEdgeLoader, PygLoader]:
-        """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this
-        rank's share of seed edges, split like :meth:`node_dataloader`'s ids.
+        """An :class:`~graphtrainer.data.edge_loader.EdgeLoader`: link-prediction batches over this rank's share of
+        seed edges, split like :meth:`node_dataloader`'s ids.
 
         ``edges``: edge ids of the graph (or a boolean mask over edges), or node pairs, ``(src, dst)`` or a ``[2, E]``
         tensor as PyG's ``edge_label_index`` (e.g. held-out edges not in the graph). ``sampler``: a DGL block sampler
@@ -326,15 +326,15 @@ class GraphTask:
         Batches are DGL's ``(input_nodes, pair_graph, neg_pair_graph, blocks)``; the batch size ``self.log`` uses is
         the number of seed edges. Ids and reverse ids are checked here, before any sampling (DGL aborts on a bad id).
 
-        On a ``DistGraph`` it is a :class:`~graphtrainer.distdgl.loader.DistEdgeLoader` (edge ids,
-        a ``DistTensor`` edge mask or node pairs, in partition numbering; no ``exclude``).
+        On a ``DistGraph`` it is a :class:`~graphtrainer.distdgl.loader.DistEdgeLoader` (edge ids, a ``DistTensor``
+        edge mask or node pairs, in partition numbering; no ``exclude``).
 
         On a heterograph ``edges`` is ``{etype: eids}``; pass ``exclude="reverse_types",
         reverse_etypes={etype: reverse etype}`` to keep reverses out of the blocks (see
         :class:`~graphtrainer.data.edge_loader.EdgeLoader`). ``batch_format="pyg"``: ``LinkNeighborLoader``'s
         ``Data``, ``neg_sampling="binary"`` (default) or ``"triplet"`` (or PyG's ``NegativeSampling``, or a dict of its
         fields: amount, src_weight, dst_weight), ``edge_label``: the positives' labels, one per seed edge
-        (:class:`~graphtrainer.data.pyg_loader.PygLoader`; keys: see node_dataloader)."""
+        (:class:`~graphtrainer.data.pyg_loader.PygLoader`; keys and ``attrs``: see node_dataloader)."""
         graph, seed, sampler, fmt = self._helper_args("edge_dataloader", graph, seed, sampler, batch_format,
                                                       feat_key, None, edge_key)
         if is_dist_graph(graph):
@@ -346,7 +346,7 @@ class GraphTask:
             loader = EdgeLoader(graph, edges, sampler, batch_size, negatives=negatives, exclude=exclude,
                                 reverse_eids=reverse_eids, shuffle=shuffle, drop_last=drop_last, seed=seed,
                                 **dataloader_kwargs)
-        return with_batch_format(loader, fmt, feat_key, None, edge_key, neg_sampling, edge_label)
+        return with_batch_format(loader, fmt, feat_key, None, edge_key, neg_sampling, edge_label, attrs)
 
     def _helper_args(self, name: str, graph: Any, seed: Optional[int], sampler: Any, batch_format: Optional[str],
                      *keys: Optional[str]) -> Any:

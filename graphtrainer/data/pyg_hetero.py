@@ -7,7 +7,7 @@ PyG samples from one seed type: the ids are ``{ntype: ids}`` with one type. Link
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import torch
 
@@ -69,10 +69,11 @@ def resolve_hetero_keys(graph: Any, seed_type: str, feat_key: Optional[str], lab
 
 class HeteroBatches:
     """Turns a heterograph's node batches into ``HeteroData`` with ``input_id``: each seed's place
-    in the loader's ids of the seed type (the first place, for an id given twice)."""
+    in the loader's ids of the seed type (the first place, for an id given twice), carrying the
+    other node and edge data ``attrs`` names (where a type has it)."""
 
-    def __init__(self, loader: Any, seed_type: str, keys: Tuple[str, str, str]):
-        self.seed_type, self.keys = seed_type, keys
+    def __init__(self, loader: Any, seed_type: str, keys: Tuple[str, str, str], attrs: Sequence[str] = ()):
+        self.seed_type, self.keys, self.attrs = seed_type, keys, tuple(attrs)
         ids = loader.typed[seed_type]
         self.order = torch.argsort(ids, stable=True)
         self.sorted = ids[self.order]
@@ -85,4 +86,4 @@ class HeteroBatches:
     def __call__(self, batch: Any) -> Any:
         _, seeds, blocks = batch
         return blocks_to_hetero_pyg(blocks, *self.keys, seed_type=self.seed_type,
-                                    input_id=self.input_id(seeds[self.seed_type]))
+                                    input_id=self.input_id(seeds[self.seed_type]), attrs=self.attrs)

@@ -6,11 +6,12 @@ the split, epochs, evaluation mode, ``len`` and formats stay the wrapped loader'
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from ..nn.pyg import PYG_INSTALL, PYG_KEYS, GraphRows, default_key, is_pyg_data, pyg_data_class, to_pyg
+from ..nn.pyg_attrs import SKIPPED, carried, check_attrs
 from .prefetch import check_data_key
 from .pyg_hetero import HETERODATA_REFUSAL, HeteroBatches, check_hetero_loader, is_heterograph, resolve_hetero_keys
 from .pyg_negatives import read_neg_sampling, take_amount, take_weights
@@ -62,6 +63,39 @@ def _keys(view: Any) -> List[str]:
     return list(view.keys()) if view is not None and hasattr(view, "keys") else []
 
 
+def resolve_attrs(graph: Any, mapped: Tuple[str, str, str], attrs: Any) -> Tuple[List[str], List[str]]:
+    """The node and edge data keys PyG batches of ``graph`` carry under their own names
+    (:mod:`graphtrainer.nn.pyg_attrs`): all but ``_ID``/``_TYPE`` and ``mapped`` (the keys read as
+    ``x``, ``y``, ``edge_attr``), or those ``attrs`` names; on a heterograph, of any type. A name
+    the graph lacks, or one a batch cannot hold, is refused before any batch, naming the fix."""
+    attrs = check_attrs(attrs)
+    if is_heterograph(graph):
+        from torch_geometric.data.storage import EdgeStorage, NodeStorage  # check_pyg_ready imported PyG
+        per_type = [carried(_keys(graph.nodes[nt].data), (), mapped[:2] + ("",), attrs, NodeStorage,
+                            where=f"node type {nt!r}")[0] for nt in graph.ntypes]
+        per_rel = [carried((), _keys(graph.edges[et].data), ("", "", mapped[2]), attrs, None, EdgeStorage,
+                           where=f"relation {et!r}")[1] for et in graph.canonical_etypes]
+        nodes, edges = _union(per_type, attrs), _union(per_rel, attrs)
+        held = {k for nt in graph.ntypes for k in _keys(graph.nodes[nt].data)} | \
+            {k for et in graph.canonical_etypes for k in _keys(graph.edges[et].data)}
+    else:
+        ndata, edata = _keys(getattr(graph, "ndata", None)), _keys(getattr(graph, "edata", None))
+        nodes, edges = carried(ndata, edata, mapped, attrs, pyg_data_class())
+        held = set(ndata) | set(edata)
+    wrong = [a for a in attrs or () if a not in held or a in SKIPPED]
+    if wrong:
+        why = "n_id and e_id hold it" if wrong[0] in SKIPPED else "the graph has no such node or edge data"
+        raise ValueError(f"attrs names {wrong[0]!r}, which a PyG batch cannot carry: {why} (the graph has "
+                         f"{sorted(held - set(SKIPPED))}). Fix: name the graph's node or edge data to carry under "
+                         "their own names (attrs=() for none, None for all)")
+    return nodes, edges
+
+
+def _union(lists: List[List[str]], attrs: Optional[Sequence[str]]) -> List[str]:
+    names = {k for keys in lists for k in keys}
+    return [a for a in attrs if a in names] if attrs is not None else sorted(names)
+
+
 class PygLoader(ShardedLoader):
     """A node or edge loader whose batches are PyG ``Data`` objects.
 
@@ -79,11 +113,16 @@ class PygLoader(ShardedLoader):
     ``label``, else ``y``; edge data ``feat``, else ``edge_attr``; ``label_key=""``: no ``y``);
     sampled on the device, the loader gathers them whatever its sampler prefetches. A key named
     here that the graph lacks is refused (:func:`check_batch_keys`); no ``x`` gives a warning.
+    ``y`` holds every node's label, as PyG's (``y[:batch_size]``: the seeds'). The graph's other
+    node and edge data ride along under their own names, by ``n_id`` and ``e_id``, as
+    ``NeighborLoader`` slices a ``Data``'s (``batch.train_mask``); ``attrs``: only those named
+    (``()``: none). A name a batch cannot hold is refused (:mod:`graphtrainer.nn.pyg_attrs`).
     On a heterograph a node loader of one seed type yields ``HeteroData`` (:mod:`.pyg_hetero`).
     """
 
     def __init__(self, loader: ShardedLoader, feat_key: Optional[str] = None, label_key: Optional[str] = None,
-                 edge_key: Optional[str] = None, neg_sampling: Any = None, edge_label: Any = None):
+                 edge_key: Optional[str] = None, neg_sampling: Any = None, edge_label: Any = None,
+                 attrs: Optional[Sequence[str]] = None):
         graph = getattr(loader, "graph", None)
         check_pyg_ready(graph, typed=getattr(loader, "typed", None) is not None)
         check_batch_keys(graph, feat_key, label_key, edge_key)
@@ -92,13 +131,18 @@ class PygLoader(ShardedLoader):
         if is_heterograph(graph):  # HeteroData batches (NeighborLoader on a HeteroData)
             seed_type = check_hetero_loader(loader)
             feat_key, label_key, edge_key = resolve_hetero_keys(graph, seed_type, feat_key, label_key, edge_key)
-            self.hetero = HeteroBatches(loader, seed_type, (feat_key, label_key, edge_key))
         else:
             feat_key, label_key, edge_key = resolve_batch_keys(graph, feat_key, label_key, edge_key)
+        nodes, edges = resolve_attrs(graph, (feat_key, "" if hasattr(loader, "pairs") else label_key, edge_key),
+                                     attrs)
+        self.attrs = tuple(nodes + edges)  # no name is both (refused)
+        if is_heterograph(graph):
+            self.hetero = HeteroBatches(loader, seed_type, (feat_key, label_key, edge_key), self.attrs)
         self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
         self.neg_sampling = link_mode(loader, neg_sampling, edge_label)
         self.edge_labels = None if edge_label is None else EdgeLabels(edge_label, loader, self.neg_sampling)
         loader.batch_keys = (feat_key, label_key, edge_key)  # gathered on the device whatever the sampler names
+        loader.batch_attrs = (nodes, edges)
         ndata = getattr(graph, "ndata", None)
         if self.hetero is None and hasattr(ndata, "keys") and feat_key not in ndata.keys():
             has = sorted(k for k in ndata.keys() if k != "_ID")
@@ -109,7 +153,7 @@ class PygLoader(ShardedLoader):
 
     def __getattr__(self, name: str) -> Any:
         # Everything not defined here is the wrapped loader's (graph, sampler, ids, epoch, ...).
-        if name in ("inner", "feat_key", "label_key", "edge_key", "neg_sampling", "edge_labels", "hetero") or \
+        if name in ("inner", "feat_key", "label_key", "edge_key", "neg_sampling", "edge_labels", "hetero", "attrs") or \
                 name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.inner, name)
@@ -156,7 +200,7 @@ class PygLoader(ShardedLoader):
         batches, rows = self._batches()
         if self.neg_sampling is None:  # node batches
             for batch in batches:
-                yield to_pyg(batch, *keys, rows=rows)
+                yield to_pyg(batch, *keys, rows=rows, attrs=self.attrs)
             return
         # Pairs: each batch's positions in the pair list (its input_id, as PyG's), batch by batch.
         positions = iter(self.inner.local_batches()) if self.inner.pairs is not None else None
@@ -168,7 +212,8 @@ class PygLoader(ShardedLoader):
             label = None
             if self.edge_labels is not None:
                 label = self.edge_labels.rows(ids if ids is not None else batch[1].edata["_ID"])
-            yield to_pyg(batch, *keys, neg_sampling=self.neg_sampling, edge_label=label, input_id=ids, rows=rows)
+            yield to_pyg(batch, *keys, neg_sampling=self.neg_sampling, edge_label=label, input_id=ids, rows=rows,
+                         attrs=self.attrs)
 
 
 def link_mode(loader: Any, neg_sampling: Any, edge_label: Any) -> Optional[str]:
@@ -261,13 +306,17 @@ def check_batch_keys(graph: Any, feat_key: Optional[str], label_key: Optional[st
 
 def with_batch_format(loader: Any, batch_format: str, feat_key: Optional[str] = None,
                       label_key: Optional[str] = None, edge_key: Optional[str] = None,
-                      neg_sampling: Any = None, edge_label: Any = None) -> Any:
+                      neg_sampling: Any = None, edge_label: Any = None, attrs: Optional[Sequence[str]] = None) -> Any:
     """``loader`` as it is (``"dgl"``), or yielding PyG batches (``"pyg"``) that read ``x``, ``y``
     and ``edge_attr`` from the data named ``feat_key``, ``label_key`` and ``edge_key``, with
-    ``neg_sampling``'s fields and ``edge_label`` (link batches)."""
+    ``neg_sampling``'s fields and ``edge_label`` (link batches) and the other data ``attrs`` names
+    (default all)."""
     if check_batch_format(batch_format) == "pyg":
         return PygLoader(loader, feat_key=feat_key, label_key=label_key, edge_key=edge_key,
-                         neg_sampling=neg_sampling, edge_label=edge_label)
+                         neg_sampling=neg_sampling, edge_label=edge_label, attrs=attrs)
+    if attrs is not None:
+        raise ValueError("attrs= names the graph data PyG batches carry (batch_format='pyg'); DGL's blocks read "
+                         "any key of the graph on access (blocks[0].srcdata[key])")
     if neg_sampling is not None or edge_label is not None:
         raise ValueError("neg_sampling= and edge_label= shape PyG batches (batch_format='pyg'); DGL's batches hold "
                          "the negatives as neg_pair_graph (negatives=k keeps each edge's source) and the seed "

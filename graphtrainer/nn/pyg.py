@@ -30,6 +30,7 @@ import torch
 
 from .blocks import TorchBlock
 from .convert import csc_tensors, is_dgl_graph
+from .pyg_attrs import carried
 
 PYG_INSTALL = "pip install 'graphtrainer[pyg]' (or pip install torch-geometric)"
 NID, EID = "_ID", "_ID"
@@ -63,7 +64,7 @@ def is_pyg_data(obj: Any) -> bool:
     return module is not None and isinstance(obj, module.BaseData)
 
 
-def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str], edge_key: str) -> Any:
+def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str], edge_keys: Sequence[str]) -> Any:
     """A DGL block as a :class:`TorchBlock` with only the data a PyG batch reads (DGL's lazy
     views of every column would otherwise gather features for every block)."""
     if not is_dgl_graph(block) or len(block.canonical_etypes) != 1 or len(block.srctypes) != 1:
@@ -71,18 +72,19 @@ def _lean(block: Any, src_keys: Sequence[str], dst_keys: Sequence[str], edge_key
     indptr, indices, eids = csc_tensors(block, layer="batch_format='pyg'")
     return TorchBlock(indptr, indices, eids, block.num_src_nodes(), block.num_dst_nodes(),
                       srcdata=_pick(block.srcdata, src_keys), dstdata=_pick(block.dstdata, dst_keys),
-                      edata=_pick(block.edata, [EID, edge_key] if edge_key else [EID]))
+                      edata=_pick(block.edata, [EID, *edge_keys]))
 
 
 def _pick(view: Any, keys: Sequence[str]) -> Dict[str, torch.Tensor]:
     return {k: view[k] for k in keys if k in view}
 
 
-def _homogeneous(blocks: Sequence[Any], feat_key: str, label_key: str, edge_key: str) -> List[TorchBlock]:
+def _homogeneous(blocks: Sequence[Any], src_keys: Sequence[str], label_key: str,
+                 edge_keys: Sequence[str]) -> List[TorchBlock]:
     out = []
     last = len(blocks) - 1
     for i, block in enumerate(blocks):
-        block = _lean(block, [feat_key, NID] if i == 0 else [], [label_key] if i == last else [], edge_key)
+        block = _lean(block, [*src_keys, NID] if i == 0 else [], [label_key] if i == last else [], edge_keys)
         if not isinstance(block, TorchBlock) or not block.is_block:
             raise ValueError(f"batch_format='pyg' takes sampled blocks of a homogeneous graph, got "
                              f"{type(block).__name__}: a heterograph's blocks make PyG's HeteroData. Fix: "
@@ -138,8 +140,8 @@ def _hops(blocks: List[TorchBlock], seed_order: Optional[torch.Tensor] = None
 
 class GraphRows:
     """Rows of a homogeneous graph's node and edge data, read by id: where a PyG batch reads
-    ``x``, ``y`` and ``edge_attr`` for the nodes and edges it keeps only, so the blocks need no
-    data gathered (``PygLoader`` samples them so).
+    ``x``, ``y``, ``edge_attr`` and the other data it carries for the nodes and edges it keeps only,
+    so the blocks need no data gathered (``PygLoader`` samples them so).
     ``ndata``/``edata``: key to tensor (DGL's data views work); ``read(data, ids)``: the rows, on
     the device of ``ids`` (default: ``index_select`` where the data is, then moved)."""
 
@@ -159,20 +161,25 @@ class GraphRows:
 
 
 def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_key: Optional[str] = None,
-                  edge_key: Optional[str] = None, rows: Optional[GraphRows] = None) -> Any:
+                  edge_key: Optional[str] = None, rows: Optional[GraphRows] = None,
+                  attrs: Optional[Sequence[str]] = None) -> Any:
     """A PyG ``Data`` with ``NeighborLoader``'s fields from one batch's blocks (DGL's or torch's):
     ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``edge_attr`` (the
-    edges' ``edata[edge_key]``, where every block has it), ``y`` (one row per seed; ``label_key=""``:
-    none), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge ids, to index other data),
-    ``num_sampled_nodes``, ``num_sampled_edges``. A key not named is :func:`default_key`'s:
-    ``feat`` else ``x``, ``label`` else ``y``, edge data ``feat`` else ``edge_attr``. ``rows``: read
-    ``x``, ``y`` and ``edge_attr`` there, by ``n_id`` and ``e_id``, for the kept nodes and edges only
-    (the same values; the blocks' own data is not read)."""
-    return _subgraph(blocks, feat_key, label_key, edge_key, sort_seeds=False, rows=rows)[0]
+    edges' ``edata[edge_key]``, where every block has it), ``y`` (``label_key`` of every node, as
+    PyG's, the seeds first: ``y[:batch_size]``; one row per seed where only ``blocks[-1].dstdata``
+    has it; ``label_key=""``: none), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge
+    ids), ``num_sampled_nodes``, ``num_sampled_edges``, and the other node data of ``blocks[0].srcdata``
+    (edge data every block has) under its own name, by ``n_id`` (``e_id``): :mod:`.pyg_attrs`;
+    ``attrs``: only those named. A key not named is :func:`default_key`'s: ``feat`` else ``x``,
+    ``label`` else ``y``, edge data ``feat`` else ``edge_attr``. ``rows``: read the node and edge
+    data there, by ``n_id`` and ``e_id``, for the kept nodes and edges only (the same values; the
+    blocks' own data is not read)."""
+    return _subgraph(blocks, feat_key, label_key, edge_key, sort_seeds=False, rows=rows, attrs=attrs)[0]
 
 
 def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optional[str], edge_key: Optional[str],
-              sort_seeds: bool, rows: Optional[GraphRows] = None) -> Tuple[Any, Optional[torch.Tensor]]:
+              sort_seeds: bool, rows: Optional[GraphRows] = None,
+              attrs: Optional[Sequence[str]] = None) -> Tuple[Any, Optional[torch.Tensor]]:
     """:func:`blocks_to_pyg`'s batch and, with ``sort_seeds`` (a link batch: PyG's ``unique`` of the
     pairs' ends numbers them by node id), the seeds' new positions (``None``: unchanged)."""
     data_class = pyg_data_class()
@@ -185,7 +192,11 @@ def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optiona
     label_key = default_key("y", nodes if rows is not None else getattr(last, "dstdata", ())) \
         if label_key is None else label_key
     edge_key = default_key("edge_attr", edges) if edge_key is None else edge_key
-    blocks = _homogeneous(blocks, *(("", "", "") if rows is not None else (feat_key, label_key, edge_key)))
+    if rows is None:  # edge data every block has
+        edges = [k for k in edges if all(k in getattr(b, "edata", ()) for b in blocks)]
+    others = carried(nodes, edges, (feat_key, label_key, edge_key), attrs, data_class)
+    blocks = _homogeneous(blocks, *(((), "", ()) if rows is not None else (
+        [feat_key, label_key, *others[0]], label_key, [edge_key, *others[1]])))
     seed_order, moved = None, None
     if sort_seeds and NID in blocks[0].srcdata:
         seed_ids = blocks[0].srcdata[NID][:blocks[-1].num_dst]
@@ -197,38 +208,52 @@ def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optiona
     depth = len(blocks)
     data = data_class()
     if rows is not None:
-        if NID not in blocks[0].srcdata or not all(EID in block.edata for block in blocks):
-            raise ValueError("batch_format='pyg': reading rows by id needs the blocks' node and edge ids (_ID)")
-        n_id = blocks[0].srcdata[NID].long()[order]
-        e_id = torch.cat([blocks[depth - h].edata[EID][hop["eid"]] for h, hop in enumerate(hops, 1)]).long()
-        for name, value in (("x", rows.read(False, feat_key, n_id)),
-                            ("y", rows.read(False, label_key, n_id[:counts[0]]))):
-            if value is not None:
-                setattr(data, name, value)
-        data.edge_index = _edge_index(hops)
-        data.n_id, data.e_id = n_id, e_id
-        edge_attr = rows.read(True, edge_key, e_id)
-        if edge_attr is not None:
-            data.edge_attr = edge_attr
-        return _counted(data, counts, hops), moved
+        return _counted(_from_rows(data, rows, blocks, order, hops, (feat_key, label_key, edge_key), others),
+                        counts, hops), moved
     # Every source node kept, in the blocks' own order: the batch reads their rows as they are.
     same = order.numel() == blocks[0].num_src and bool((order == torch.arange(
         order.numel(), device=order.device)).all())
-    if feat_key in blocks[0].srcdata:
-        x = blocks[0].srcdata[feat_key]
-        data.x = x if same else x[order]
-    if label_key and label_key in blocks[-1].dstdata:
+    src = blocks[0].srcdata
+    for key, name in ((feat_key, "x"), (label_key, "y")):
+        if key and key in src:
+            setattr(data, name, src[key] if same else src[key][order])
+    if label_key and label_key not in src and label_key in blocks[-1].dstdata:  # the seeds' only
         y = blocks[-1].dstdata[label_key]
         data.y = y if seed_order is None else y[seed_order]
     data.edge_index = _edge_index(hops)
-    if NID in blocks[0].srcdata:
-        n_id = blocks[0].srcdata[NID].long()
+    if NID in src:
+        n_id = src[NID].long()
         data.n_id = n_id if same else n_id[order]
-    for key, name in ((EID, "e_id"), (edge_key, "edge_attr")):
+    for key, name in ((EID, "e_id"), (edge_key, "edge_attr"), *((k, k) for k in others[1])):
         if key and all(key in block.edata for block in blocks):  # in edge_index's order: by hop
             value = torch.cat([blocks[depth - h].edata[key][hop["eid"]] for h, hop in enumerate(hops, 1)])
             setattr(data, name, value.long() if key == EID else value)
+    for key in others[0]:
+        setattr(data, key, src[key] if same else src[key][order])
     return _counted(data, counts, hops), moved
+
+
+def _from_rows(data: Any, rows: GraphRows, blocks: List[TorchBlock], order: torch.Tensor,
+               hops: List[Dict[str, torch.Tensor]], keys: Tuple[str, str, str],
+               others: Tuple[List[str], List[str]]) -> Any:
+    """``data`` with its ids and every field read from ``rows`` by ``n_id`` and ``e_id``, in the
+    order the blocks' path sets them."""
+    depth = len(blocks)
+    if NID not in blocks[0].srcdata or not all(EID in block.edata for block in blocks):
+        raise ValueError("batch_format='pyg': reading rows by id needs the blocks' node and edge ids (_ID)")
+    n_id = blocks[0].srcdata[NID].long()[order]
+    e_id = torch.cat([blocks[depth - h].edata[EID][hop["eid"]] for h, hop in enumerate(hops, 1)]).long()
+    for name, value in (("x", rows.read(False, keys[0], n_id)), ("y", rows.read(False, keys[1], n_id))):
+        if value is not None:
+            setattr(data, name, value)
+    data.edge_index = _edge_index(hops)
+    data.n_id, data.e_id = n_id, e_id
+    for edge, key, name in ((True, keys[2], "edge_attr"), *((True, k, k) for k in others[1]),
+                            *((False, k, k) for k in others[0])):
+        value = rows.read(edge, key, e_id if edge else n_id)
+        if value is not None:
+            setattr(data, name, value)
+    return data
 
 
 def _edge_index(hops: List[Dict[str, torch.Tensor]]) -> torch.Tensor:
@@ -252,7 +277,8 @@ NEG_SAMPLING = ("binary", "triplet")
 
 def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], feat_key: Optional[str] = None,
                 edge_key: Optional[str] = None, neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
-                input_id: Optional[torch.Tensor] = None, rows: Optional[GraphRows] = None) -> Any:
+                input_id: Optional[torch.Tensor] = None, rows: Optional[GraphRows] = None,
+                attrs: Optional[Sequence[str]] = None) -> Any:
     """``LinkNeighborLoader``'s batch from an edge batch: :func:`blocks_to_pyg`'s fields plus
     ``input_id`` (the positive pairs' edge ids, ``g.edata["rating"][batch.input_id]`` being their
     data; else ``input_id`` as given; the pairs in the batch's order, the seeds numbered by node id
@@ -261,11 +287,12 @@ def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], fea
     as given for the positives, else 1.0; zeros for the negatives); with ``"triplet"``,
     ``src_index``, ``dst_pos_index`` and ``dst_neg_index`` (``[batch_size]`` for one negative per
     positive, else ``[batch_size, k]``: the negatives must keep their positive's source, ``k`` each,
-    in order). ``batch_size`` is the number of positive pairs; ``rows``: :func:`blocks_to_pyg`'s."""
+    in order). ``batch_size`` is the number of positive pairs; no ``y``: node data ``label`` is carried
+    as ``label`` (``y`` as ``y``); ``rows``, ``attrs``: :func:`blocks_to_pyg`'s."""
     if neg_sampling not in NEG_SAMPLING:
         raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label, "
                          "negatives drawn at both ends) or 'triplet' (src_index, dst_pos_index, dst_neg_index)")
-    data, moved = _subgraph(blocks, feat_key, "", edge_key, sort_seeds=True, rows=rows)
+    data, moved = _subgraph(blocks, feat_key, "", edge_key, sort_seeds=True, rows=rows, attrs=attrs)
     pos = _pairs(pair_graph) if moved is None else moved[_pairs(pair_graph)]
     if EID in pair_graph.edata:
         data.input_id = pair_graph.edata[EID].long()
@@ -297,19 +324,21 @@ def _is_graph(obj: Any) -> bool:
 
 def to_pyg(batch: Any, feat_key: Optional[str] = None, label_key: Optional[str] = None,
            edge_key: Optional[str] = None, neg_sampling: str = "binary", edge_label: Optional[torch.Tensor] = None,
-           input_id: Optional[torch.Tensor] = None, rows: Optional[GraphRows] = None) -> Any:
+           input_id: Optional[torch.Tensor] = None, rows: Optional[GraphRows] = None,
+           attrs: Optional[Sequence[str]] = None) -> Any:
     """The PyG batch of one of graphtrainer's batches: a node batch ``(input_nodes, output_nodes,
     blocks)``, an edge batch ``(input_nodes, pair_graph[, neg_pair_graph], blocks)`` (the last three
     arguments: :func:`link_to_pyg`'s), or a bare list of blocks. Keys not named: :func:`default_key`'s.
-    ``rows``: read ``x``, ``y`` and ``edge_attr`` there for the kept nodes and edges only (:func:`blocks_to_pyg`)."""
+    ``rows``: read the batch's data there for the kept nodes and edges only; ``attrs``: the other node
+    and edge data carried under their own names, default all (:func:`blocks_to_pyg`)."""
     if isinstance(batch, (list, tuple)) and batch and all(_is_graph(b) for b in batch):
-        return blocks_to_pyg(batch, feat_key, label_key, edge_key, rows)
+        return blocks_to_pyg(batch, feat_key, label_key, edge_key, rows, attrs)
     if isinstance(batch, (list, tuple)) and len(batch) in (3, 4) and isinstance(batch[-1], (list, tuple)):
         if _is_graph(batch[1]):
             return link_to_pyg(batch[1], batch[2] if len(batch) == 4 else None, batch[-1], feat_key, edge_key,
-                               neg_sampling, edge_label, input_id, rows)
+                               neg_sampling, edge_label, input_id, rows, attrs)
         if len(batch) == 3:
-            return blocks_to_pyg(batch[-1], feat_key, label_key, edge_key, rows)
+            return blocks_to_pyg(batch[-1], feat_key, label_key, edge_key, rows, attrs)
     raise TypeError(f"batch_format='pyg': cannot read {type(batch).__name__} as a sampled batch; expected "
                     "(input_nodes, output_nodes, blocks), (input_nodes, pair_graph[, neg_pair_graph], blocks) "
                     "or a list of blocks")

@@ -15,12 +15,13 @@ before is new at hop ``h``. **Each type's nodes are numbered** seeds first, then
 the order first met (relations in order, each walking the previous hop's nodes in order). Nodes
 only DGL's re-sampling of older nodes reached are left out. A relation's edges come hop by hop.
 
-A batch holds, per node type, ``x`` (where the type has the feature key), ``n_id`` and
+A batch holds, per node type, ``x`` (where the type has the feature key), ``y`` (where it has the
+label key: every node, as PyG's), its other node data under their own names, ``n_id`` and
 ``num_sampled_nodes`` (one count per hop, the seeds first: 0 for other types); the seed type also
-``y`` (one row per seed), ``batch_size`` and, where given, ``input_id``; per relation
-``(src, rel, dst)`` (DGL's canonical edge types are PyG's edge types), ``edge_index`` (row: the
-source type's local index, col: the destination's), ``e_id``, ``edge_attr`` (where the relation
-has the edge key) and ``num_sampled_edges`` (per hop). PyG's ``num_neighbors={et: [25, 10]}``
+``batch_size`` and, where given, ``input_id``; per relation ``(src, rel, dst)`` (DGL's canonical
+edge types are PyG's edge types), ``edge_index`` (row: the source type's local index, col: the
+destination's), ``e_id``, ``edge_attr`` (where the relation has the edge key), its other edge data
+under their own names and ``num_sampled_edges`` (per hop). PyG's ``num_neighbors={et: [25, 10]}``
 (hop 1 first) is ``fanouts=[{et: 10}, {et: 25}]`` (the input layer first).
 
 torch-geometric is optional: nothing here imports it until a batch is made.
@@ -34,6 +35,7 @@ import torch
 from .blocks import TorchBlock, TorchHeteroBlock
 from .convert import csc_tensors, is_dgl_graph
 from .pyg import EID, NID, pyg_data_class
+from .pyg_attrs import carried
 
 EType = Tuple[str, str, str]
 #: One relation of one block: ``(indptr, indices, edge positions)`` in CSC, local ids.
@@ -144,14 +146,22 @@ def _node_value(view: Any, key: Optional[str]) -> Optional[torch.Tensor]:
     return view[key] if key and key in view else None
 
 
+def _classes() -> Tuple[Any, Any]:
+    from torch_geometric.data.storage import EdgeStorage, NodeStorage  # hetero_data_class checked the import
+    return NodeStorage, EdgeStorage
+
+
 def blocks_to_hetero_pyg(blocks: Sequence[Any], feat_key: Optional[str] = "feat", label_key: Optional[str] = "label",
                          edge_key: Optional[str] = "feat", seed_type: Optional[str] = None,
-                         input_id: Optional[torch.Tensor] = None) -> Any:
+                         input_id: Optional[torch.Tensor] = None, attrs: Optional[Sequence[str]] = None) -> Any:
     """A PyG ``HeteroData`` with ``NeighborLoader``'s fields (module doc) from one batch's blocks of a
     heterograph (DGL's or torch's). ``x`` is each node type's ``feat_key`` data (where it has it),
-    ``y`` the seed type's ``label_key`` (``""``: none), ``edge_attr`` each relation's ``edge_key``
-    (where every block has it). ``seed_type``: default, the one type with seeds. ``input_id``: the
-    seeds' positions in the loader's ids, as PyG's (none: left out)."""
+    ``y`` each type's ``label_key`` (where it has it, every node as PyG's: the seeds' are
+    ``y[:batch_size]``; ``""``: none), ``edge_attr`` each relation's ``edge_key`` (where every block
+    has it); each type's other node data (each relation's edge data) under its own name, by ``n_id``
+    (``e_id``; :mod:`.pyg_attrs`), the keys the blocks hold or, ``attrs``, those named.
+    ``seed_type``: default, the one type with seeds. ``input_id``: the seeds' positions in the
+    loader's ids, as PyG's (none: left out)."""
     data_class = hetero_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
@@ -159,18 +169,22 @@ def blocks_to_hetero_pyg(blocks: Sequence[Any], feat_key: Optional[str] = "feat"
     hops = TypedHops(blocks, seed_type)
     depth, first, last = len(blocks), blocks[0], blocks[-1]
     data = data_class()
+    node_class, edge_class = _classes()
     for nt, order in hops.order.items():
         store = data[nt]
         view = first.srcnodes[nt].data
-        x = _node_value(view, feat_key)
-        if x is not None:
-            store.x = x[order]
+        keys = list(view) if attrs is None else [a for a in attrs if a in view]
+        others, _ = carried(keys, (), (feat_key, label_key, None), attrs, node_class, where=f"node type {nt!r}")
+        for key, name in ((feat_key, "x"), (label_key, "y"), *((k, k) for k in others)):
+            value = _node_value(view, key)
+            if value is not None:
+                setattr(store, name, value[order])
         store.n_id = view[NID][order].long() if NID in view else order
         store.num_sampled_nodes = hops.counts[nt]
     seeds = data[seed_type]
     seeds.batch_size = hops.counts[seed_type][0]
-    y = _node_value(last.dstnodes[seed_type].data, label_key)
-    if y is not None:
+    y = None if "y" in seeds else _node_value(last.dstnodes[seed_type].data, label_key)
+    if y is not None:  # blocks with the seeds' labels only
         seeds.y = y
     if input_id is not None:
         seeds.input_id = input_id.to(seeds.n_id.device).long()
@@ -178,7 +192,10 @@ def blocks_to_hetero_pyg(blocks: Sequence[Any], feat_key: Optional[str] = "feat"
         store = data[et]
         store.edge_index = torch.stack([torch.cat([h["src"] for h in per_hop]), torch.cat([h["dst"] for h in per_hop])])
         views = [blocks[depth - h].edges[et].data for h in range(1, depth + 1)]
-        for key, name in ((EID, "e_id"), (edge_key, "edge_attr")):
+        keys = list(views[0]) if attrs is None else list(attrs)
+        _, others = carried((), [k for k in keys if all(k in v for v in views)], (None, None, edge_key), attrs,
+                            None, edge_class, where=f"relation {et!r}")
+        for key, name in ((EID, "e_id"), (edge_key, "edge_attr"), *((k, k) for k in others)):
             if key and all(key in v for v in views):  # in edge_index's order: by hop
                 value = torch.cat([views[h][key][hop["eid"]] for h, hop in enumerate(per_hop)])
                 setattr(store, name, value.long() if key == EID else value)
@@ -187,15 +204,17 @@ def blocks_to_hetero_pyg(blocks: Sequence[Any], feat_key: Optional[str] = "feat"
 
 
 def to_hetero_pyg(batch: Any, feat_key: Optional[str] = "feat", label_key: Optional[str] = "label",
-                  edge_key: Optional[str] = "feat", input_id: Optional[torch.Tensor] = None) -> Any:
+                  edge_key: Optional[str] = "feat", input_id: Optional[torch.Tensor] = None,
+                  attrs: Optional[Sequence[str]] = None) -> Any:
     """The PyG ``HeteroData`` of a heterograph's node batch ``(input_nodes, output_nodes, blocks)``
-    (``output_nodes``: ``{ntype: ids}`` of one type with seeds) or of a bare list of blocks."""
+    (``output_nodes``: ``{ntype: ids}`` of one type with seeds) or of a bare list of blocks
+    (:func:`blocks_to_hetero_pyg`)."""
     if isinstance(batch, (list, tuple)) and len(batch) == 3 and isinstance(batch[1], dict) \
             and isinstance(batch[2], (list, tuple)):
         given = [nt for nt, ids in batch[1].items() if ids.numel()]
         seed_type = given[0] if len(given) == 1 else None
-        return blocks_to_hetero_pyg(batch[2], feat_key, label_key, edge_key, seed_type, input_id)
+        return blocks_to_hetero_pyg(batch[2], feat_key, label_key, edge_key, seed_type, input_id, attrs)
     if isinstance(batch, (list, tuple)) and batch and not isinstance(batch[-1], (list, tuple)):
-        return blocks_to_hetero_pyg(batch, feat_key, label_key, edge_key, None, input_id)
+        return blocks_to_hetero_pyg(batch, feat_key, label_key, edge_key, None, input_id, attrs)
     raise TypeError(f"batch_format='pyg': cannot read {type(batch).__name__} as a heterograph's node batch; "
                     "expected (input_nodes, {ntype: seeds}, blocks) or a list of blocks")

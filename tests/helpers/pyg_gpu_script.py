@@ -148,7 +148,7 @@ def bench(device: torch.device, rounds: int = 5, steps: int = 8) -> Dict[str, An
             trim = {"num_sampled_nodes_per_hop": data.num_sampled_nodes,
                     "num_sampled_edges_per_hop": data.num_sampled_edges} if name.endswith("trimmed") else {}
             logits = models[name](data.x, data.edge_index, **trim)[:data.batch_size]
-            labels = data.y
+            labels = data.y[:data.batch_size]
         elif name == "pyg_sageconv_on_blocks":  # PyG's layers, DGL's block style
             h = blocks[0].srcdata["feat"]
             for i, (conv, block) in enumerate(zip(models[name], blocks)):

@@ -126,7 +126,7 @@ class OwnPygDataTask(GraphTask):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         seeds = batch.n_id[:batch.batch_size]
-        wrong = int((batch.x != self.x[batch.n_id]).any(1).sum()) + int((batch.y != self.y[seeds]).sum())
+        wrong = int((batch.x != self.x[batch.n_id]).any(1).sum()) + int((batch.y != self.y[batch.n_id]).sum())
         self.log("wrong_rows", wrong, reduce_fx="sum")
         self.log("seeds_seen", batch.batch_size, reduce_fx="sum")
         self.log("non_train_seeds", int((~torch.isin(seeds, self.train_ids)).sum()), reduce_fx="sum")
@@ -134,3 +134,32 @@ class OwnPygDataTask(GraphTask):
         loss = F.cross_entropy(out, batch.y[:batch.batch_size])
         self.log("train_loss", loss)
         return loss
+
+
+def masked_pyg_data(seed: int = 0) -> Any:
+    """:func:`own_pyg_data` with more of what a PyG user's ``Data`` holds: ``val_mask``, a node
+    ``year`` and an ``edge_weight``."""
+    data = own_pyg_data(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    data.val_mask = ~data.train_mask
+    data.year = torch.randint(2000, 2024, (data.num_nodes,), generator=gen)
+    data.edge_weight = torch.rand(data.num_edges, generator=gen)
+    return data
+
+
+class MaskedPygDataTask(OwnPygDataTask):
+    """:class:`OwnPygDataTask` whose step reads the Data's other attributes off the batch, as a
+    PyG step does (``batch.train_mask[:batch.batch_size]``, ``batch.edge_weight``), logging the
+    rows that differ from ``data``'s."""
+
+    def __init__(self, data: Any):
+        super().__init__(data)
+        self.node_attrs = {k: data[k] for k in ("train_mask", "val_mask", "year")}
+        self.edge_weight = data.edge_weight
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        wrong = sum(int((batch[k] != v[batch.n_id]).sum()) for k, v in self.node_attrs.items())
+        wrong += int((batch.edge_weight != self.edge_weight[batch.e_id]).sum())
+        self.log("wrong_attr_rows", wrong, reduce_fx="sum")
+        self.log("unmasked_seeds", int((~batch.train_mask[:batch.batch_size]).sum()), reduce_fx="sum")
+        return super().training_step(batch, batch_idx)

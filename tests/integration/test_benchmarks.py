@@ -142,6 +142,16 @@ def test_pyg_gather_tiny(tmp_path):
 
 
 @pytest.mark.timeout(TINY_TIMEOUT_S + 60)
+def test_pyg_gather_tiny_attrs_arm(tmp_path):
+    proc = run_bench("pyg_gather.py", "--tiny", "--attrs-arm", "--out", str(tmp_path))
+    data = outputs(tmp_path, "pyg_attrs", proc)
+    assert [(r["graph"], r["sampling"]) for r in data["rows"]] == [("cora", "cpu"), ("cora", "device")]
+    for row in data["rows"]:  # Cora's masks carried in one arm, none in the other
+        assert row["carried"] == ["test_mask", "train_mask", "val_mask"]
+        assert positive(row["ratio"]) and positive(row["step_ratio"])
+
+
+@pytest.mark.timeout(TINY_TIMEOUT_S + 60)
 def test_device_sampling_tiny_with_its_training_arms_on_cpu_ranks(tmp_path):
     """The per-batch part and (``--cpu-arms``) every training arm the GPU run has, on CPU ranks:
     the script a GPU session runs first must not fail there for anything but the GPU."""

@@ -31,7 +31,7 @@ def test_pyg_graphsage_trains_on_to_dgl_of_a_pyg_data(sampling, root_dir):
     assert len(history) == 4
     train = int(data.train_mask.sum())
     for epoch in history:
-        assert epoch["wrong_rows"] == 0  # x is data.x[n_id], y is data.y[seeds]
+        assert epoch["wrong_rows"] == 0  # x is data.x[n_id], y is data.y[n_id]
         assert epoch["non_train_seeds"] == 0
         assert train <= epoch["seeds_seen"] <= train + 1  # each rank's share, padded by at most one
     assert history[-1]["train_loss"] < history[0]["train_loss"]  # y is learnable from x

@@ -71,7 +71,7 @@ def device_batches(loader: Any, device: torch.device, host_data: bool = False) -
     graph = loader.graph
     sampler = DeviceSampler.from_dgl(loader.sampler, graph)
     if getattr(loader, "batch_keys", None):  # PyG batches read x, y and edge_attr whatever the sampler names
-        sampler = sampler.with_batch_keys(graph, *loader.batch_keys)
+        sampler = sampler.with_batch_keys(graph, *loader.batch_keys, getattr(loader, "batch_attrs", ((), ())))
     allowed, source = budget(device)
     copied = copied_bytes(graph, device) if source == f"${BUDGET_ENV}" else 0
     if copied:  # a fixed total: a copy made for an earlier loader counts against it

@@ -11,7 +11,7 @@ graph when a step asks for them (:mod:`.host_reads`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -112,15 +112,20 @@ class DeviceSampler:
             edge_feats = _all_keys(graph.edges, graph.canonical_etypes)
         return cls(fanouts, bool(sampler.replace), feats, labels, edge_feats, prob=prob)
 
-    def with_batch_keys(self, graph: Any, feat_key: str, label_key: str, edge_key: str) -> "DeviceSampler":
-        """These settings also gathering ``feat_key`` (``blocks[0].srcdata``), ``label_key``
-        (``blocks[-1].dstdata``) and ``edge_key`` (every block), for each node type (relation) that
-        has them: what a PyG batch reads as ``x``, ``y`` and ``edge_attr``."""
-        add = [{nt: (k,) for nt in graph.ntypes if k and k in graph.nodes[nt].data} for k in (feat_key, label_key)]
-        edges = {et: (edge_key,) for et in graph.canonical_etypes if edge_key and edge_key in graph.edges[et].data}
-        return replace(self, node_feats=merge_keys(self.node_feats or {}, add[0]),
-                       labels=merge_keys(self.labels or {}, add[1]),
-                       edge_feats=merge_keys(self.edge_feats or {}, edges))
+    def with_batch_keys(self, graph: Any, feat_key: str, label_key: str, edge_key: str,
+                        attrs: Tuple[Sequence[str], Sequence[str]] = ((), ())) -> "DeviceSampler":
+        """These settings also gathering ``feat_key`` and ``label_key`` (``blocks[0].srcdata``: a
+        PyG batch's ``y`` is every node's), ``label_key`` (``blocks[-1].dstdata``), ``edge_key`` (every
+        block) and the other node and edge keys ``attrs`` names, for each node type (relation) that
+        has them: what a PyG batch reads (and the device copy of the graph holds)."""
+        nodes = [k for k in (feat_key, label_key, *attrs[0]) if k]
+        add = {nt: tuple(k for k in nodes if k in graph.nodes[nt].data) for nt in graph.ntypes}
+        labels = {nt: (label_key,) for nt in graph.ntypes if label_key and label_key in graph.nodes[nt].data}
+        edges = {et: tuple(k for k in (edge_key, *attrs[1]) if k and k in graph.edges[et].data)
+                 for et in graph.canonical_etypes}
+        return replace(self, node_feats=merge_keys(self.node_feats or {}, {t: k for t, k in add.items() if k}),
+                       labels=merge_keys(self.labels or {}, labels),
+                       edge_feats=merge_keys(self.edge_feats or {}, {t: k for t, k in edges.items() if k}))
 
     def node_keys(self) -> Keys:
         return merge_keys(self.node_feats or {}, self.labels or {})

@@ -60,7 +60,7 @@ def test_node_and_link_batches_of_to_dgl_read_pyg_names(sampling):
         assert node.sampler.prefetch_node_feats == ["x"] and node.sampler.prefetch_labels == ["y"]
     for data_batch in _placed(node, sampling):
         assert torch.equal(data_batch.x, data.x[data_batch.n_id])
-        assert torch.equal(data_batch.y, data.y[data_batch.n_id[:data_batch.batch_size]])
+        assert torch.equal(data_batch.y, data.y[data_batch.n_id])
         assert torch.equal(data_batch.edge_attr, data.edge_attr[data_batch.e_id])
     for data_batch in _placed(link, sampling):
         assert torch.equal(data_batch.x, data.x[data_batch.n_id])
@@ -75,7 +75,7 @@ def test_each_field_falls_back_on_its_own_and_feat_comes_first(sampling):
     g.ndata["feat"], g.edata["feat"] = -g.ndata["x"], -g.edata["edge_attr"]  # both names: feat is read
     for batch in _placed(_Task(g).node_dataloader(torch.arange(20), [2, 2], 8), sampling):
         assert torch.equal(batch.x, -data.x[batch.n_id])
-        assert torch.equal(batch.y, data.y[batch.n_id[:batch.batch_size]])  # no label: PyG's y
+        assert torch.equal(batch.y, data.y[batch.n_id])  # no label: PyG's y
         assert torch.equal(batch.edge_attr, -data.edge_attr[batch.e_id])
 
 
@@ -89,7 +89,7 @@ def test_pygloader_and_to_pyg_default_to_pyg_names():
         assert torch.equal(batch.x, data.x[batch.n_id]) and torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
     input_nodes, seeds, blocks = next(iter(NodeLoader(g, torch.arange(8), sampler, 8)))
     batch = to_pyg((input_nodes, seeds, blocks))
-    assert torch.equal(batch.x, data.x[batch.n_id]) and torch.equal(batch.y, data.y[seeds])
+    assert torch.equal(batch.x, data.x[batch.n_id]) and torch.equal(batch.y, data.y[batch.n_id])
     assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
 
 

@@ -102,7 +102,7 @@ def check_hetero_semantics(g, fanouts, batch, data, ids):
     assert set(data.edge_types) == set(RELATIONS)
     store = data["a"]
     assert store.batch_size == bs == infer_batch_size(data) and torch.equal(store.n_id[:bs], seeds)
-    assert torch.equal(ids[store.input_id], seeds) and torch.equal(store.y, g.nodes["a"].data["label"][seeds])
+    assert torch.equal(ids[store.input_id], seeds) and torch.equal(store.y, g.nodes["a"].data["label"][store.n_id])
     assert "batch_size" not in data["b"] and "y" not in data["b"]
     want_order, want_counts = pyg_walk(blocks, "a")
     starts = {}
@@ -190,8 +190,12 @@ def test_full_neighbourhoods_give_the_same_batches_on_the_cpu_and_the_device():
     assert len(cpu) == len(device) == 2
     for a, b in zip(cpu, device):
         assert [sorted(s.keys()) for s in a.stores] == [sorted(s.keys()) for s in b.stores]
-        for key in ("batch_size", "input_id", "y"):
+        for key in ("batch_size", "input_id"):
             assert torch.equal(torch.as_tensor(a["a"][key]), torch.as_tensor(b["a"][key]))
+        bs = a["a"].batch_size  # y is every node's, in n_id's order (which may differ within a hop)
+        assert torch.equal(a["a"].y[:bs], b["a"].y[:bs])
+        for batch in (a, b):
+            assert torch.equal(batch["a"].y, g.nodes["a"].data["label"][batch["a"].n_id])
         for nt in SIZES:
             assert a[nt].num_sampled_nodes == b[nt].num_sampled_nodes and a[nt].n_id.dtype == b[nt].n_id.dtype
             assert _by_hop(a[nt].num_sampled_nodes, a[nt].n_id) == _by_hop(b[nt].num_sampled_nodes, b[nt].n_id)
@@ -321,6 +325,6 @@ def test_a_heterodata_graph_is_refused_and_the_lines_it_names_convert_it(trailin
         for nt in ("paper", "author"):
             assert torch.equal(batch[nt].x, data[nt].x[batch[nt].n_id])
         seeds = batch["paper"].n_id[:batch["paper"].batch_size]
-        assert torch.equal(batch["paper"].y, data["paper"].y[seeds])
+        assert torch.equal(batch["paper"].y, data["paper"].y[batch["paper"].n_id])
         writes = batch["author", "writes", "paper"]
         assert torch.equal(writes.edge_attr, data["author", "writes", "paper"].edge_attr[writes.e_id])

@@ -41,7 +41,7 @@ def test_node_batches_read_the_keys_named(sampling, given):
     assert len(batches) == 3
     for data in batches:
         assert torch.equal(data.x, g.ndata["x"][data.n_id])
-        assert torch.equal(data.y, g.ndata["target"][data.n_id[:data.batch_size]])
+        assert torch.equal(data.y, g.ndata["target"][data.n_id])
         assert torch.equal(data.edge_attr, g.edata["w"][data.e_id])
 
 
