@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--sampling", default="cpu", choices=("auto", "device", "cpu"),
                         help="Trainer(sampling=...); 'cpu' (DGL's samples) makes CPU and GPU runs comparable")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--deterministic", default="off", choices=("off", "on", "warn"),
+                        help="Trainer(deterministic=False, True or 'warn')")
     args = parser.parse_args()
     make_task, kwargs, _ = CASES[args.case]
     callbacks = [GraphKinds(args.out)]
@@ -47,6 +49,7 @@ def main() -> None:
         callbacks.append(ModelCheckpoint(save_last=True))
     trainer = Trainer(max_epochs=args.epochs, seed=args.seed, threads_per_proc=1, progress_bar=False, logger=False,
                       block_type="torch", sampling=args.sampling, default_root_dir=os.path.join(args.out, "runs"), callbacks=callbacks,
+                      deterministic={"off": False, "on": True, "warn": "warn"}[args.deterministic],
                       **WHERE[args.where], **kwargs)
     trainer.fit(make_task(0.0), ckpt_path=args.resume)
     world = 2 if args.where.endswith("2") else 1

@@ -336,6 +336,9 @@ def test_dgl_gpu_script_runs_on_cpu_too(tmp_path):
     assert straight["ranks"] == [{"kinds": ["TorchBlock"], "devices": ["cpu"], "params": ["cpu"]}]
     _assert_same_history(straight["history"][:2], first["history"], "first")
     _assert_same_history(straight["history"][2:], resumed["history"], "resumed")
+    fixed = [_fit_shape(tmp_path, f"fixed{i}", "link", "cpu1", "--sampling", "device", "--deterministic", "on")
+             for i in range(2)]
+    assert fixed[0]["history"] == fixed[1]["history"]  # the GPU test's arm, on the CPU
     two = _fit_shape(tmp_path, "two", "hetero", "cpu2")
     assert len(two["ranks"]) == 2 and all(r["kinds"] == ["TorchHeteroBlock"] for r in two["ranks"])
 
@@ -370,6 +373,19 @@ def test_device_sampling_on_gpu_trains_each_shape_and_repeats(tmp_path, case):
     assert first["ranks"][0] == {"kinds": sorted(CASES[case][2]), "devices": ["cuda:0"], "params": ["cuda:0"]}
     _assert_same_history(first["history"], again["history"], f"{case}, sampled on the GPU twice")
     assert all(math.isfinite(v) for row in first["history"] for v in row.values())
+
+
+@NEEDS_CUDA
+@NEEDS_DGL
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", ["node", "link", "hetero"])
+def test_deterministic_device_sampling_on_gpu_repeats_bit_for_bit(tmp_path, case):
+    """Trainer(deterministic=True) on GPU 0: no op of the device sampler or the layers raises
+    under torch's deterministic algorithms, and two runs give exactly the same history."""
+    first = _fit_shape(tmp_path, "first", case, "gpu1", "--sampling", "device", "--deterministic", "on")
+    again = _fit_shape(tmp_path, "again", case, "gpu1", "--sampling", "device", "--deterministic", "on")
+    assert first["ranks"][0]["devices"] == ["cuda:0"]
+    assert first["history"] == again["history"] and all(math.isfinite(v) for r in first["history"] for v in r.values())
 
 
 @NEEDS_CUDA
