@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from .graph_views import ALL, DataView, GraphViews, TypeData, dgl_only, degrees_of, edges_in, local_scope, one_type
-from .lazy_data import is_lazy
+from .lazy_data import held_items, is_lazy
 
 Device = Union[str, torch.device]
 EType = Tuple[str, str, str]
@@ -30,7 +30,7 @@ def _pinned(t: torch.Tensor) -> torch.Tensor:
 
 
 def _move(data: Dict[str, Any], fn: Any) -> Dict[str, Any]:
-    out = {k: (_move(v, fn) if isinstance(v, dict) else fn(v)) for k, v in data.items()}
+    out = {k: (_move(v, fn) if isinstance(v, dict) else fn(v)) for k, v in held_items(data)}
     return data.like(out) if is_lazy(data) else out  # a device block's data still reads the graph's other keys
 
 
@@ -192,7 +192,7 @@ class TorchBlock(GraphViews):
         """Every tensor held, by a descriptive name (for checks and tests)."""
         out = {"indptr": self.indptr, "indices": self.indices, "edge_ids": self.edge_ids}
         for prefix, data in (("srcdata", self.srcdata), ("dstdata", self.dstdata), ("edata", self.edata)):
-            out.update({f"{prefix}.{k}": v for k, v in data.items() if isinstance(v, torch.Tensor)})
+            out.update({f"{prefix}.{k}": v for k, v in held_items(data) if isinstance(v, torch.Tensor)})
         if self.batch_num_nodes_ is not None:
             out["batch_num_nodes"] = self.batch_num_nodes_
         return out

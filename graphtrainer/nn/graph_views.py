@@ -10,7 +10,8 @@ from typing import Any, Callable, Dict, Iterator, Mapping, MutableMapping, Optio
 
 import torch
 
-from .lazy_data import ANY, delete_key, has_key, missing_key, per_type as read_key
+from .lazy_data import (ANY, delete_key, has_key, held_items, key_names, lazy_state, missing_key,
+                        per_type as read_key, set_lazy_state, unreadable)
 
 ALL = "__ALL__"  # dgl.ALL: "every node"
 EDGE_FORMS = ("uv", "eid", "all")
@@ -58,14 +59,18 @@ class TypeData(MutableMapping):
     def __delitem__(self, key: str) -> None:
         delete_key(self._store, key, self._type)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter([k for k, per_type in self._store.items() if self._type in per_type])
+    def __iter__(self) -> Iterator[str]:  # a device block's: the graph's keys too, as DGL's (none read)
+        return iter(key_names(self._store, self._type))
 
     def __len__(self) -> int:
-        return sum(1 for per_type in self._store.values() if self._type in per_type)
+        return len(key_names(self._store, self._type))
 
-    def __repr__(self) -> str:
-        return repr(dict(self))
+    def held(self) -> Dict[str, Any]:
+        """This type's tensors the store holds, reading nothing."""
+        return {k: v[self._type] for k, v in held_items(self._store) if self._type in v}
+
+    def __repr__(self) -> str:  # what is held: printing reads nothing
+        return repr(self.held())
 
 
 _SEVERAL = object()
@@ -75,9 +80,9 @@ class DataView(MutableMapping):
     """DGL's ``srcdata`` / ``dstdata`` / ``ndata`` / ``edata`` of a ``TorchHeteroBlock`` over its
     per-type store ``{key: {type: tensor}}``: with one type (one node type on that side, one
     relation), ``view[key]`` is that type's tensor and a tensor is set; with several, a new
-    ``{type: tensor}`` dict of the types that have ``key``, and a dict is set (merged per type,
-    as DGL). ``types``: the graph's live ``{type: ...}``; ``resolve``: a type name checked (an
-    edge type to its triple)."""
+    ``{type: tensor}`` dict of the types that have ``key`` (``{}`` where none has it), and a dict
+    is set (merged per type); deleting a key no type has does nothing: all as DGL. ``types``:
+    the graph's live ``{type: ...}``; ``resolve``: a type name checked (an edge type to its triple)."""
 
     __slots__ = ("_store", "_types", "_resolve", "_what")
 
@@ -93,9 +98,9 @@ class DataView(MutableMapping):
         one = self._one()
         per_type = read_key(self._store, key, ANY if one is _SEVERAL else one)
         if one is _SEVERAL:
-            if not per_type:
+            if not per_type and unreadable(self._store):  # a pickled device block cannot tell: say why
                 raise missing_key(self._store, key)
-            return dict(per_type)  # DGL's dict is new on each read: changing it leaves the graph as is
+            return dict(per_type or {})  # DGL's dict is new on each read: changing it leaves the graph as is
         if per_type is None or one not in per_type:
             raise missing_key(self._store, key, one)
         return per_type[one]
@@ -116,20 +121,27 @@ class DataView(MutableMapping):
 
     def __delitem__(self, key: str) -> None:
         one = self._one()
+        if one is _SEVERAL and not has_key(self._store, key):
+            return  # DGL deletes it from each type that has it: none here
         delete_key(self._store, key, ANY if one is _SEVERAL else one)
 
     def __contains__(self, key: object) -> bool:
+        """Whether some type (the one type) has ``key`` (DGL's multi-type view says True for any key)."""
         one = self._one()
         return has_key(self._store, key, ANY if one is _SEVERAL else one)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter([k for k in self._store if k in self])
+    def __iter__(self) -> Iterator[str]:  # a device block's: the graph's keys too, as DGL's (none read)
+        one = self._one()
+        return iter(key_names(self._store, ANY if one is _SEVERAL else one))
 
     def __len__(self) -> int:
-        return sum(1 for k in self._store if k in self)
+        return len(list(iter(self)))
 
-    def __repr__(self) -> str:
-        return repr(dict(self))
+    def __repr__(self) -> str:  # what is held: printing reads nothing
+        one = self._one()
+        if one is _SEVERAL:
+            return repr({k: dict(v) for k, v in held_items(self._store) if v})
+        return repr({k: v[one] for k, v in held_items(self._store) if one in v})
 
 
 class _Space:
@@ -224,23 +236,28 @@ def count_nodes(ntype: Optional[str], src: Dict[str, int], dst: Dict[str, int], 
     raise KeyError(f"node type {ntype!r} does not exist; the graph has {list(dict.fromkeys([*src, *dst]))}")
 
 
-def _snapshot(store: MutableMapping) -> list:
-    return [(k, v, dict(v) if isinstance(v, dict) else None) for k, v in store.items()]
+def _snapshot(store: MutableMapping) -> tuple:
+    """What ``store`` holds (not what a device block's could still read) and what it read or deleted."""
+    return [(k, v, dict(v) if isinstance(v, dict) else None) for k, v in held_items(store)], lazy_state(store)
 
 
-def _restore(store: MutableMapping, saved: list) -> None:
+def _restore(store: MutableMapping, saved: tuple) -> None:
+    items, lazy = saved
     store.clear()
-    for key, value, inner in saved:
+    for key, value, inner in items:
         if inner is not None:  # a per-type dict: the same object again, with its old entries
             value.clear()
             value.update(inner)
         store[key] = value
+    set_lazy_state(store, lazy)
 
 
 @contextmanager
 def local_scope(*stores: MutableMapping) -> Iterator[None]:
     """DGL's ``local_scope()`` over a graph's data ``stores``: keys set, replaced or deleted
-    inside are as before afterwards; tensors changed in place stay changed, as in DGL."""
+    inside are as before afterwards; tensors changed in place stay changed, as in DGL. A
+    relation's views (``block[etype]``) scope the whole stores they view (their order kept)."""
+    stores = tuple(s._store if isinstance(s, TypeData) else s for s in stores)
     unique = list({id(s): s for s in stores}.values())  # a graph's ndata is its srcdata and dstdata
     saved = [_snapshot(s) for s in unique]
     try:

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from ...nn.blocks import TorchBlock, TorchHeteroBlock
+from ...nn.lazy_data import held_items
 from ...nn.pyg import GraphRows
 from ..edge_loader import PerEdgeUniform
 from ..hetero import split_flat
@@ -188,7 +189,7 @@ class DeviceEdgeBatches:
                         nodes[key] = {nt: v if rows is None else v[:rows(nt)] for nt, v in value.items()}
             return pair
         for data, rows in ((first.srcdata, last.num_dst_nodes), (last.dstdata, None)):
-            for key, value in data.items():
+            for key, value in held_items(data):  # what the blocks gathered, not what they could read
                 if key != "_ID" and not dict.__contains__(pair.srcdata, key):
                     pair.srcdata[key] = value if rows is None else value[:rows()]
         return pair

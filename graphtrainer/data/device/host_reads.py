@@ -45,7 +45,7 @@ class GraphSource:
         return key != NID and key in self._data(edge, type_)
 
     def keys(self, edge: bool, type_: Any) -> List[str]:
-        return sorted(k for k in self._data(edge, type_).keys() if k != NID)
+        return [k for k in self._data(edge, type_).keys() if k != NID]  # the graph's order, as DGL lists
 
     def read(self, edge: bool, type_: Any, key: str, ids: torch.Tensor, where: str) -> torch.Tensor:
         """Rows ``ids`` of the graph's ``key`` of ``type_``, on the device of ``ids``."""
