@@ -63,11 +63,39 @@ def dgl_stream() -> Optional[int]:
     return next((s for s in range(4096) if _pcg32(7, s, 3) == drawn), None)
 
 
-def warn_if_dgl_stream_moved(rank: int) -> None:
+#: Set in a rank that runs in a fresh thread (launcher="fork" with several threads per rank):
+#: DGL numbers that thread's stream after every thread the launching process gave one.
+_in_fresh_thread = False
+
+
+def note_fresh_rank_thread() -> None:
+    """Called in a forked rank that runs in a fresh thread, before it trains."""
+    global _in_fresh_thread
+    _in_fresh_thread = True
+
+
+def warn_if_dgl_stream_moved(rank: int, deterministic: bool = False) -> None:
     """Warn when this rank's DGL stream is not a fresh process's: its sampling would then
-    differ from a run started from a clean driver with the same seed."""
+    differ from a run started from a clean driver with the same seed. ``deterministic``: the
+    run's DGL sampling should repeat (a rank in a fresh thread is only warned about then)."""
+    if _in_fresh_thread and not deterministic:
+        return  # several threads, not deterministic: the loader's own warning says it does not repeat
     stream = dgl_stream()
     if stream is None or stream == EXPECTED_DGL_STREAM:
+        return
+    if _in_fresh_thread:
+        if rank != 0:
+            return  # one warning for the run: every rank's thread is numbered alike
+        # Not the driver's import order: the stream a fresh thread gets is whatever number is next.
+        warnings.warn(
+            f"rank {rank}: launcher='fork' with several threads per rank runs each rank in a fresh thread (a "
+            "forked main thread cannot use the launching process's OpenMP threads), and DGL numbers that "
+            f"thread's random stream (here {stream}) and its OpenMP threads' after every thread the launching "
+            "process gave one before fit. Sampling stays seeded and deterministic=True still repeats a rerun "
+            "of the same script, but batches depend on what the script did before fit (a loader iterated, "
+            "a fit in this process) and differ from launcher='spawn'. For batches that depend on the seed "
+            "alone: launcher='forkserver' or 'spawn', threads_per_proc=1, or sampling='device'.",
+            RuntimeWarning, stacklevel=2)
         return
     warnings.warn(
         f"rank {rank}: DGL's random stream in this rank is {stream}, not {EXPECTED_DGL_STREAM}, because "

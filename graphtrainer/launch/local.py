@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch.multiprocessing  # noqa: F401
 
 from .. import heartbeat
+from .._compat.dgl_2_1_streams import note_fresh_rank_thread
 from ..process import affinity
 from ..process.parent import die_with_parent
 from ..checkpoint.file import remove_partials_on_signals
@@ -122,8 +123,7 @@ def _rank_main(
     # Started with the stop signals blocked, routed (main thread) then unblocked: kept for the fit.
     with stop_flag.routed(keep=True):
         if fresh_thread:
-            # A fresh thread starts with fresh OpenMP state: a forked child that reuses the parent's
-            # OpenMP pool hangs at its first parallel region (2 forked ranks after OpenMP use sat idle).
+            note_fresh_rank_thread()  # fresh OpenMP state (a reused pool hangs), a DGL stream after the parent's
             worker = threading.Thread(target=run, name=f"graphtrainer-rank{rank}")
             worker.start()
             worker.join()

@@ -102,7 +102,8 @@ def _run_stage(ctx: RankContext, stage: str, ckpt_path: Optional[str], info: gdi
     config, state = ctx.config, ctx.state
     hang_watch = external_failures.HangWatch(info.rank, config.hang_timeout if external else None)
     try:
-        warn_if_dgl_stream_moved(info.rank)
+        # The device sampler draws from torch's generator, never DGL's streams.
+        warn_if_dgl_stream_moved(info.rank, bool(config.deterministic) and config.sampling != "device")
         seed_all(config.seed)  # model build; evaluation's samplers (fit reseeds every epoch)
         if stage == "fit":
             result = run_fit(ctx, ckpt_path)
