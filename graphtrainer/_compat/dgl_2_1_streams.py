@@ -28,6 +28,7 @@ import threading
 import warnings
 from typing import Any, Optional
 
+from .dgl_2_1_fused import install_fused_int32_fix
 from .dgl_2_1_threads import install_thread_fixes
 
 #: The DGL stream every rank's sampling thread should have (a fresh process's main thread).
@@ -139,8 +140,10 @@ class _ClaimAfterDGLImport(importlib.abc.MetaPathFinder):
 
 
 def _after_dgl_import() -> None:
-    """DGL's thread-timing fixes (switched off until a deterministic run), then the main thread's claim."""
+    """DGL's thread-timing fixes (switched off until a deterministic run), the fused sampler's
+    int32 fix, then the main thread's claim."""
     install_thread_fixes()
+    install_fused_int32_fix()
     _claim_in_main_thread()
 
 

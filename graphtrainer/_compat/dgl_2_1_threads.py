@@ -106,8 +106,8 @@ def first_seen_order(sources: Sequence[torch.Tensor], num_nodes: int, fixed: int
     relation's source ids in edge id order, relations in order); None when that is their order."""
     src = sources[0] if len(sources) == 1 else torch.cat(sources)
     if src.dtype == torch.int32 and src.numel() and int(src.max()) >= num_nodes:
-        # DGL's fused sampler reads its int64 node mapping as int32 on an int32 graph: its
-        # blocks can point past their nodes. Such a block is left as DGL made it.
+        # A block pointing past its nodes (DGL's fused sampler on an int32 graph, were its mapping
+        # not made int32 by dgl_2_1_fused) is left as DGL made it.
         return None
     src = src.long()
     first = torch.full((num_nodes,), src.numel(), dtype=torch.int64)
