@@ -71,8 +71,8 @@ class PerEdgeUniform:
             for etype, ids in eids.items():
                 etype = g.to_canonical_etype(etype)
                 src, _ = g.find_edges(ids, etype=etype)
-                offset = (self.offsets or {}).get(etype, 0)
-                out[etype] = self.draw(src, ids + offset, g.num_nodes(etype[2]), g.num_nodes(etype[0]))
+                offset = (self.offsets or {}).get(etype, 0)  # in int64: it may pass an int32 graph's ids
+                out[etype] = self.draw(src, ids.long() + offset, g.num_nodes(etype[2]), g.num_nodes(etype[0]))
             return out
         src, _ = g.find_edges(eids)
         return self.draw(src, eids, g.num_nodes())

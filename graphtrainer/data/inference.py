@@ -127,7 +127,7 @@ def _one_layer(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str
         start, end = node_range(graph.num_nodes(nt), rank, world)
         for lo in range(start, end, batch_size):
             heartbeat.beat(f"layerwise inference, layer {layer}", batch_idx)
-            seeds = torch.arange(lo, min(lo + batch_size, end))
+            seeds = torch.arange(lo, min(lo + batch_size, end), dtype=graph.idtype)  # DGL wants the graph's
             rows = _apply(layer_fn, layer, graph, h, sampler, {nt: seeds}, device)
             if nt not in rows:
                 last = lo + seeds.numel() - 1
@@ -186,7 +186,7 @@ def _probe(layer_fn: Callable[..., Any], layer: int, graph: Any, h: Dict[str, to
             continue
         degree = sum(graph.in_degrees(etype=et) for et in into)
         probe = int(torch.as_tensor(degree).argmax())
-        rows = _apply(layer_fn, layer, graph, h, sampler, {nt: torch.tensor([probe])}, device)
+        rows = _apply(layer_fn, layer, graph, h, sampler, {nt: torch.tensor([probe], dtype=graph.idtype)}, device)
         if nt in rows:
             shapes[nt] = (tuple(rows[nt].shape[1:]), rows[nt].dtype)
     if not shapes:

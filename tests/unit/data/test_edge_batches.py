@@ -114,6 +114,21 @@ def test_an_int32_graph_excludes_reverse_edges_on_the_cpu_and_the_device(reverse
         assert seen == seeds.numel(), where
 
 
+def test_a_heterographs_negatives_on_an_int32_graph_hash_offsets_past_int32_as_the_int64_graphs():
+    """A relation's flat offset (edges of the relations before it) can pass 2**31 on a big int32
+    graph: it was added in int32 and wrapped, so the CPU drew other negatives than the device."""
+    from graphtrainer.data.edge_loader import PerEdgeUniform
+
+    g64 = dgl.heterograph({("u", "a", "v"): ([0, 1, 2], [1, 2, 0]), ("v", "b", "u"): ([0, 1, 2, 0], [2, 1, 0, 1])})
+    draws = {}
+    for g in (g64, g64.int()):
+        negatives = PerEdgeUniform(3)
+        negatives.offsets = {("v", "b", "u"): 2**31 + 5}  # as EdgeLoader sets them
+        draws[g.idtype] = negatives(g, {"b": torch.arange(4, dtype=g.idtype)})[("v", "b", "u")][1]
+    flat = PerEdgeUniform(3).draw(torch.zeros(4, dtype=torch.int64), torch.arange(4) + 2**31 + 5, 3)[1]
+    assert torch.equal(draws[torch.int32].long(), draws[torch.int64]) and torch.equal(draws[torch.int64], flat)
+
+
 def test_negatives_must_be_a_count_a_sampler_or_none():
     g, _ = _graph()
     for bad in (0.0, float("nan"), True, 0, -1, "2"):
