@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from graphtrainer import Callback, ModelCheckpoint, Trainer  # noqa: E402  (before dgl: its workarounds)
+
 import dgl  # noqa: E402
 import psutil  # noqa: E402
-
-from graphtrainer import Callback, ModelCheckpoint, Trainer  # noqa: E402
 
 from tasks import RegressionTask  # noqa: E402
 
