@@ -62,7 +62,8 @@ PREEMPTED_EXIT_CODE = 75
 
 class Preempted(SystemExit):
     """A fit stopped by a signal (SIGTERM, SIGUSR1) at a batch boundary, its state written to
-    ``checkpoint`` (see :mod:`graphtrainer.loop.preemption`). A ``SystemExit``: uncaught, the
+    ``checkpoint`` (see :mod:`graphtrainer.loop.preemption`), or before any rank existed (nothing
+    trained: ``checkpoint`` and ``result`` are None). A ``SystemExit``: uncaught, the
     process ends with status :data:`PREEMPTED_EXIT_CODE`. ``result``: what the run reached
     (a ``RunResult``, for the ``Trainer`` that launched the ranks to take in)."""
 

@@ -26,6 +26,7 @@ from .launch.base import InProcess, Launcher
 from .launch.environment import ExistingRanks, detect_external_launch
 from .launch.lean import allocator_option
 from .launch.local import LocalLauncher
+from .loop import preemption
 from .loop.ddp import check_ddp_kwargs
 from .loop.loggers import absorb_logger_states, check_logger
 from .loop.context import RankContext
@@ -97,17 +98,15 @@ class Trainer(RunView):
             every epoch: a check that the model can fit a little data.
         enable_model_summary: print the model's parameter counts on rank 0 at the start of
             ``fit`` (a :class:`~graphtrainer.callbacks.ModelSummary` callback).
-        profiler: ``"simple"`` prints after ``fit`` each rank's wall time per hook and per stage
-            of a training step; ``"pytorch"`` writes a ``torch.profiler`` trace of a few of rank
-            0's steps to ``<log_dir>/profile/``.
+        profiler: ``"simple"`` prints after ``fit`` each rank's wall time per hook and per stage of a training
+            step; ``"pytorch"`` writes a ``torch.profiler`` trace of a few of rank 0's steps to ``<log_dir>/profile/``.
         find_unused_parameters: let DDP find, after each forward, the parameters that got no
             gradient (when not all take part in every loss, e.g. relations a batch may lack),
             walking the autograd graph every step; DDP may warn once per rank that it "did not
             find any unused parameters" (:mod:`graphtrainer.loop.ddp`). Where every step uses
             the same parameters, ``ddp_kwargs={"static_graph": True}`` avoids both.
-        ddp_kwargs: further ``DistributedDataParallel`` arguments, e.g.
-            ``{"gradient_as_bucket_view": True, "static_graph": True}``; the trainer sets
-            the module and devices itself.
+        ddp_kwargs: further ``DistributedDataParallel`` arguments (the trainer sets the module and devices
+            itself), e.g. ``{"gradient_as_bucket_view": True, "static_graph": True}``.
         distributed_graph: a partition config (``parts/cora.json``, or its folder) made by
             ``python -m graphtrainer.cli.partition``: on each machine ``fit`` starts its graph
             servers and ``num_procs`` (or ``gpus``) ranks, whose ``task.graph`` is the
@@ -273,12 +272,13 @@ class Trainer(RunView):
         ``fit``, as in Lightning, unless resuming replaces them. Afterwards :attr:`history`
         holds one exactly reduced row per epoch and :attr:`log_dir` the run directory.
         """
-        # Before the reset: "best" may use this trainer's last run; "last" with none yet starts afresh.
-        ckpt_path = check_resumable_file(self._resolve_ckpt(ckpt_path, fresh_if_none=True))  # before any rank
-        self.state = RunState()
-        for cb in self.callbacks:
-            cb.reset()
-        self._run(task, "fit", ckpt_path)
+        with preemption.before_ranks():  # a stop signal from here until a rank exists: Preempted at once
+            # Before the reset: "best" may use this trainer's last run; "last" with none yet starts afresh.
+            ckpt_path = check_resumable_file(self._resolve_ckpt(ckpt_path, fresh_if_none=True))  # before any rank
+            self.state = RunState()
+            for cb in self.callbacks:
+                cb.reset()
+            self._run(task, "fit", ckpt_path)
         return self
 
     def validate(self, task: GraphTask, ckpt_path: Optional[str] = None) -> Dict[str, float]:

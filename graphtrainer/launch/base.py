@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
 from ..comm import RankInfo
+from . import leftovers, stop_flag
 
 #: A rank's entry point: ``target(RankInfo, *args)``, returning what the rank hands back.
 RankTarget = Callable[..., Any]
@@ -37,9 +38,16 @@ class Launcher(ABC):
 
 
 class InProcess(Launcher):
-    """One rank, in this process: nothing is started."""
+    """One rank, in this process: nothing is started. In a fit, a stop signal from the rank's start on
+    is kept for the fit (which stops at its first batch boundary and checkpoints), as a launched rank
+    keeps it (:mod:`graphtrainer.launch.stop_flag`); before, it raises ``Preempted`` at once
+    (:func:`graphtrainer.launch.leftovers.preempts_before_ranks`)."""
 
     in_other_processes = False
 
     def run(self, target: RankTarget, args: Sequence[Any]) -> Any:
-        return target(RankInfo(), *args)
+        if not leftovers.awaiting_ranks():
+            return target(RankInfo(), *args)
+        with stop_flag.routed(keep=True):  # (the fit's own handlers first, then the rank is here)
+            leftovers.rank_runs_here()
+            return target(RankInfo(), *args)

@@ -19,9 +19,10 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, TypeVar
 
 from .._moved import moved_name
+from ..errors import PREEMPTED_EXIT_CODE, Preempted
 from ..process import pids
 
 
@@ -94,6 +95,11 @@ def _remove_segments(folder: Path) -> List[str]:
 
 _forward_to: List[int] = []  # pids the stop signals are passed on to (this launch's ranks)
 _forwarded: List[int] = []  # the stop signals passed on during this launch
+_STOP = (signal.SIGTERM, signal.SIGUSR1)
+#: [True] while a fit's launching process has no rank yet (:func:`preempts_before_ranks`).
+_before_ranks: List[bool] = []
+#: The stop signal that ended a fit before any rank existed, until the next such fit.
+_preempted_by: List[int] = []
 
 
 def stop_forwarded() -> bool:
@@ -102,48 +108,114 @@ def stop_forwarded() -> bool:
 
 
 def forward_stop_signals_to(pid: int) -> None:
-    """From now on until the launch ends, pass SIGTERM and SIGUSR1 received here on to ``pid``."""
+    """From now on until the launch ends, pass SIGTERM and SIGUSR1 received here on to ``pid``
+    (a rank exists: a stop signal no longer ends the fit here, see :func:`preempts_before_ranks`)."""
     _forward_to.append(pid)
+    _before_ranks.clear()
+
+
+def awaiting_ranks() -> bool:
+    """Whether a fit's stop signals raise ``Preempted`` here, no rank having started yet."""
+    return bool(_before_ranks)
+
+
+def rank_runs_here() -> None:
+    """This process becomes the fit's one rank (``InProcess``): a stop signal is its own from now on."""
+    _before_ranks.clear()
+
+
+def preempted_before_ranks() -> Optional[int]:
+    """The stop signal that ended the last fit before any rank existed, or None."""
+    return _preempted_by[0] if _preempted_by else None
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """SIGTERM or SIGUSR1 in a launching process: see :func:`unwinds_on_sigterm` and :func:`preempts_before_ranks`."""
+    if _forward_to and not (signum == signal.SIGTERM and signal.SIGTERM in _forwarded):
+        _forwarded.append(signum)
+        for pid in _forward_to:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        return
+    if _before_ranks:
+        _before_ranks.clear()
+        _preempted_by[:] = [signum]
+        for sig in _STOP:
+            signal.signal(sig, signal.SIG_IGN)  # once: the unwinding itself is not cut short
+        name = signal.Signals(signum).name
+        raise Preempted(f"fit stopped by {name} before any rank started: nothing trained, no checkpoint "
+                        "written. Resume with fit(task, ckpt_path='last') (command line: --ckpt_path last): it "
+                        "continues from the previous checkpoint, or starts afresh without one; the process exits "
+                        f"with status {PREEMPTED_EXIT_CODE}")
+    if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding itself is not cut short
+        raise SystemExit(128 + signum)
+
+
+def _takes_stop_signals() -> bool:
+    """Main thread, with SIGTERM and SIGUSR1 at their defaults: someone else's handlers are left alone."""
+    return threading.current_thread() is threading.main_thread() and \
+        all(signal.getsignal(sig) is signal.SIG_DFL for sig in _STOP)
+
+
+@contextlib.contextmanager
+def preempts_before_ranks(enabled: bool = True) -> Iterator[None]:
+    """Around a fit whose ranks this process starts or runs: until the first rank exists
+    (:func:`forward_stop_signals_to`, :func:`rank_runs_here`), a stop signal (SIGTERM, SIGUSR1)
+    raises :class:`~graphtrainer.Preempted` at once in the main thread (nothing trained: a
+    requeued ``fit(ckpt_path="last")`` resumes the previous checkpoint), so ``finally`` blocks
+    remove the run folder and temporary folders and stop the fork server; later stop signals are
+    ignored while it unwinds. Once ranks exist, as :func:`unwinds_on_sigterm`. Nothing where
+    :func:`unwinds_on_sigterm` would do nothing."""
+    if not enabled or not _takes_stop_signals():
+        yield
+        return
+    _forward_to.clear()
+    _forwarded.clear()
+    _preempted_by.clear()
+    _before_ranks[:] = [True]
+    for sig in _STOP:
+        signal.signal(sig, _on_stop_signal)
+    try:
+        yield
+    finally:
+        _before_ranks.clear()
+        _forward_to.clear()
+        _forwarded.clear()
+        for sig in _STOP:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def unwinds_on_sigterm(fn: F) -> F:
     """Run ``fn`` (a launch) with SIGTERM and SIGUSR1 passed on to the ranks, which stop at
-    their next batch boundary and write a checkpoint (:mod:`graphtrainer.loop.preemption`). A
-    SIGTERM before any rank started, or a second one, raises ``SystemExit(143)`` in the main
-    thread, as Ctrl-C raises ``KeyboardInterrupt``, so ``fn``'s ``finally`` blocks end the
-    ranks and remove temporary files. Handlers someone else set are left alone."""
+    their next batch boundary and write a checkpoint (:mod:`graphtrainer.loop.preemption`). In a
+    fit, a stop signal before any rank started raises ``Preempted`` (see
+    :func:`preempts_before_ranks`); elsewhere a SIGTERM before any rank started, and in any stage
+    a second one, raises ``SystemExit(143)`` in the main thread, as Ctrl-C raises
+    ``KeyboardInterrupt``, so ``fn``'s ``finally`` blocks end the ranks and remove temporary
+    files. Handlers someone else set are left alone."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         warn_if_sigint_ignored()
-        stop = (signal.SIGTERM, signal.SIGUSR1)
-        if threading.current_thread() is not threading.main_thread() or \
-                any(signal.getsignal(sig) is not signal.SIG_DFL for sig in stop):
+        if signal.getsignal(signal.SIGTERM) is _on_stop_signal:  # a fit's (or an outer launch's) already
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _forward_to.clear()
+        if not _takes_stop_signals():
             return fn(*args, **kwargs)
-        forwarded = _forwarded
-        forwarded.clear()
-
-        def handler(signum: int, frame: Any) -> None:
-            if _forward_to and not (signum == signal.SIGTERM and signal.SIGTERM in forwarded):
-                forwarded.append(signum)
-                for pid in _forward_to:
-                    try:
-                        os.kill(pid, signum)
-                    except ProcessLookupError:
-                        pass
-                return
-            if signum == signal.SIGTERM:
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the unwinding itself is not cut short
-                raise SystemExit(128 + signum)
-
-        for sig in stop:
-            signal.signal(sig, handler)
+        _forwarded.clear()
+        for sig in _STOP:
+            signal.signal(sig, _on_stop_signal)
         try:
             return fn(*args, **kwargs)
         finally:
             _forward_to.clear()
-            forwarded.clear()
-            for sig in stop:
+            _forwarded.clear()
+            for sig in _STOP:
                 signal.signal(sig, signal.SIG_DFL)
 
     return wrapper  # type: ignore[return-value]

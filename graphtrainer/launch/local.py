@@ -199,14 +199,7 @@ def launch(
     """
     if method not in LAUNCH_METHODS:
         raise ValueError(f"launch method {method!r}: choose one of {LAUNCH_METHODS}")
-    if method == "forkserver":
-        ctx = forkserver.context()
-        forkserver.start_server()  # no-op when prepare_graphs already started it
-    else:
-        ctx = mp.get_context(method)
-    if method == "spawn":
-        # Started here, not inside the first rank's start: starting it unblocks SIGTERM in this thread.
-        resource_tracker.ensure_running()
+    ctx = forkserver.context() if method == "forkserver" else mp.get_context(method)
     # Only a fork inherits the parent's OpenMP state, only a parent with threads besides
     # its main one can have an OpenMP pool whose state would hang the rank, and a rank
     # limited to one thread never enters that pool. Otherwise ranks stay in their main
@@ -219,16 +212,26 @@ def launch(
     err_conns: Dict[int, Any] = {}
     relay: Optional[rank_stderr.StderrRelay] = None
     watch: Optional[Watch] = None
+    listener: Optional[socket.socket] = None
+    stack_dir: Optional[str] = None
     succeeded = False
-    # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
-    listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
-    board = heartbeat.new_board(ctx, world_size)
-    leftovers.remove_dead_owners(("stacks", "ipconfig"))
-    stack_dir = leftovers.owned_temp_dir("stacks")
-    if method == "fork":
-        import_rank_modules()  # once here, shared by every rank, instead of once per rank
-        gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
+    # Everything from here inside the try: a stop signal before the first rank (Preempted, or
+    # SystemExit outside a fit) still stops the fork server and removes the stacks folder.
     try:
+        if method == "forkserver":
+            forkserver.start_server()  # no-op when prepare_graphs already started it
+        if method == "spawn":
+            # Started here, not inside the first rank's start: starting it unblocks SIGTERM in this thread.
+            resource_tracker.ensure_running()
+        # The rendezvous socket: bound here, on loopback, and handed to rank 0's store.
+        listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
+        board = heartbeat.new_board(ctx, world_size)
+        leftovers.remove_dead_owners(("stacks", "ipconfig"))
+        with stop_flag.blocked():  # made and named at once
+            stack_dir = leftovers.owned_temp_dir("stacks")
+        if method == "fork":
+            import_rank_modules()  # once here, shared by every rank, instead of once per rank
+            gc.freeze()  # collector passes in a rank would otherwise copy every inherited object's page
         for rank in range(world_size):
             recv, send = ctx.Pipe(duplex=False)
             err_conns[rank], err_send = ctx.Pipe(duplex=False)
@@ -241,16 +244,18 @@ def launch(
             )
             try:
                 with stop_flag.blocked():  # inherited: the rank unblocks them once it routes them
-                    start_process(proc, method, args)
-            except BaseException:
-                recv.close()
-                raise
+                    try:
+                        start_process(proc, method, args)
+                    except BaseException:
+                        recv.close()
+                        raise
+                    procs.append(proc)
+                    conns[rank] = recv
+                    # Before the unblock: a stop signal held meanwhile goes to this rank, which keeps it.
+                    leftovers.forward_stop_signals_to(proc.pid)
             finally:
                 send.close()
                 err_send.close()
-            procs.append(proc)
-            conns[rank] = recv
-            leftovers.forward_stop_signals_to(proc.pid)
         listener.close()
         if method == "fork":
             gc.unfreeze()
@@ -263,14 +268,15 @@ def launch(
         succeeded = True
         return result
     finally:
-        listener.close()
+        if listener is not None:
+            listener.close()
         with leftovers.cleanup_first():  # a second Ctrl-C waits for it
             _clean_up(procs, conns, err_conns, relay, method, stack_dir, job, succeeded,
                       watch.end_grace_s if watch is not None else TERMINATE_GRACE_S)
 
 
 def _clean_up(procs: List[Any], conns: Dict[int, Any], err_conns: Dict[int, Any],
-              relay: Optional[rank_stderr.StderrRelay], method: str, stack_dir: str,
+              relay: Optional[rank_stderr.StderrRelay], method: str, stack_dir: Optional[str],
               job: Optional[FailureChannel], succeeded: bool, grace_s: float) -> None:
     """End every rank and the fork server, close the pipes, remove the stacks folder."""
     gc.unfreeze()
@@ -291,7 +297,8 @@ def _clean_up(procs: List[Any], conns: Dict[int, Any], err_conns: Dict[int, Any]
         conn.close()
     for proc in procs:
         proc.close()  # its sentinel pipe, now rather than at garbage collection
-    shutil.rmtree(stack_dir, ignore_errors=True)
+    if stack_dir is not None:
+        shutil.rmtree(stack_dir, ignore_errors=True)
 
 
 class LocalLauncher(Launcher):

@@ -14,24 +14,27 @@ it and all stop at the same boundary, one step after the first exchange that saw
 (:class:`~graphtrainer.loop.stopping.StopController`), so a signal after the last exchange
 stops the run at the epoch's end; so does any signal in an epoch inside ``Join`` (ranks
 with different numbers of batches), where no other collective may run.
-The process exits with :data:`~graphtrainer.PREEMPTED_EXIT_CODE`.
+The process exits with :data:`~graphtrainer.PREEMPTED_EXIT_CODE`. A signal before any rank
+exists ends the fit so too, at once and without a checkpoint (:func:`before_ranks`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
 
 from .. import comm as gdist
 from ..checkpoint.content import save_checkpoint, set_rng_state
 from ..errors import PREEMPTED_EXIT_CODE, Preempted
-from ..launch import stop_flag
+from ..launch import leftovers, stop_flag
+from ..launch.environment import detect_external_launch
 from .hooks import result
 
 #: Set to 1 to requeue the Slurm job (``scontrol requeue $SLURM_JOB_ID``) after a preemption.
@@ -182,6 +185,23 @@ def requeue_if_asked() -> Optional[str]:
         print(f"[graphtrainer] scontrol requeue {job} failed: {out.stderr.strip()}", file=sys.stderr)
         return None
     return f"Slurm job {job} requeued"
+
+
+@contextlib.contextmanager
+def before_ranks() -> Iterator[None]:
+    """Around a fit in the process that starts its ranks or is its one rank (not a torchrun or
+    Slurm rank: no launcher of ours): a stop signal before any rank exists raises
+    :class:`~graphtrainer.Preempted` at once (:func:`graphtrainer.launch.leftovers.preempts_before_ranks`),
+    said on stderr as :func:`stop_run` says it, and the Slurm job requeued as :func:`requeue_if_asked` asks."""
+    try:
+        with leftovers.preempts_before_ranks(detect_external_launch() is None):
+            yield
+    except Preempted as stop:
+        if leftovers.preempted_before_ranks() is not None and stop.checkpoint is None and stop.result is None:
+            done = requeue_if_asked()
+            stop.message += f"; {done}" if done else ""
+            print(f"[graphtrainer] {stop.message}", file=sys.stderr, flush=True)  # for the job's log
+        raise
 
 
 def stop_run(ctx: Any, batches_done: int) -> None:
