@@ -34,6 +34,7 @@ def table_rows(text: str, marker: str) -> list:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_paper_prints_one_machine_and_4_8_16_machine_rows():
     proc = run("--paper", timeout=100)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,7 +53,7 @@ def test_paper_prints_one_machine_and_4_8_16_machine_rows():
         assert name in header
 
 
-# About 21 s on the 2-core VM: a benchmark run, so `slow` (setup.cfg: 5 s or more).
+# About 21 s on the 2-core VM: a benchmark run, so `slow` (setup.cfg: 3 s or more).
 @pytest.mark.slow
 @pytest.mark.timeout(QUICK_TIMEOUT_S + 60)
 def test_quick_run_measures_both_arms(tmp_path):

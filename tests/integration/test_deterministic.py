@@ -37,7 +37,7 @@ def _probe(root_dir, out, mode, procs=2, launcher="fork"):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode, launcher, warn_only", [(True, "fork", False), ("warn", "forkserver", True)])
+@pytest.mark.parametrize("mode, launcher, warn_only", [(True, "fork", False), pytest.param("warn", "forkserver", True, marks=pytest.mark.slow)])
 def test_every_rank_runs_torchs_deterministic_mode(root_dir, tmp_path, monkeypatch, mode, launcher, warn_only):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     for seen in _probe(root_dir, tmp_path / "out", mode, launcher=launcher):

@@ -10,6 +10,7 @@ from graphtrainer import RankFailedError, Trainer
 from graphtrainer.launch import forkserver
 
 from conftest import rank_children
+from launch_env import launchers
 from tasks import FailingTask
 
 
@@ -26,7 +27,7 @@ def _fit_failing(root_dir, launcher, how):
     return info.value
 
 
-LAUNCHERS = ["fork", "forkserver", "spawn"]
+LAUNCHERS = launchers("fork", "forkserver", "spawn")
 
 
 @pytest.mark.timeout(60)

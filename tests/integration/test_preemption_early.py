@@ -52,7 +52,7 @@ def _signalled(owner, tmp_path: Path, launcher: str, where: str, signals: tuple)
     pytest.param("spawn", "formats", (signal.SIGUSR1,), marks=pytest.mark.slow),
     pytest.param("forkserver", "formats", (signal.SIGTERM,), marks=pytest.mark.slow),
     pytest.param("fork", "formats", (signal.SIGTERM, signal.SIGTERM), marks=pytest.mark.slow),
-    ("inprocess", "reset", (signal.SIGTERM,)),
+    pytest.param("inprocess", "reset", (signal.SIGTERM,), marks=pytest.mark.slow),
 ])
 def test_a_stop_signal_before_any_rank_exists_ends_the_fit_as_a_preemption(tmp_path, process_owner, launcher,
                                                                           where, signals):
@@ -64,6 +64,7 @@ def test_a_stop_signal_before_any_rank_exists_ends_the_fit_as_a_preemption(tmp_p
     assert result["checkpoint"] is None and result["run_dirs"] == [] and result["children"] == [], result
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 @pytest.mark.timeout(150)
 def test_a_stop_signal_while_the_one_rank_of_this_process_starts_is_kept_for_the_fit(tmp_path, process_owner):
     """As a launched rank keeps it: the fit stops at its first batch boundary and checkpoints."""

@@ -43,6 +43,7 @@ def test_a_sigterm_while_the_ranks_start_stops_the_fit_as_a_preemption(tmp_path,
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_a_sigterm_while_the_ranks_of_a_test_start_still_ends_them(tmp_path, process_owner):
     """Only a fit keeps the signal for a checkpoint: other stages end as the signal ends a process, and the
     error says the signal came through the launching process (the run was stopped, no rank failed)."""

@@ -269,6 +269,7 @@ def test_max_steps_0_trains_no_step(root_dir, procs):
     assert not rank_children()
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_spawn_from_stdin_fails_in_the_parent_with_the_reason(tmp_path):
     script = textwrap.dedent(f"""
         import sys

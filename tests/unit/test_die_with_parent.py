@@ -47,7 +47,7 @@ def _start_parent(process_owner, tmp_path: Path, start: str, when: str):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("start", ["fork", "popen"])
+@pytest.mark.parametrize("start", ["fork", pytest.param("popen", marks=pytest.mark.slow)])
 def test_a_child_whose_parent_is_gone_before_the_call_ends_at_once(process_owner, tmp_path, start):
     proc, child = _start_parent(process_owner, tmp_path, start, "before")
     assert proc.wait(timeout=60) == 0  # the parent exits once the child is ready
@@ -58,7 +58,7 @@ def test_a_child_whose_parent_is_gone_before_the_call_ends_at_once(process_owner
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("start", ["fork", "popen"])
+@pytest.mark.parametrize("start", ["fork", pytest.param("popen", marks=pytest.mark.slow)])
 def test_a_child_dies_with_a_parent_killed_after_the_call(process_owner, tmp_path, start):
     proc, child = _start_parent(process_owner, tmp_path, start, "after")
     _wait_for(tmp_path / "armed", 60, child)
@@ -68,6 +68,7 @@ def test_a_child_dies_with_a_parent_killed_after_the_call(process_owner, tmp_pat
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_a_fork_server_child_runs_on_while_its_starter_lives(process_owner, tmp_path):
     """Its parent is the server, which the starter started: not a parent gone."""
     _, child = _start_parent(process_owner, tmp_path, "forkserver", "after")

@@ -125,6 +125,7 @@ def test_every_row_of_the_table_is_gone_from_the_package_and_points_at_modules_t
         assert hasattr(importlib.import_module(target), name)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_python_dash_m_on_an_old_path_runs_the_new_module_and_says_so():
     """``python -m graphtrainer.partition`` (the documented command before the move) still runs."""
     proc = subprocess.run([sys.executable, "-m", "graphtrainer.partition", "--help"], capture_output=True,

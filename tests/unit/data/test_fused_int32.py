@@ -72,6 +72,7 @@ def test_fused_blocks_of_an_int32_heterograph_hold_the_graphs_edges(two_threads)
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # 3 s or more on 2 cores: a 2-rank fit
 def test_a_two_thread_fit_on_an_int32_graph_trains(tmp_path):
     """Before the fix this fit read out of bounds (glibc: "malloc(): unaligned tcache chunk
     detected", or garbage); in a child process, so a crash fails the test, not the suite."""

@@ -224,6 +224,7 @@ print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algor
 """
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_a_sampling_worker_takes_its_ranks_mode():
     """A worker started by spawn or forkserver does not inherit torch's setting: it is set again."""
     env = {"PYTHONPATH": str(ROOT), "DGLBACKEND": "pytorch"}

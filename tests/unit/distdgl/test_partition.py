@@ -112,6 +112,7 @@ def test_cora_two_parts_in_process(cora, tmp_path, capsys):
     assert "Save partitions" in s.dgl_log  # ...but not lost
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 @pytest.mark.timeout(150)
 def test_cora_two_parts_as_a_command(cache, tmp_path):
     out = tmp_path / "parts"
@@ -274,6 +275,7 @@ def test_heterograph_refused(tmp_path):
         partition_graph(g, "h", 1, tmp_path)
 
 
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 @pytest.mark.timeout(150)
 def test_refusal_as_a_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "graphtrainer.cli.partition", "--dataset", "cora", "--parts", "0",

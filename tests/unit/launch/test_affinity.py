@@ -52,6 +52,7 @@ def test_each_rank_runs_on_its_own_cores_and_its_workers_on_all(tmp_path, launch
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_pin_cpus_false_leaves_every_rank_on_the_whole_mask(tmp_path):
     machine = sorted(os.sched_getaffinity(0))
     for cores in _fit_and_read(tmp_path, "fork", pin_cpus=False):

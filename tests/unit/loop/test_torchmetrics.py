@@ -219,6 +219,7 @@ def test_non_scalar_metric_names_the_fix():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow  # 3 s or more on 2 cores: a fresh interpreter
 def test_everything_else_works_without_torchmetrics(tmp_path):
     # A fresh interpreter where importing torchmetrics fails: graphtrainer imports, fits and
     # logs values; nothing imported torchmetrics behind the user's back.
