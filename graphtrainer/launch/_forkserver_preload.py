@@ -2,6 +2,7 @@
 the engine, once (the package's ``__init__``, run first, brings the Trainer), then the collector
 is told to leave those objects alone, so that ranks forked from the server keep sharing their
 pages (a collection in a rank would otherwise write to every inherited object's page)."""
+import atexit
 import gc
 import os
 
@@ -23,3 +24,5 @@ except ImportError:  # plain-torch tasks need no dgl
 if os.environ.pop("GRAPHTRAINER_FORKSERVER", None) == "1":
     gc.collect()
     gc.freeze()
+    # Released at the server's exit: a nanobind extension (triton's) reports frozen objects as leaked.
+    atexit.register(gc.unfreeze)
