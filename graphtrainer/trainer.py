@@ -22,6 +22,7 @@ from .checkpoint.run_files import prepare_run_dir, remove_dead_partials, remove_
 from .distdgl.cluster import check_options
 from .distdgl.launcher import DistDGLLauncher, distgraph_options
 from .errors import Preempted
+from .launch import leftovers
 from .launch.base import InProcess, Launcher
 from .launch.environment import ExistingRanks, detect_external_launch
 from .launch.lean import allocator_option
@@ -325,8 +326,10 @@ class Trainer(RunView):
             if stage == "fit" and not self.config.fast_dev_run and launcher.makes_run_dir:
                 own_folders = [cb.explicit_dirpath for cb in self.callbacks if getattr(cb, "explicit_dirpath", None)]
                 remove_dead_partials(self.config.default_root_dir, own_folders)  # of writers killed outright
-                # Made here, before any process starts, so an unwritable root fails early.
-                self.state.log_dir = prepare_run_dir(self.config.default_root_dir)
+                # Made here, before any process starts, so an unwritable root fails early; made and
+                # recorded before a stop signal meanwhile acts, so the preempted fit still removes it.
+                with leftovers.stop_signals_held():
+                    self.state.log_dir = prepare_run_dir(self.config.default_root_dir)
             try:
                 result = launcher.run(run_rank, (ctx, stage, ckpt_path))
             except Preempted as stop:  # still raised, but the trainer shows what ran (as Lightning's)

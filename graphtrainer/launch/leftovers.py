@@ -100,6 +100,9 @@ _STOP = (signal.SIGTERM, signal.SIGUSR1)
 _before_ranks: List[bool] = []
 #: The stop signal that ended a fit before any rank existed, until the next such fit.
 _preempted_by: List[int] = []
+#: [True] inside :func:`stop_signals_held`; the stop signals that arrived there, in order.
+_holding: List[bool] = []
+_held: List[int] = []
 
 
 def stop_forwarded() -> bool:
@@ -129,8 +132,30 @@ def preempted_before_ranks() -> Optional[int]:
     return _preempted_by[0] if _preempted_by else None
 
 
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """A stop signal handled here (:func:`preempts_before_ranks`, :func:`unwinds_on_sigterm`) inside the
+    block is acted on as the block ends: what the block makes and records (a run folder) is recorded
+    before the unwinding that removes it. (Blocking the signal would not do: another thread of the
+    process, one of torch's, may take it, and Python runs the handler in the main thread at once.)"""
+    if _holding:
+        yield
+        return
+    _holding.append(True)
+    try:
+        yield
+    finally:
+        _holding.clear()
+        pending, _held[:] = list(_held), []
+        for signum in pending:
+            _on_stop_signal(signum, None)
+
+
 def _on_stop_signal(signum: int, frame: Any) -> None:
     """SIGTERM or SIGUSR1 in a launching process: see :func:`unwinds_on_sigterm` and :func:`preempts_before_ranks`."""
+    if _holding:
+        _held.append(signum)
+        return
     if _forward_to and not (signum == signal.SIGTERM and signal.SIGTERM in _forwarded):
         _forwarded.append(signum)
         for pid in _forward_to:

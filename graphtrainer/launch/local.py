@@ -227,7 +227,7 @@ def launch(
         listener = socket.create_server(("127.0.0.1", 0), backlog=max(128, world_size))
         board = heartbeat.new_board(ctx, world_size)
         leftovers.remove_dead_owners(("stacks", "ipconfig"))
-        with stop_flag.blocked():  # made and named at once
+        with leftovers.stop_signals_held():  # made and named before a stop signal acts
             stack_dir = leftovers.owned_temp_dir("stacks")
         if method == "fork":
             import_rank_modules()  # once here, shared by every rank, instead of once per rank

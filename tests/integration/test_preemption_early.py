@@ -72,3 +72,30 @@ def test_a_stop_signal_while_the_one_rank_of_this_process_starts_is_kept_for_the
     assert status == PREEMPTED_EXIT_CODE and result["error"] == "Preempted", (status, result, err[-4000:])
     assert "fit stopped by SIGTERM (received by rank 0) at epoch 0 after batch 0" in err, err[-4000:]
     assert result["checkpoint"] is not None, result
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_signal_just_after_the_run_folder_is_made_still_removes_it(tmp_path, monkeypatch):
+    """The signal lands the moment ``prepare_run_dir`` has made ``version_0``, before the fit records it:
+    held until it is recorded, so the preempted fit removes it as any other."""
+    from graphtrainer import Preempted, Trainer, trainer as trainer_module
+    from graphtrainer.launch import leftovers
+
+    from tasks import RegressionTask
+
+    made = trainer_module.prepare_run_dir
+
+    def made_then_signalled(root):
+        path = made(root)
+        # Only to the fit's own handler (never the default, which would end pytest).
+        assert signal.getsignal(signal.SIGTERM) is leftovers._on_stop_signal
+        os.kill(os.getpid(), signal.SIGTERM)
+        return path
+
+    monkeypatch.setattr(trainer_module, "prepare_run_dir", made_then_signalled)
+    root = tmp_path / "runs"
+    trainer = Trainer(num_procs=2, launcher="fork", max_epochs=1, progress_bar=False, logger=False,
+                      enable_model_summary=False, default_root_dir=str(root))
+    with pytest.raises(Preempted, match="before any rank started"):
+        trainer.fit(RegressionTask(scheduler=None))
+    assert list(root.glob("version_*")) == []
