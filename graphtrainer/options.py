@@ -36,7 +36,7 @@ def sampling(value: str) -> str:
 
 
 def deterministic(value: Any) -> Union[bool, str]:
-    """``Trainer(deterministic=...)``: True, False or "warn"."""
+    """``Trainer(deterministic=...)``: True, False (or None) or "warn"."""
     from .data.determinism import check_mode
 
     return check_mode(value)

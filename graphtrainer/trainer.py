@@ -131,7 +131,7 @@ class Trainer(RunView):
         deterministic: ``True``: every rank (and DGL sampling worker) runs torch's deterministic algorithms
             (an op without one raises; ``CUBLAS_WORKSPACE_CONFIG`` set if unset) and samples with DGL on
             the CPU repeatably at any thread count, at a cost (:mod:`graphtrainer.data.determinism`);
-            ``"warn"``: the same, torch warning instead of raising; ``False``: neither.
+            ``"warn"``: the same, torch warning instead of raising; ``False`` (or None, Lightning's default): neither.
         pin_cpus: pin each rank this trainer launches to its own ``threads_per_proc`` cores of
             the launching process's affinity mask (wrapping round; sampling workers keep the
             whole mask; torchrun and Slurm ranks are left alone). See :mod:`graphtrainer.process.affinity`.
@@ -182,7 +182,7 @@ class Trainer(RunView):
         prefetch_batches: bool = True,
         allocator: str = "default",
         pin_cpus: bool = True,
-        deterministic: Union[bool, Literal["warn"]] = False,
+        deterministic: Optional[Union[bool, Literal["warn"]]] = False,
         **lightning_options: Any,
     ):
         """Options: see the class docstring. Long because it takes and checks every option (as Lightning).

@@ -29,12 +29,14 @@ _mode: Mode = False  # this process's, for the sampling workers its loaders star
 
 
 def check_mode(value: object) -> Mode:
-    """``value`` if it is a mode, else a ``ValueError`` naming the three."""
+    """``value`` if it is a mode (None: Lightning's default, here ``False``), else a ``ValueError`` naming them."""
+    if value is None:
+        return False
     if value is True or value is False or (isinstance(value, str) and value == "warn"):
         return value  # type: ignore[return-value]
     raise ValueError(f"deterministic={value!r}: give True (torch's deterministic algorithms, raising at an op that "
                      "has none, and DGL CPU sampling repeatable at any thread count), 'warn' (the same, but torch "
-                     "warns instead of raising) or False (the default: neither)")
+                     "warns instead of raising) or False (the default, also None as in Lightning: neither)")
 
 
 def current_mode() -> Mode:
@@ -64,6 +66,7 @@ def deterministic(mode: Mode) -> Iterator[None]:
         return
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.backends.cudnn.benchmark, thread_fixes_on(), _mode)
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     apply_mode(mode)
     try:
         yield
@@ -72,3 +75,7 @@ def deterministic(mode: Mode) -> Iterator[None]:
         torch.backends.cudnn.benchmark = before[2]
         set_thread_fixes(before[3])
         _mode = before[4]
+        if cublas is None:  # (ranks started later would inherit it)
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = cublas

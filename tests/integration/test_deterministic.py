@@ -46,18 +46,25 @@ def test_every_rank_runs_torchs_deterministic_mode(root_dir, tmp_path, monkeypat
 
 
 @pytest.mark.timeout(60)
-def test_in_process_the_mode_is_set_for_the_run_and_put_back(root_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the user's own is kept
-    assert _probe(root_dir, tmp_path / "out", True, procs=1) == [{"on": True, "warn_only": False, "cublas": ":16:8"}]
+@pytest.mark.parametrize("users", [":16:8", None])
+def test_in_process_the_mode_is_set_for_the_run_and_put_back(root_dir, tmp_path, monkeypatch, users):
+    if users is None:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", users)  # the user's own is kept
+    assert _probe(root_dir, tmp_path / "out", True, procs=1) == [
+        {"on": True, "warn_only": False, "cublas": users or ":4096:8"}]
     assert not torch.are_deterministic_algorithms_enabled()
+    assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == users  # a later run, or its ranks, do not inherit ours
 
 
 @pytest.mark.timeout(60)
-def test_by_default_the_ranks_keep_torchs_own_setting(root_dir, tmp_path):
-    assert [s["on"] for s in _probe(root_dir, tmp_path / "out", False)] == [False, False]
+@pytest.mark.parametrize("mode", [False, None])  # None: Lightning's default, ported scripts pass it
+def test_by_default_the_ranks_keep_torchs_own_setting(root_dir, tmp_path, mode):
+    assert [s["on"] for s in _probe(root_dir, tmp_path / "out", mode)] == [False, False]
 
 
-@pytest.mark.parametrize("value", ["true", 1, None, "error"])
+@pytest.mark.parametrize("value", ["true", 1, 0, "error"])
 def test_bad_values_are_refused_before_any_rank_starts(value):
     with pytest.raises(ValueError, match=r"deterministic=.*give True .*'warn'.* or False"):
         Trainer(deterministic=value)
