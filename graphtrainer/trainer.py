@@ -185,8 +185,8 @@ class Trainer(RunView):
         deterministic: Optional[Union[bool, Literal["warn"]]] = False,
         **lightning_options: Any,
     ):
-        """Options: see the class docstring. Long because it takes and checks every option (as Lightning).
-        Lightning's arguments graphtrainer does not take are refused, naming its way."""
+        """Options: see the class docstring. Long because it takes and checks every option (as Lightning), and
+        refuses Lightning's arguments graphtrainer does not take, naming its way."""
         check_trainer_options(lightning_options)
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher={launcher!r}: choose one of {LAUNCHERS}")
@@ -326,10 +326,8 @@ class Trainer(RunView):
             if stage == "fit" and not self.config.fast_dev_run and launcher.makes_run_dir:
                 own_folders = [cb.explicit_dirpath for cb in self.callbacks if getattr(cb, "explicit_dirpath", None)]
                 remove_dead_partials(self.config.default_root_dir, own_folders)  # of writers killed outright
-                # Made here, before any process starts, so an unwritable root fails early; made and
-                # recorded before a stop signal meanwhile acts, so the preempted fit still removes it.
-                with leftovers.stop_signals_held():
-                    self.state.log_dir = prepare_run_dir(self.config.default_root_dir)
+                with leftovers.stop_signals_held():  # recorded before a stop signal acts, so a preemption removes it
+                    self.state.log_dir = prepare_run_dir(self.config.default_root_dir)  # an unwritable root fails here
             try:
                 result = launcher.run(run_rank, (ctx, stage, ckpt_path))
             except Preempted as stop:  # still raised, but the trainer shows what ran (as Lightning's)
@@ -388,10 +386,9 @@ class Trainer(RunView):
 
     def _resolve_ckpt(self, ckpt_path: Optional[str], fresh_if_none: bool = False,
                       run_dir: Optional[str | os.PathLike] = None) -> Optional[str]:
-        """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0.
-        ``fresh_if_none`` (fit): "last" with no checkpoint yet means a fresh start, so one
-        command line serves the first start and every restart after a preemption. ``run_dir``:
-        "last"/"best" of that run folder, not of the newest run."""
+        """The file that ``ckpt_path`` ("last", "best" or a path) names; says which on rank 0. ``fresh_if_none``
+        (fit): "last" with no checkpoint yet means a fresh start, so one command line serves the first start and
+        every restart after a preemption. ``run_dir``: "last"/"best" of that run folder, not of the newest run."""
         if ckpt_path not in ("best", "last"):
             if ckpt_path is not None:  # here, before any rank starts, not in every rank after loading data
                 check_checkpoint_path(ckpt_path)
