@@ -70,10 +70,11 @@ def resolve_hetero_keys(graph: Any, seed_type: str, feat_key: Optional[str], lab
 class HeteroBatches:
     """Turns a heterograph's node batches into ``HeteroData`` with ``input_id``: each seed's place
     in the loader's ids of the seed type (the first place, for an id given twice), carrying the
-    other node and edge data ``attrs`` names (where a type has it)."""
+    other node and edge data ``attrs`` names (where a type has it; ``None``: all, each type's own)."""
 
-    def __init__(self, loader: Any, seed_type: str, keys: Tuple[str, str, str], attrs: Sequence[str] = ()):
-        self.seed_type, self.keys, self.attrs = seed_type, keys, tuple(attrs)
+    def __init__(self, loader: Any, seed_type: str, keys: Tuple[str, str, str],
+                 attrs: Optional[Sequence[str]] = ()):
+        self.seed_type, self.keys, self.attrs = seed_type, keys, None if attrs is None else tuple(attrs)
         ids = loader.typed[seed_type]
         self.order = torch.argsort(ids, stable=True)
         self.sorted = ids[self.order]

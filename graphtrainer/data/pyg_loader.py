@@ -63,28 +63,31 @@ def _keys(view: Any) -> List[str]:
     return list(view.keys()) if view is not None and hasattr(view, "keys") else []
 
 
-def resolve_attrs(graph: Any, mapped: Tuple[str, str, str], attrs: Any) -> Tuple[List[str], List[str]]:
+def resolve_attrs(graph: Any, mapped: Tuple[str, Optional[str], str], attrs: Any) -> Tuple[List[str], List[str]]:
     """The node and edge data keys PyG batches of ``graph`` carry under their own names
     (:mod:`graphtrainer.nn.pyg_attrs`): all but ``_ID``/``_TYPE`` and ``mapped`` (the keys read as
-    ``x``, ``y``, ``edge_attr``), or those ``attrs`` names; on a heterograph, of any type. A name
+    ``x``, ``y``, ``edge_attr``; ``None``: a link batch's, which has no ``y``), or those ``attrs``
+    names; on a heterograph, of any type (each type's own: :mod:`graphtrainer.nn.pyg_hetero`). A name
     the graph lacks, or one a batch cannot hold, is refused before any batch, naming the fix."""
     attrs = check_attrs(attrs)
     if is_heterograph(graph):
         from torch_geometric.data.storage import EdgeStorage, NodeStorage  # check_pyg_ready imported PyG
-        per_type = [carried(_keys(graph.nodes[nt].data), (), mapped[:2] + ("",), attrs, NodeStorage,
+        per_type = [carried(_keys(graph.nodes[nt].data), (), (*mapped[:2], None), attrs, NodeStorage,
                             where=f"node type {nt!r}")[0] for nt in graph.ntypes]
-        per_rel = [carried((), _keys(graph.edges[et].data), ("", "", mapped[2]), attrs, None, EdgeStorage,
+        per_rel = [carried((), _keys(graph.edges[et].data), (None, None, mapped[2]), attrs, None, EdgeStorage,
                            where=f"relation {et!r}")[1] for et in graph.canonical_etypes]
         nodes, edges = _union(per_type, attrs), _union(per_rel, attrs)
         held = {k for nt in graph.ntypes for k in _keys(graph.nodes[nt].data)} | \
             {k for et in graph.canonical_etypes for k in _keys(graph.edges[et].data)}
     else:
         ndata, edata = _keys(getattr(graph, "ndata", None)), _keys(getattr(graph, "edata", None))
-        nodes, edges = carried(ndata, edata, mapped, attrs, pyg_data_class())
+        nodes, edges = carried(ndata, edata, mapped, attrs, pyg_data_class(), pyg_data_class())
         held = set(ndata) | set(edata)
     wrong = [a for a in attrs or () if a not in held or a in SKIPPED]
     if wrong:
-        why = "n_id and e_id hold it" if wrong[0] in SKIPPED else "the graph has no such node or edge data"
+        why = {"_ID": "n_id and e_id hold it", "_TYPE": "it is DGL's bookkeeping, dgl.to_homogeneous's node (edge) "
+               "type; to carry it, copy it under another name first: g.ndata['node_type'] = g.ndata['_TYPE']"}.get(
+            wrong[0], "the graph has no such node or edge data")
         raise ValueError(f"attrs names {wrong[0]!r}, which a PyG batch cannot carry: {why} (the graph has "
                          f"{sorted(held - set(SKIPPED))}). Fix: name the graph's node or edge data to carry under "
                          "their own names (attrs=() for none, None for all)")
@@ -110,7 +113,8 @@ class PygLoader(ShardedLoader):
     edge loader was given them, the positives' ``edge_label`` (as PyG's, shifted by 1 when its
     least value is 0 and there are negatives, 0 being theirs). ``feat_key``/``label_key``/``edge_key``:
     the data read as ``x``, ``y`` and ``edge_attr`` (default: node data ``feat``, else PyG's ``x``;
-    ``label``, else ``y``; edge data ``feat``, else ``edge_attr``; ``label_key=""``: no ``y``);
+    ``label``, else ``y``; edge data ``feat``, else ``edge_attr``; ``label_key=""``: no ``y``, node
+    data ``y`` not carried as one either; ``""`` switches ``x`` or ``edge_attr`` off alike);
     sampled on the device, the loader gathers them whatever its sampler prefetches. A key named
     here that the graph lacks is refused (:func:`check_batch_keys`); no ``x`` gives a warning.
     ``y`` holds every node's label, as PyG's (``y[:batch_size]``: the seeds'). The graph's other
@@ -133,11 +137,12 @@ class PygLoader(ShardedLoader):
             feat_key, label_key, edge_key = resolve_hetero_keys(graph, seed_type, feat_key, label_key, edge_key)
         else:
             feat_key, label_key, edge_key = resolve_batch_keys(graph, feat_key, label_key, edge_key)
-        nodes, edges = resolve_attrs(graph, (feat_key, "" if hasattr(loader, "pairs") else label_key, edge_key),
+        # A link batch has no y: its node data y is an ordinary key (None), not a switched-off field ("").
+        nodes, edges = resolve_attrs(graph, (feat_key, None if hasattr(loader, "pairs") else label_key, edge_key),
                                      attrs)
-        self.attrs = tuple(nodes + edges)  # no name is both (refused)
-        if is_heterograph(graph):
-            self.hetero = HeteroBatches(loader, seed_type, (feat_key, label_key, edge_key), self.attrs)
+        self.attrs = tuple(dict.fromkeys(nodes + edges))  # one name on a node type and a relation: once
+        if is_heterograph(graph):  # each type's own (x may be one type's data and another's feat)
+            self.hetero = HeteroBatches(loader, seed_type, (feat_key, label_key, edge_key), check_attrs(attrs))
         self.inner, self.feat_key, self.label_key, self.edge_key = loader, feat_key, label_key, edge_key
         self.neg_sampling = link_mode(loader, neg_sampling, edge_label)
         self.edge_labels = None if edge_label is None else EdgeLabels(edge_label, loader, self.neg_sampling)

@@ -79,18 +79,24 @@ def _pick(view: Any, keys: Sequence[str]) -> Dict[str, torch.Tensor]:
     return {k: view[k] for k in keys if k in view}
 
 
+def _require_homogeneous(blocks: Sequence[Any]) -> None:
+    """A ``ValueError`` naming :func:`~graphtrainer.nn.pyg_hetero.to_hetero_pyg` for a heterograph's
+    blocks, before their data is read (a node type and a relation may share a data name there)."""
+    for block in blocks:
+        typed = is_dgl_graph(block) and (len(block.canonical_etypes) != 1 or len(block.srctypes) != 1)
+        if typed or not (is_dgl_graph(block) or isinstance(block, TorchBlock) and block.is_block):
+            raise ValueError(f"batch_format='pyg' takes sampled blocks of a homogeneous graph, got "
+                             f"{type(block).__name__}: a heterograph's blocks make PyG's HeteroData. Fix: "
+                             "graphtrainer.nn.pyg_hetero.to_hetero_pyg(batch) (a loader with batch_format='pyg' "
+                             "uses it on a heterograph)")
+
+
 def _homogeneous(blocks: Sequence[Any], src_keys: Sequence[str], label_key: str,
                  edge_keys: Sequence[str]) -> List[TorchBlock]:
     out = []
     last = len(blocks) - 1
     for i, block in enumerate(blocks):
-        block = _lean(block, [*src_keys, NID] if i == 0 else [], [label_key] if i == last else [], edge_keys)
-        if not isinstance(block, TorchBlock) or not block.is_block:
-            raise ValueError(f"batch_format='pyg' takes sampled blocks of a homogeneous graph, got "
-                             f"{type(block).__name__}: a heterograph's blocks make PyG's HeteroData. Fix: "
-                             "graphtrainer.nn.pyg_hetero.to_hetero_pyg(batch) (a loader with batch_format='pyg' "
-                             "uses it on a heterograph)")
-        out.append(block)
+        out.append(_lean(block, [*src_keys, NID] if i == 0 else [], [label_key] if i == last else [], edge_keys))
     for inner, outer in zip(out, out[1:]):
         if inner.num_dst != outer.num_src:
             raise ValueError(f"batch_format='pyg': consecutive blocks must chain (a block's {inner.num_dst} "
@@ -167,25 +173,28 @@ def blocks_to_pyg(blocks: Sequence[Any], feat_key: Optional[str] = None, label_k
     ``x`` (``blocks[0].srcdata[feat_key]``), ``edge_index`` (hop 1 first), ``edge_attr`` (the
     edges' ``edata[edge_key]``, where every block has it), ``y`` (``label_key`` of every node, as
     PyG's, the seeds first: ``y[:batch_size]``; one row per seed where only ``blocks[-1].dstdata``
-    has it; ``label_key=""``: none), ``batch_size``, ``n_id``, ``e_id`` (the graph's node and edge
-    ids), ``num_sampled_nodes``, ``num_sampled_edges``, and the other node data of ``blocks[0].srcdata``
-    (edge data every block has) under its own name, by ``n_id`` (``e_id``): :mod:`.pyg_attrs`;
+    has it; ``label_key=""``: none, and node data ``y`` is not carried as one), ``batch_size``,
+    ``n_id``, ``e_id`` (the graph's node and edge ids), ``num_sampled_nodes``,
+    ``num_sampled_edges``, and the other node data of ``blocks[0].srcdata`` (edge data every
+    block has) under its own name, by ``n_id`` (``e_id``): :mod:`.pyg_attrs`;
     ``attrs``: only those named. A key not named is :func:`default_key`'s: ``feat`` else ``x``,
     ``label`` else ``y``, edge data ``feat`` else ``edge_attr``. ``rows``: read the node and edge
     data there, by ``n_id`` and ``e_id``, for the kept nodes and edges only (the same values; the
     blocks' own data is not read)."""
-    return _subgraph(blocks, feat_key, label_key, edge_key, sort_seeds=False, rows=rows, attrs=attrs)[0]
+    return _subgraph(blocks, feat_key, label_key, edge_key, link=False, rows=rows, attrs=attrs)[0]
 
 
 def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optional[str], edge_key: Optional[str],
-              sort_seeds: bool, rows: Optional[GraphRows] = None,
+              link: bool, rows: Optional[GraphRows] = None,
               attrs: Optional[Sequence[str]] = None) -> Tuple[Any, Optional[torch.Tensor]]:
-    """:func:`blocks_to_pyg`'s batch and, with ``sort_seeds`` (a link batch: PyG's ``unique`` of the
-    pairs' ends numbers them by node id), the seeds' new positions (``None``: unchanged)."""
+    """:func:`blocks_to_pyg`'s batch and, for a ``link`` batch (no ``y``: node data ``y`` is an
+    ordinary key; PyG's ``unique`` of the pairs' ends numbers the seeds by node id), the seeds'
+    new positions (``None``: unchanged)."""
     data_class = pyg_data_class()
     if not blocks:
         raise ValueError("batch_format='pyg': a batch needs at least one block")
-    first, last = blocks[0], blocks[-1]  # non-blocks: refused by _homogeneous
+    _require_homogeneous(blocks)
+    first, last = blocks[0], blocks[-1]
     nodes, edges = (rows.ndata, rows.edata) if rows is not None else (
         getattr(first, "srcdata", ()), getattr(first, "edata", ()))
     feat_key = default_key("x", nodes) if feat_key is None else feat_key
@@ -194,11 +203,12 @@ def _subgraph(blocks: Sequence[Any], feat_key: Optional[str], label_key: Optiona
     edge_key = default_key("edge_attr", edges) if edge_key is None else edge_key
     if rows is None:  # edge data every block has
         edges = [k for k in edges if all(k in getattr(b, "edata", ()) for b in blocks)]
-    others = carried(nodes, edges, (feat_key, label_key, edge_key), attrs, data_class)
+    # A link batch has no y: there node data y is an ordinary key (None), not a switched-off field ("").
+    others = carried(nodes, edges, (feat_key, None if link else label_key, edge_key), attrs, data_class, data_class)
     blocks = _homogeneous(blocks, *(((), "", ()) if rows is not None else (
         [feat_key, label_key, *others[0]], label_key, [edge_key, *others[1]])))
     seed_order, moved = None, None
-    if sort_seeds and NID in blocks[0].srcdata:
+    if link and NID in blocks[0].srcdata:
         seed_ids = blocks[0].srcdata[NID][:blocks[-1].num_dst]
         if seed_ids.numel() > 1 and not bool((seed_ids[1:] > seed_ids[:-1]).all()):  # DGL's compaction: as met
             seed_order = torch.argsort(seed_ids)
@@ -292,7 +302,7 @@ def link_to_pyg(pair_graph: Any, neg_pair_graph: Any, blocks: Sequence[Any], fea
     if neg_sampling not in NEG_SAMPLING:
         raise ValueError(f"neg_sampling={neg_sampling!r}: choose 'binary' (edge_label_index and edge_label, "
                          "negatives drawn at both ends) or 'triplet' (src_index, dst_pos_index, dst_neg_index)")
-    data, moved = _subgraph(blocks, feat_key, "", edge_key, sort_seeds=True, rows=rows, attrs=attrs)
+    data, moved = _subgraph(blocks, feat_key, "", edge_key, link=True, rows=rows, attrs=attrs)
     pos = _pairs(pair_graph) if moved is None else moved[_pairs(pair_graph)]
     if EID in pair_graph.edata:
         data.input_id = pair_graph.edata[EID].long()

@@ -10,7 +10,7 @@ cannot hold under its own name is refused, naming the fix (:func:`check_clashes`
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple
 
 #: DGL's bookkeeping, never carried: ``n_id``/``e_id`` hold ``_ID``; ``_TYPE`` is dgl.to_homogeneous's.
 SKIPPED = ("_ID", "_TYPE")
@@ -35,21 +35,39 @@ def carried(node_keys: Iterable[str], edge_keys: Iterable[str], mapped: Sequence
             attrs: Optional[Sequence[str]] = None, store: Any = None, edge_store: Any = None,
             where: str = "the graph") -> Tuple[List[str], List[str]]:
     """The node and edge keys a batch carries under their own names: of ``node_keys`` and
-    ``edge_keys`` (what the data holds), every one but :data:`SKIPPED` and ``mapped``
-    (``(feat_key, label_key, edge_key)``: read as ``x``, ``y``, ``edge_attr``; and ``x``, ``y``,
-    ``edge_attr`` themselves where another key is read as them), sorted; or those named in
-    ``attrs`` that the data holds, in that order. Clashes are refused (:func:`check_clashes`;
+    ``edge_keys`` (what the data holds), every one but :data:`SKIPPED` and those :func:`_taken`,
+    sorted; or those named in ``attrs`` that the data holds, in that order (a name both hold and
+    one side takes is the other side's). ``mapped``: ``(feat_key, label_key, edge_key)``, the
+    keys read as ``x``, ``y``, ``edge_attr`` (``""``: the batch has no such field; ``None``: not
+    a field of this batch, its name an ordinary key). Clashes are refused (:func:`check_clashes`;
     ``store``/``edge_store``: the PyG class each lands in, for its own attribute names)."""
     nodes = [k for k in node_keys if k not in SKIPPED]
     edges = [k for k in edge_keys if k not in SKIPPED]
-    present = (mapped[0] if mapped[0] in nodes else None, mapped[1] if mapped[1] in nodes else None,
-               mapped[2] if mapped[2] in edges else None)
-    if attrs is None:  # PyG's name of a field read from another key is that field's other candidate: left out
-        taken = {*mapped, *(field for field, i in MAPPED.items() if present[i])}
-        out = (sorted(k for k in nodes if k not in taken), sorted(k for k in edges if k not in taken))
-    else:
-        out = ([a for a in attrs if a in nodes], [a for a in attrs if a in edges])
+    present = (_present(mapped[0], nodes), _present(mapped[1], nodes), _present(mapped[2], edges))
+    node_taken, edge_taken = _taken(present, ("x", "y")), _taken(present, ("edge_attr",))
+    if attrs is None:
+        out = (sorted(k for k in nodes if k not in node_taken), sorted(k for k in edges if k not in edge_taken))
+    else:  # node label read as y and an edge label: attrs=["label"] means the edge one
+        out = ([a for a in attrs if a in nodes and not (a in node_taken and a in edges and a not in edge_taken)],
+               [a for a in attrs if a in edges and not (a in edge_taken and a in nodes and a not in node_taken)])
     check_clashes(out[0], out[1], present, store, edge_store, where)
+    return out
+
+
+def _present(key: Optional[str], keys: Sequence[str]) -> Optional[str]:
+    return key if key == "" or key in keys else None  # "": the field switched off
+
+
+def _taken(present: Sequence[Optional[str]], fields: Sequence[str]) -> Set[str]:
+    """The names of node (``fields``: ``x``, ``y``) or edge (``edge_attr``) data that default
+    batches leave out: the key read as each field (``present``: where the data has it), and the
+    field's own name then (PyG's other candidate) or where the field is switched off (``""``:
+    ``label_key=""`` means no ``y``, so node data ``y`` does not become one)."""
+    out = set()
+    for field in fields:
+        key = present[MAPPED[field]]
+        if key is not None:
+            out.update({key, field} - {""})
     return out
 
 
@@ -57,13 +75,14 @@ def check_clashes(nodes: Sequence[str], edges: Sequence[str], mapped: Sequence[O
                   store: Any = None, edge_store: Any = None, where: str = "the graph") -> None:
     """A ``ValueError`` for a carried key a PyG batch cannot hold under its own name: a field PyG's
     loaders set (:data:`FIELDS`; ``x``, ``y``, ``edge_attr`` only where another key is read as
-    them), an attribute of PyG's class that is not a settable property (a method: ``batch.keys``
-    would not read it), or one name for node and edge data (PyG's ``Data`` holds one)."""
+    them or the field is switched off, ``""``), an attribute of PyG's class that is not a
+    settable property (a method: ``batch.keys`` would not read it), or one name for node and
+    edge data (PyG's ``Data`` holds one)."""
     both = sorted(set(nodes) & set(edges))
     if both:
         raise ValueError(f"batch_format='pyg': {where} has node and edge data named {both[0]!r}, and a PyG batch holds "
                          f"one attribute per name (NeighborLoader slices it by n_id or e_id). Fix: rename one, e.g. "
-                         f"g.edata['edge_{both[0]}'] = g.edata.pop({both[0]!r}), or name the keys to carry with "
+                         f"g.edata['my_{both[0]}'] = g.edata.pop({both[0]!r}), or name the keys to carry with "
                          "attrs=[...] (loader option) without it")
     for edge, keys in ((False, nodes), (True, edges)):
         for key in keys:
@@ -79,7 +98,10 @@ def check_clashes(nodes: Sequence[str], edges: Sequence[str], mapped: Sequence[O
 def _clash(key: str, mapped: Sequence[Optional[str]], cls: Any) -> Optional[str]:
     if key in MAPPED:
         source = mapped[MAPPED[key]]
-        return None if not source or source == key else f"the batch's {key}, read from {source!r}"
+        if source is None or source == key:
+            return None
+        return f"the batch's {key}, read from {source!r}" if source else \
+            f"the batch's {key}, which {('feat_key', 'label_key', 'edge_key')[MAPPED[key]]}='' leaves out"
     if key in FIELDS:
         return f"the field {key} that PyG's loaders set"
     attr = getattr(cls, key, None) if cls is not None else None

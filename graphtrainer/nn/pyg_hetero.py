@@ -173,8 +173,8 @@ def blocks_to_hetero_pyg(blocks: Sequence[Any], feat_key: Optional[str] = "feat"
     for nt, order in hops.order.items():
         store = data[nt]
         view = first.srcnodes[nt].data
-        keys = list(view) if attrs is None else [a for a in attrs if a in view]
-        others, _ = carried(keys, (), (feat_key, label_key, None), attrs, node_class, where=f"node type {nt!r}")
+        # Every key the type holds, so that one read as x makes x taken here, whatever attrs names.
+        others, _ = carried(list(view), (), (feat_key, label_key, None), attrs, node_class, where=f"node type {nt!r}")
         for key, name in ((feat_key, "x"), (label_key, "y"), *((k, k) for k in others)):
             value = _node_value(view, key)
             if value is not None:
@@ -192,8 +192,7 @@ def blocks_to_hetero_pyg(blocks: Sequence[Any], feat_key: Optional[str] = "feat"
         store = data[et]
         store.edge_index = torch.stack([torch.cat([h["src"] for h in per_hop]), torch.cat([h["dst"] for h in per_hop])])
         views = [blocks[depth - h].edges[et].data for h in range(1, depth + 1)]
-        keys = list(views[0]) if attrs is None else list(attrs)
-        _, others = carried((), [k for k in keys if all(k in v for v in views)], (None, None, edge_key), attrs,
+        _, others = carried((), [k for k in views[0] if all(k in v for v in views)], (None, None, edge_key), attrs,
                             None, edge_class, where=f"relation {et!r}")
         for key, name in ((EID, "e_id"), (edge_key, "edge_attr"), *((k, k) for k in others)):
             if key and all(key in v for v in views):  # in edge_index's order: by hop

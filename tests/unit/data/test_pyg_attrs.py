@@ -118,12 +118,15 @@ def test_attrs_limits_what_is_carried_and_gathered():
 
 
 @pytest.mark.parametrize("name, where", [("edge_index", "ndata"), ("n_id", "ndata"), ("batch_size", "edata"),
-                                         ("keys", "ndata"), ("input_id", "edata")])
+                                         ("keys", "ndata"), ("input_id", "edata"), ("size", "edata"),
+                                         ("num_edges", "edata")])
 def test_a_key_named_like_a_batch_field_is_refused_with_the_fix(name, where):
     g = random_graph(6)
     getattr(g, where)[name] = torch.zeros(g.num_nodes() if where == "ndata" else g.num_edges())
     with pytest.raises(ValueError, match=rf"data '{name}' would be carried under its own name.*Fix: rename it"):
         PygTask(g).node_dataloader(torch.arange(32), [3], 16)
+    with pytest.raises(ValueError, match=rf"data '{name}' would be carried"):  # edge data too: one Data
+        to_pyg(next(iter(PygTask(g).node_dataloader(torch.arange(32), [3], 16, batch_format="dgl"))))
     data = next(iter(PygTask(g).node_dataloader(torch.arange(32), [3], 16, attrs=())))  # the fix: leave it out
     assert data.batch_size == 16 and data.n_id.dtype == torch.int64 and data.edge_index.shape[0] == 2
 
@@ -131,7 +134,7 @@ def test_a_key_named_like_a_batch_field_is_refused_with_the_fix(name, where):
 def test_a_node_and_an_edge_key_of_one_name_are_refused():
     g = random_graph(7)
     g.ndata["w"], g.edata["w"] = torch.rand(g.num_nodes()), torch.rand(g.num_edges())
-    with pytest.raises(ValueError, match=r"node and edge data named 'w'.*Fix: rename one"):
+    with pytest.raises(ValueError, match=r"node and edge data named 'w'.*Fix: rename one, e\.g\. g\.edata\['my_w'\]"):
         PygTask(g).node_dataloader(torch.arange(32), [3], 16)
     with pytest.raises(ValueError, match=r"node and edge data named 'w'"):
         to_pyg(next(iter(PygTask(g).node_dataloader(torch.arange(32), [3], 16, batch_format="dgl"))))
@@ -154,6 +157,96 @@ def test_dgl_bookkeeping_keys_are_not_carried():
     g.ndata["feat"], g.ndata["year"] = torch.randn(g.num_nodes(), 3), torch.arange(g.num_nodes())
     data = next(iter(PygTask(g).node_dataloader(torch.arange(100, 150), [3], 16)))
     assert "_TYPE" not in data and "_ID" not in data and torch.equal(data.year, data.n_id)
+    with pytest.raises(ValueError, match=r"attrs names '_ID'.*n_id and e_id hold it"):
+        PygTask(g).node_dataloader(torch.arange(100, 150), [3], 16, attrs=["_ID"])
+    with pytest.raises(ValueError, match=r"attrs names '_TYPE'.*DGL's bookkeeping.*g.ndata\['node_type'\]"):
+        PygTask(g).node_dataloader(torch.arange(100, 150), [3], 16, attrs=["_TYPE"])
+
+
+@pytest.mark.parametrize("sampling", SAMPLING)
+def test_edge_data_named_like_a_node_key_read_as_x_or_y_is_carried_and_the_reverse(sampling):
+    g = random_graph(10)  # node feat -> x, label -> y
+    gen = torch.Generator().manual_seed(10)
+    g.edata["label"] = torch.randint(0, 5, (g.num_edges(),), generator=gen)  # a rating per edge
+    g.edata["feat"] = torch.rand(g.num_edges(), 3, generator=gen)  # not read: edge_key="w"
+    g.edata["w"] = torch.rand(g.num_edges(), 2, generator=gen)
+    g.ndata["w"] = torch.rand(g.num_nodes(), generator=gen)  # named like the edge key read as edge_attr
+    loader = placed(PygTask(g).node_dataloader(torch.arange(32), [3], 16, edge_key="w"), sampling)
+    assert loader.attrs == ("w", "feat", "label")
+    for data in loader:
+        assert torch.equal(data.x, g.ndata["feat"][data.n_id]) and torch.equal(data.y, g.ndata["label"][data.n_id])
+        assert torch.equal(data.edge_attr, g.edata["w"][data.e_id]) and torch.equal(data.w, g.ndata["w"][data.n_id])
+        assert torch.equal(data.label, g.edata["label"][data.e_id])
+        assert torch.equal(data.feat, g.edata["feat"][data.e_id])
+    named = placed(PygTask(g).node_dataloader(torch.arange(32), [3], 16, edge_key="w", attrs=["label"]), sampling)
+    data = next(iter(named))  # node label is y, so the name means the edge data
+    assert named.attrs == ("label",) and torch.equal(data.label, g.edata["label"][data.e_id]) and "w" not in data
+
+
+def test_the_clash_message_names_a_rename_that_works():
+    g = random_graph(11)
+    g.ndata["target"] = g.ndata.pop("label")
+    g.ndata["label"], g.edata["label"] = torch.zeros(g.num_nodes()), torch.ones(g.num_edges())
+    with pytest.raises(ValueError, match=r"node and edge data named 'label'") as refused:
+        PygTask(g).node_dataloader(torch.arange(32), [3], 16, label_key="target")
+    rename = str(refused.value).split("e.g. ")[1].split(",")[0]
+    assert rename == "g.edata['my_label'] = g.edata.pop('label')"
+    g.edata["my_label"] = g.edata.pop("label")
+    data = next(iter(PygTask(g).node_dataloader(torch.arange(32), [3], 16, label_key="target")))
+    assert torch.equal(data.my_label, g.edata["my_label"][data.e_id])
+
+
+@pytest.mark.parametrize("sampling", SAMPLING)
+def test_label_key_empty_gives_no_y_even_from_node_data_y(sampling):
+    """label_key="": no y, also where the graph has node data y (to_dgl's); a link batch's y stays its own."""
+    g = random_graph(12)
+    g.ndata["y"] = torch.arange(g.num_nodes())
+    loader = placed(PygTask(g).node_dataloader(torch.arange(32), [3], 16, label_key=""), sampling)
+    for data in loader:
+        assert "y" not in data and torch.equal(data.label, g.ndata["label"][data.n_id])  # label: an ordinary key
+    with pytest.raises(ValueError, match=r"node data 'y' would be carried.*the batch's y, which label_key='' leaves"):
+        PygTask(g).node_dataloader(torch.arange(32), [3], 16, label_key="", attrs=["y"])
+    link = placed(PygTask(g).edge_dataloader(torch.arange(40), [3], 8, negatives=1), sampling)
+    assert all(torch.equal(data.y, data.n_id) and torch.equal(data.label, g.ndata["label"][data.n_id])
+               for data in link)
+
+
+def test_feat_key_or_edge_key_empty_switches_x_or_edge_attr_off_alike():
+    g = random_graph(14)
+    g.ndata["x"], g.edata["edge_attr"] = torch.zeros(g.num_nodes(), 2), torch.rand(g.num_edges())
+    with pytest.warns(UserWarning, match="carry no x"):
+        data = next(iter(PygTask(g).node_dataloader(torch.arange(32), [3], 16, feat_key="")))
+    assert "x" not in data and torch.equal(data.feat, g.ndata["feat"][data.n_id])
+    data = next(iter(PygTask(g).node_dataloader(torch.arange(32), [3], 16, edge_key="")))
+    assert "edge_attr" not in data and "x" in data and torch.equal(data.x, g.ndata["feat"][data.n_id])
+
+
+@pytest.mark.parametrize("sampling", SAMPLING)
+def test_heterodata_fields_are_each_types_own(sampling):
+    """Type a reads feat as x and also has node data x; type b has only x, carried as its x: a.x is feat."""
+    gen = torch.Generator().manual_seed(13)
+    g = dgl.heterograph({("a", "r", "a"): (torch.randint(0, 50, (300,), generator=gen),
+                                           torch.randint(0, 50, (300,), generator=gen)),
+                         ("b", "s", "a"): (torch.randint(0, 40, (300,), generator=gen),
+                                           torch.randint(0, 50, (300,), generator=gen))}, {"a": 50, "b": 40})
+    g.nodes["a"].data["feat"], g.nodes["a"].data["x"] = torch.randn(50, 4, generator=gen), torch.full((50, 4), 7.0)
+    g.nodes["a"].data["label"] = torch.randint(0, 3, (50,), generator=gen)
+    g.nodes["b"].data["x"], g.nodes["b"].data["y"] = torch.randn(40, 4, generator=gen), torch.arange(40)
+    for data in placed(PygTask(g).node_dataloader({"a": torch.arange(20)}, [3, 3], 10), sampling):
+        a, b = data["a"], data["b"]
+        assert torch.equal(a.x, g.nodes["a"].data["feat"][a.n_id]) and torch.equal(b.x, g.nodes["b"].data["x"][b.n_id])
+        assert torch.equal(a.y, g.nodes["a"].data["label"][a.n_id]) and torch.equal(b.y, b.n_id)
+    with pytest.raises(ValueError, match=r"node type 'a'.*node data 'x'.*the batch's x, read from 'feat'"):
+        PygTask(g).node_dataloader({"a": torch.arange(20)}, [3, 3], 10, attrs=["x"])
+
+
+def test_to_pyg_of_a_heterographs_blocks_names_to_hetero_pyg_whatever_their_data():
+    g = random_hetero(5)
+    g.nodes["c"].data["w"] = torch.rand(g.num_nodes("c"))  # a node type and a relation may share a name
+    g.edges[("a", "r2", "b")].data["w"] = torch.rand(g.num_edges(("a", "r2", "b")))
+    batch = next(iter(PygTask(g).node_dataloader({"a": torch.arange(16)}, [2], 8, batch_format="dgl")))
+    with pytest.raises(ValueError, match=r"blocks of a homogeneous graph.*to_hetero_pyg"):
+        to_pyg(batch)
 
 
 @pytest.mark.timeout(300)
